@@ -1,0 +1,236 @@
+"""The ``tuner`` command line: builds the study from its inputs and reports what it found.
+
+Only this module prints and chooses exit codes: 0 done, 1 a failure of the tool, 2 bad input
+or usage, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import tuner
+from tuner import environment, search
+from tuner.dummy_model import write_model
+from tuner.emit import HEADLINE, Provenance, format_figure, render
+from tuner.errors import InputError, TunerError
+from tuner.formats import PARSERS, load_trace
+from tuner.replay import ReplaySettings
+from tuner.spec import StudySpec, default_spec_text, load_spec
+from tuner.trial import Objective, TrialSetup
+from tuner.workload import Workload, build_workload, model_info
+
+logger = logging.getLogger("tuner")
+
+WORKLOAD_ATTR = "workload"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tuner", description=tuner.__doc__)
+    parser.add_argument("--version", action="version", version=f"tuner {tuner.__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log tuner's steps")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="tune vLLM against a replayed trace")
+    run.add_argument("--trace", required=True, type=Path, help="trace file (CSV)")
+    run.add_argument("--format", choices=sorted(PARSERS), help="trace format (default: detect)")
+    run.add_argument("--study", help="study name (default: the trace file's stem)")
+    run.add_argument("--spec", type=Path, help="study spec (default: studies/NAME.yaml)")
+    run.add_argument("--model", help="model folder, written into a new spec")
+    run.add_argument("--n-trials", type=int, help="trials to add in this run (default: spec)")
+    run.add_argument("--storage", help="Optuna storage URL (default: sqlite:///studies/NAME.db)")
+    run.add_argument("--window-s", type=float, help="replay window in trace seconds")
+    run.add_argument("--time-scale", type=float, help="multiply arrival times (< 1 is faster)")
+    run.add_argument("--configs", type=Path, default=Path("configs"), help="output folder")
+    run.add_argument("--runs", type=Path, default=Path("runs"), help="trial logs folder")
+    return parser
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _interrupt(signum: int, frame: object) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+def _fmt_params(args: Mapping[str, Any], space_names: Sequence[str]) -> str:
+    shown = {k: v for k, v in args.items() if k in space_names} or {"(vLLM defaults)": ""}
+    return " ".join(f"{k}={v}" if v != "" else k for k, v in shown.items())
+
+
+def _trial_line(trial: Any, space_names: Sequence[str]) -> str:
+    attrs = trial.user_attrs
+    args = attrs.get(search.ARGS_ATTR, {})
+    state = "feasible" if attrs.get(search.FEASIBLE_ATTR) else "infeasible"
+    if search.BASELINE_ATTR in attrs:
+        state += ", baseline"
+    parts = [f"trial {trial.number:>3}", _fmt_params(args, space_names), f"[{state}]"]
+    if "ttft_p95_s" in attrs:
+        parts.append(
+            f"ttft p95 {attrs['ttft_p95_s'] * 1000:.0f} ms, "
+            f"tpot p95 {attrs.get('tpot_p95_s', float('nan')) * 1000:.1f} ms, "
+            f"e2e p99 {attrs.get('e2e_p99_s', float('nan')):.2f} s, "
+            f"{attrs.get('throughput_req_per_s', 0):.2f} req/s, "
+            f"queue peak {attrs.get('waiting_peak', float('nan')):.0f}"
+        )
+    parts.append(f"score {trial.value:.3f}")
+    if attrs.get(search.REASON_ATTR):
+        parts.append(f"({attrs[search.REASON_ATTR][:160]})")
+    engine_s = attrs.get("time_engine_healthy_s")
+    if engine_s is not None:
+        parts.append(f"start {engine_s:.0f} s")
+    return "  ".join(parts)
+
+
+def comparison_table(best: Mapping[str, Any], baseline: Mapping[str, Any] | None) -> str:
+    rows = [f"{'':<16} {'best':>14} {'baseline':>14}"]
+    for label, key, scale, unit in HEADLINE:
+        base = format_figure(baseline, key, scale, unit) if baseline else "n/a"
+        rows.append(f"{label:<16} {format_figure(best, key, scale, unit):>14} {base:>14}")
+    return "\n".join(rows)
+
+
+def _check_workload(study: Any, fingerprint: Mapping[str, Any]) -> None:
+    recorded = study.user_attrs.get(WORKLOAD_ATTR)
+    if recorded is None:
+        study.set_user_attr(WORKLOAD_ATTR, dict(fingerprint))
+    elif recorded != dict(fingerprint):
+        raise InputError(
+            f"study {study.study_name!r} was measured on another workload "
+            f"({recorded}); use a new --study name"
+        )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    name = args.study or args.trace.stem
+    trace = load_trace(args.trace, args.format)  # bad input stops here, before any write
+    spec_path = args.spec or Path("studies") / f"{name}.yaml"
+    if not spec_path.exists():
+        spec_path.parent.mkdir(parents=True, exist_ok=True)
+        spec_path.write_text(default_spec_text(args.model))
+        print(f"wrote a default study spec to {spec_path}")
+    spec: StudySpec = load_spec(spec_path)
+    if args.model and args.model != spec.model:
+        raise InputError(f"--model {args.model} differs from {spec_path}'s model {spec.model}")
+    if spec.dummy_model and not Path(spec.model, "config.json").exists():
+        write_model(spec.model, spec.dummy_model)
+        print(f"wrote a {spec.dummy_model} dummy model to {spec.model}")
+    max_len = spec.engine_args.get("max-model-len")
+    info = model_info(spec.model, int(max_len) if max_len else None)
+    window_s = args.window_s or spec.window_s
+    time_scale = args.time_scale or spec.time_scale
+    workload: Workload = build_workload(trace, window_s, time_scale, info.max_model_len)
+    sha = sha256_of(args.trace)
+    print(f"trace {args.trace}: {len(trace)} requests over {trace.span_s:.0f} s")
+    print(f"window: {workload.describe()}")
+    clip = workload.clipping
+    if clip.inputs_clipped or clip.outputs_clipped:
+        print(
+            f"clipped to the model's {info.max_model_len}-token context: "
+            f"{clip.inputs_clipped} prompts, {clip.outputs_clipped} outputs"
+        )
+
+    storage = args.storage or f"sqlite:///studies/{name}.db"
+    study = search.open_study(name, storage, spec.seed)
+    _check_workload(
+        study,
+        {
+            "trace_sha256": sha,
+            "window_start_s": workload.start_s,
+            "window_s": workload.window_s,
+            "time_scale": time_scale,
+            "requests": len(workload.trace),
+        },
+    )
+    requests = workload.trace.requests()
+    served_name = str(spec.engine_args.get("served-model-name", spec.model))
+    setup = TrialSetup(
+        model=spec.model,
+        requests=requests,
+        replay=ReplaySettings(
+            model=served_name,
+            vocab_size=info.vocab_size,
+            block_tokens=trace.block_tokens,
+            seed=spec.seed,
+        ),
+        objective=Objective(spec.slos, spec.weights, spec.max_error_rate),
+        health_timeout_s=spec.health_timeout_s,
+        warmup_requests=requests[: spec.warmup_requests],
+    )
+    n_trials = args.n_trials or spec.n_trials
+    space_names = [d.name for d in spec.space]
+    print(f"study {name!r} in {storage}: {len(study.trials)} trials so far, adding {n_trials}")
+    search.run_study(
+        study,
+        spec,
+        setup,
+        args.runs / name,
+        n_trials,
+        on_trial=lambda t: print(_trial_line(t, space_names), flush=True),
+    )
+
+    best = search.best_trial(study)
+    baseline = search.baseline_trial(study)
+    print(f"\ndashboard: optuna-dashboard {storage}")
+    if best is None:
+        print("no trial met the SLOs; no configuration written")
+        return 1
+    print(comparison_table(best.user_attrs, baseline.user_attrs if baseline else None))
+    provenance = Provenance(
+        tuner_version=tuner.__version__,
+        vllm_version=environment.vllm_version(),
+        device=environment.device_name(),
+        study=name,
+        trace_path=str(args.trace),
+        trace_sha256=sha,
+        window=workload.describe(),
+        trial_number=best.number,
+    )
+    text = render(
+        spec.model,
+        search.engine_args_of(best),
+        provenance,
+        best.user_attrs,
+        baseline.user_attrs if baseline else None,
+    )
+    args.configs.mkdir(parents=True, exist_ok=True)
+    out = args.configs / f"{name}.yaml"
+    out.write_text(text)
+    print(f"best: trial {best.number}; wrote {out} (serve: vllm serve --config {out})")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return cmd_run(args)
+    except InputError as exc:
+        print(f"tuner: {exc}", file=sys.stderr)
+        return 2
+    except TunerError as exc:
+        print(f"tuner: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ntuner: interrupted; the study keeps its finished trials", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Scoring one trial: a weighted sum of tails over their SLOs, and the SLOs as constraints.
+
+Pure. Lower scores are better. A constraint value above 0 means the SLO was missed, by that
+fraction of the SLO; the study only picks a winner among trials with every value at or below 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# Score of a trial that measured nothing usable (the engine failed, or every request did). It
+# is only a placeholder for Optuna's value: such a trial is also infeasible, and infeasible
+# trials never win.
+FAILED_SCORE = 1000.0
+
+
+@dataclass(frozen=True)
+class Score:
+    value: float
+    constraints: Mapping[str, float]
+
+    @property
+    def feasible(self) -> bool:
+        return all(v <= 0 for v in self.constraints.values())
+
+    @property
+    def violations(self) -> list[str]:
+        return [name for name, v in self.constraints.items() if v > 0]
+
+
+def score(
+    metrics: Mapping[str, float],
+    slos: Mapping[str, float],
+    weights: Mapping[str, float],
+    max_error_rate: float = 0.0,
+) -> Score:
+    """Score a trial's metrics. A metric an SLO names but the trial lacks counts as a miss."""
+    constraints: dict[str, float] = {}
+    for metric, limit in slos.items():
+        value = metrics.get(metric)
+        constraints[f"slo_{metric}"] = 1.0 if value is None else (value - limit) / limit
+    error_rate = metrics.get("error_rate", 1.0)
+    constraints["error_rate"] = error_rate - max_error_rate
+    parts = [w * metrics[m] / slos[m] for m, w in weights.items() if m in metrics]
+    if len(parts) < len(weights):
+        return Score(FAILED_SCORE, constraints)
+    return Score(sum(parts), constraints)
+
+
+# The score of a trial whose engine failed outright.
+FAILED = Score(FAILED_SCORE, {"failed": 1.0})

@@ -1,0 +1,160 @@
+"""The study: Optuna asks for configurations, ``run_trial`` measures them. The only Optuna code.
+
+Trial 0 of a study is the baseline, vLLM's own defaults (plus the spec's fixed and baseline
+arguments). Every measured figure becomes a user attribute, every SLO a constraint set with
+``Trial.set_constraint``, so optuna-dashboard shows them and TPE learns the infeasible region.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from tuner.flags import flag_name
+from tuner.spec import Dimension, StudySpec
+from tuner.trial import TrialOutcome, TrialSetup, run_trial
+
+logger = logging.getLogger(__name__)
+
+BASELINE_ATTR = "baseline"
+ARGS_ATTR = "engine_args"
+REASON_ATTR = "reason"
+LOG_ATTR = "log_tail"
+FEASIBLE_ATTR = "feasible"
+
+MAX_NUM_SEQS = flag_name("max_num_seqs")
+MAX_BATCHED_TOKENS = flag_name("max_num_batched_tokens")
+
+TrialRunner = Callable[[Mapping[str, Any], TrialSetup, Path], TrialOutcome]
+OnTrial = Callable[[FrozenTrial], None]
+
+
+def open_study(name: str, storage: str, seed: int) -> optuna.Study:
+    """Create the study or load it to add trials; the sampler's seed moves on with each trial.
+
+    A resumed study re-seeded with the same number would replay the same random start-up
+    suggestions, so the seed is offset by the trials already there.
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    existing = 0
+    with contextlib.suppress(KeyError):
+        existing = len(optuna.load_study(study_name=name, storage=storage).trials)
+    sampler = optuna.samplers.TPESampler(seed=seed + existing, multivariate=True)
+    return optuna.create_study(
+        study_name=name,
+        storage=storage,
+        sampler=sampler,
+        direction="minimize",
+        load_if_exists=True,
+    )
+
+
+def suggest(trial: Trial, space: tuple[Dimension, ...], fixed: Mapping[str, Any]) -> dict[str, Any]:
+    """Engine arguments for this trial, drawn from the space in the spec's order.
+
+    max-num-batched-tokens is never drawn below max-num-seqs (vLLM rejects that).
+    """
+    args: dict[str, Any] = {}
+    for dim in space:
+        if dim.kind == "categorical":
+            args[dim.name] = trial.suggest_categorical(dim.name, dim.choices)
+            continue
+        assert dim.low is not None and dim.high is not None
+        low = dim.low
+        if dim.name == MAX_BATCHED_TOKENS:
+            seqs = args.get(MAX_NUM_SEQS, fixed.get(MAX_NUM_SEQS))
+            if isinstance(seqs, int | float):
+                low = max(low, seqs)
+        if dim.kind == "int":
+            args[dim.name] = trial.suggest_int(
+                dim.name, int(low), int(dim.high), step=int(dim.step or 1), log=dim.log
+            )
+        else:
+            value = trial.suggest_float(dim.name, low, dim.high, step=dim.step, log=dim.log)
+            # Keep stepped floats free of binary noise (0.30000000000000004) in the YAML.
+            args[dim.name] = round(value, 10)
+    return args
+
+
+def has_baseline(study: optuna.Study) -> bool:
+    return any(
+        t.user_attrs.get(BASELINE_ATTR) and t.state == TrialState.COMPLETE
+        for t in study.get_trials(deepcopy=False)
+    )
+
+
+def record(trial: Trial, outcome: TrialOutcome) -> None:
+    """Store what was measured on the trial, for the dashboard and for ``tuner`` itself."""
+    for name, value in outcome.metrics.items():
+        trial.set_user_attr(name, value)
+    for name, value in outcome.timings.items():
+        trial.set_user_attr(f"time_{name}", value)
+    trial.set_user_attr(FEASIBLE_ATTR, outcome.feasible)
+    if outcome.reason:
+        trial.set_user_attr(REASON_ATTR, outcome.reason)
+    if outcome.log_tail:
+        trial.set_user_attr(LOG_ATTR, outcome.log_tail[-4000:])
+    for name, value in outcome.score.constraints.items():
+        trial.set_constraint(name, value)
+
+
+def run_study(
+    study: optuna.Study,
+    spec: StudySpec,
+    setup: TrialSetup,
+    run_dir: Path,
+    n_trials: int,
+    on_trial: OnTrial | None = None,
+    runner: TrialRunner = run_trial,
+) -> None:
+    """Run ``n_trials`` more trials, the baseline first if the study has none yet.
+
+    A configuration that fails is a completed, infeasible trial. Ctrl-C (or any escape) marks
+    the running trial FAIL with the reason, so the storage never keeps a trial RUNNING.
+    """
+    fixed = dict(spec.engine_args)
+    for _ in range(n_trials):
+        trial = study.ask()
+        baseline = not has_baseline(study)
+        if baseline:
+            args = {**fixed, **spec.baseline}
+            trial.set_user_attr(BASELINE_ATTR, True)
+        else:
+            args = {**fixed, **suggest(trial, spec.space, fixed)}
+        trial.set_user_attr(ARGS_ATTR, args)
+        try:
+            outcome = runner(args, setup, run_dir / f"trial-{trial.number:04d}")
+        except BaseException as exc:
+            trial.set_user_attr(REASON_ATTR, f"interrupted: {type(exc).__name__}")
+            study.tell(trial, state=TrialState.FAIL)
+            raise
+        record(trial, outcome)
+        frozen = study.tell(trial, outcome.score.value)
+        if on_trial is not None:
+            on_trial(frozen)
+
+
+def engine_args_of(trial: FrozenTrial) -> dict[str, Any]:
+    return dict(trial.user_attrs[ARGS_ATTR])
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The best feasible completed trial, or None."""
+    try:
+        best = study.best_trial
+    except ValueError:
+        return None
+    return best if best.user_attrs.get(FEASIBLE_ATTR) else None
+
+
+def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.user_attrs.get(BASELINE_ATTR):
+            return t
+    return None

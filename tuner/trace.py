@@ -1,0 +1,162 @@
+"""The request trace: arrivals and lengths, the busiest window, time scaling, clipping.
+
+Pure: no I/O. Loading from files lives in ``tuner.formats``. Arrays keep a million-row trace
+small and make windowing a pair of binary searches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request to replay: when it is sent and how long its prompt and output are."""
+
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int
+    hash_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """Requests sorted by arrival, arrivals in seconds from the first one (which is 0).
+
+    ``hash_ids`` (optional, one tuple per request) name shared prompt blocks of
+    ``block_tokens`` tokens each: equal leading ids mean an equal prompt prefix.
+    """
+
+    arrival_s: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    source: str = ""
+    hash_ids: tuple[tuple[int, ...], ...] | None = None
+    block_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        if len(self.input_tokens) != n or len(self.output_tokens) != n:
+            raise ValueError("trace columns differ in length")
+        if self.hash_ids is not None and len(self.hash_ids) != n:
+            raise ValueError("hash_ids differ in length from the trace")
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    @property
+    def span_s(self) -> float:
+        return float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) else 0.0
+
+    def take(self, start: int, stop: int) -> Trace:
+        """Requests ``start:stop``, arrivals rebased so the window starts at 0."""
+        return self._select(slice(start, stop))
+
+    def window(self, start_s: float, duration_s: float) -> Trace:
+        """Requests arriving in ``[start_s, start_s + duration_s)``, rebased to ``start_s``."""
+        lo = int(np.searchsorted(self.arrival_s, start_s, side="left"))
+        hi = int(np.searchsorted(self.arrival_s, start_s + duration_s, side="left"))
+        return self._select(slice(lo, hi), origin_s=start_s)
+
+    def scaled(self, time_scale: float) -> Trace:
+        """Every arrival time multiplied by ``time_scale`` (< 1 compresses, > 1 stretches)."""
+        if time_scale <= 0:
+            raise ValueError("time_scale must be positive")
+        return dataclasses.replace(self, arrival_s=self.arrival_s * time_scale)
+
+    def requests(self) -> list[Request]:
+        hash_ids = self.hash_ids or ((),) * len(self)
+        return [
+            Request(float(t), int(i), int(o), h)
+            for t, i, o, h in zip(
+                self.arrival_s, self.input_tokens, self.output_tokens, hash_ids, strict=True
+            )
+        ]
+
+    def _select(self, index: slice, origin_s: float | None = None) -> Trace:
+        arrival_s = self.arrival_s[index]
+        if origin_s is None:
+            origin_s = float(arrival_s[0]) if len(arrival_s) else 0.0
+        return dataclasses.replace(
+            self,
+            arrival_s=arrival_s - origin_s,
+            input_tokens=self.input_tokens[index],
+            output_tokens=self.output_tokens[index],
+            hash_ids=None if self.hash_ids is None else self.hash_ids[index],
+        )
+
+
+def from_columns(
+    arrival_s: np.ndarray | list[float],
+    input_tokens: np.ndarray | list[int],
+    output_tokens: np.ndarray | list[int],
+    *,
+    source: str = "",
+    hash_ids: tuple[tuple[int, ...], ...] | None = None,
+    block_tokens: int = 0,
+) -> Trace:
+    """A trace from raw columns: sorted by arrival (stable), rebased to start at 0."""
+    arrival = np.asarray(arrival_s, dtype=np.float64)
+    order = np.argsort(arrival, kind="stable")
+    arrival = arrival[order]
+    if len(arrival):
+        arrival = arrival - arrival[0]
+    if hash_ids is not None:
+        hash_ids = tuple(hash_ids[i] for i in order)
+    return Trace(
+        arrival_s=arrival,
+        input_tokens=np.asarray(input_tokens, dtype=np.int64)[order],
+        output_tokens=np.asarray(output_tokens, dtype=np.int64)[order],
+        source=source,
+        hash_ids=hash_ids,
+        block_tokens=block_tokens,
+    )
+
+
+def busiest_window_start(trace: Trace, window_s: float) -> float:
+    """Start of the ``window_s``-second window holding the most arrivals (earliest on ties).
+
+    Every maximal window can be slid right until its first arrival is a request's arrival, so
+    only windows starting at an arrival need checking.
+    """
+    if not len(trace):
+        return 0.0
+    ends = np.searchsorted(trace.arrival_s, trace.arrival_s + window_s, side="left")
+    counts = ends - np.arange(len(trace))
+    return float(trace.arrival_s[int(np.argmax(counts))])
+
+
+def busiest_window(trace: Trace, window_s: float) -> tuple[float, Trace]:
+    """The busiest ``window_s`` seconds of ``trace``: its start in trace time, and its requests."""
+    if window_s >= trace.span_s:
+        return 0.0, trace
+    start_s = busiest_window_start(trace, window_s)
+    return start_s, trace.window(start_s, window_s)
+
+
+@dataclass(frozen=True)
+class Clipping:
+    """How many requests had to be shortened to fit the model's context."""
+
+    inputs_clipped: int
+    outputs_clipped: int
+
+
+def clip_to_context(trace: Trace, max_model_len: int) -> tuple[Trace, Clipping]:
+    """Shorten lengths so that prompt plus output fits ``max_model_len`` tokens.
+
+    The output length is kept where possible (it drives decode time); the prompt is clipped
+    first, down to one token, and only then the output.
+    """
+    if max_model_len < 2:
+        raise ValueError("max_model_len must be at least 2")
+    outputs = np.minimum(trace.output_tokens, max_model_len - 1)
+    inputs = np.minimum(trace.input_tokens, max_model_len - outputs)
+    clipping = Clipping(
+        inputs_clipped=int(np.count_nonzero(inputs < trace.input_tokens)),
+        outputs_clipped=int(np.count_nonzero(outputs < trace.output_tokens)),
+    )
+    return dataclasses.replace(trace, input_tokens=inputs, output_tokens=outputs), clipping
