@@ -7,6 +7,7 @@ SIGTERM to the group, then SIGKILL to whatever is left, so no engine process out
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -17,15 +18,16 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
+from tuner import startup
 from tuner.flags import config_yaml
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_COMMAND = (sys.executable, "-m", "vllm.entrypoints.openai.api_server")
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 
 class EngineFailed(Exception):
@@ -54,6 +56,119 @@ def tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+class ServerProcess:
+    """A started server: its pid (also its process group) and a way to read its exit code."""
+
+    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None, status: Path | None):
+        self.pid = pid
+        self._popen = popen
+        self._status = status
+
+    def poll(self) -> int | None:
+        if self._popen is not None:
+            return self._popen.poll()
+        assert self._status is not None
+        try:
+            return int(self._status.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def wait(self, timeout_s: float) -> int | None:
+        deadline = time.monotonic() + timeout_s
+        while (code := self.poll()) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return code
+
+
+class Launcher(Protocol):
+    """Starts vLLM server processes, each its own process group."""
+
+    def launch(self, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> ServerProcess: ...
+
+
+@dataclass
+class ProcessLauncher:
+    """A fresh interpreter per server: ``python -m vllm.entrypoints.openai.api_server``."""
+
+    module: str = SERVER_MODULE
+    python: str = sys.executable
+
+    def launch(self, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> ServerProcess:
+        with log.open("ab") as out:
+            popen = subprocess.Popen(
+                [self.python, "-m", self.module, *argv],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **env},
+                start_new_session=True,
+            )
+        return ServerProcess(popen.pid, popen, None)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class ZygoteLauncher:
+    """One long-lived process that imports vLLM once and forks a server per trial.
+
+    See ``tuner.zygote``. Saves the server process's interpreter start and imports on every
+    trial; what runs after the fork is the same module ``ProcessLauncher`` runs.
+    """
+
+    module: str = SERVER_MODULE
+    python: str = sys.executable
+    ready_timeout_s: float = 300.0
+    import_s: float | None = None
+    _process: subprocess.Popen[bytes] | None = None
+
+    def _ensure_started(self) -> subprocess.Popen[bytes]:
+        if self._process is not None and self._process.poll() is None:
+            return self._process
+        began = time.monotonic()
+        self._process = subprocess.Popen(
+            [self.python, "-m", "tuner.zygote", self.module],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        reply = self._read_reply(self._process)
+        self.import_s = time.monotonic() - began
+        logger.info("launcher ready after %.1f s (threads: %s)", self.import_s, reply["threads"])
+        return self._process
+
+    def _read_reply(self, process: subprocess.Popen[bytes]) -> dict[str, Any]:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line:
+            raise EngineFailed("the tuner launcher exited", "")
+        return dict(json.loads(line))
+
+    def launch(self, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> ServerProcess:
+        process = self._ensure_started()
+        status = log.with_name(log.name + ".exit")
+        status.unlink(missing_ok=True)
+        request = {"argv": list(argv), "log": str(log), "env": dict(env), "status": str(status)}
+        assert process.stdin is not None
+        process.stdin.write(json.dumps(request).encode() + b"\n")
+        process.stdin.flush()
+        return ServerProcess(int(self._read_reply(process)["pid"]), None, status)
+
+    def close(self) -> None:
+        """Close the launcher's stdin: it stops any server left and exits."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        assert process.stdin is not None
+        process.stdin.close()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            _signal_group(process.pid, signal.SIGKILL)
+            process.wait()
+
+
 @dataclass
 class EngineTimes:
     """Wall-clock seconds of an engine's life."""
@@ -61,6 +176,7 @@ class EngineTimes:
     start_s: float = 0.0
     healthy_s: float | None = None
     stop_s: float | None = None
+    startup: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -70,12 +186,12 @@ class Engine:
     model: str
     args: Mapping[str, Any]
     workdir: Path
-    command: Sequence[str] = DEFAULT_COMMAND
+    launcher: Launcher = field(default_factory=ProcessLauncher)
     env: Mapping[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
     port: int = 0
     times: EngineTimes = field(default_factory=EngineTimes)
-    _process: subprocess.Popen[bytes] | None = None
+    _server: ServerProcess | None = None
 
     @property
     def base_url(self) -> str:
@@ -95,26 +211,21 @@ class Engine:
         self.config_path.write_text(
             config_yaml({"model": self.model, **self.args, "host": self.host, "port": self.port})
         )
-        log = self.log_path.open("wb")
         logger.info("starting vLLM on port %d: %s", self.port, dict(self.args))
         self.times.start_s = time.monotonic()
-        self._process = subprocess.Popen(
-            [*self.command, "--config", str(self.config_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **self.env},
-            start_new_session=True,
+        self._server = self.launcher.launch(
+            ["--config", str(self.config_path)], self.log_path, self.env
         )
-        log.close()
 
-    def wait_healthy(self, timeout_s: float, poll_s: float = 0.5) -> float:
+    def wait_healthy(self, timeout_s: float, poll_s: float = 0.25) -> float:
         """Block until ``/health`` answers 200; return the seconds since start."""
-        assert self._process is not None, "start() first"
+        assert self._server is not None, "start() first"
         deadline = self.times.start_s + timeout_s
+        seen_at_s: dict[str, float] = {}
         with httpx.Client(base_url=self.base_url, timeout=5.0) as client:
             while True:
-                code = self._process.poll()
+                self._note_markers(seen_at_s)
+                code = self._server.poll()
                 if code is not None:
                     raise EngineFailed(
                         f"vLLM exited with status {code} before it was healthy",
@@ -131,28 +242,39 @@ class Engine:
                     )
                 time.sleep(poll_s)
         self.times.healthy_s = time.monotonic() - self.times.start_s
+        self._note_markers(seen_at_s)
+        self.times.startup = startup.breakdown(seen_at_s, self._log_text(), self.times.healthy_s)
         logger.info("vLLM healthy after %.1f s", self.times.healthy_s)
         return self.times.healthy_s
 
+    def _log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def _note_markers(self, seen_at_s: dict[str, float]) -> None:
+        if len(seen_at_s) == len(startup.MARKERS):
+            return
+        now = time.monotonic() - self.times.start_s
+        for marker in startup.find_markers(self._log_text()):
+            seen_at_s.setdefault(marker, now)
+
     def alive(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._server is not None and self._server.poll() is None
 
     def stop(self, grace_s: float = 20.0) -> None:
         """SIGTERM to the process group, then SIGKILL to what is left of it after ``grace_s``."""
-        process = self._process
-        if process is None:
+        server, self._server = self._server, None
+        if server is None:
             return
         began = time.monotonic()
-        pgid = process.pid
-        _signal_group(pgid, signal.SIGTERM)
-        try:
-            process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
+        _signal_group(server.pid, signal.SIGTERM)
+        if server.wait(grace_s) is None:
             logger.warning("vLLM did not stop within %.0f s; killing it", grace_s)
         # Engine-core workers can outlive the API server; the group kill takes them too.
-        _signal_group(pgid, signal.SIGKILL)
-        process.wait()
-        self._process = None
+        _signal_group(server.pid, signal.SIGKILL)
+        server.wait(30.0)
         self.times.stop_s = time.monotonic() - began
 
     def __enter__(self) -> Engine:

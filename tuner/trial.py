@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.engine import DEFAULT_COMMAND, Engine, EngineFailed, tail
+from tuner.engine import Engine, EngineFailed, Launcher, ProcessLauncher, tail
 from tuner.metrics import parse_scrape, summarize_client, summarize_gauges, summarize_server
 from tuner.replay import ReplaySettings, replay
 from tuner.scoring import FAILED, Score, score
@@ -42,7 +42,7 @@ class TrialSetup:
     objective: Objective
     health_timeout_s: float = 900.0
     warmup_requests: Sequence[Request] = ()
-    command: Sequence[str] = DEFAULT_COMMAND
+    launcher: Launcher = field(default_factory=ProcessLauncher)
     env: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -77,12 +77,13 @@ def _why_infeasible(outcome_score: Score, metrics: Mapping[str, float]) -> str |
 
 def run_trial(engine_args: Mapping[str, Any], setup: TrialSetup, workdir: Path) -> TrialOutcome:
     """Start vLLM with ``engine_args``, replay the window, stop vLLM, score what was measured."""
-    engine = Engine(setup.model, engine_args, workdir, command=setup.command, env=setup.env)
+    engine = Engine(setup.model, engine_args, workdir, launcher=setup.launcher, env=setup.env)
     timings: dict[str, float] = {}
     began = time.monotonic()
     try:
         engine.start()
         timings["engine_healthy_s"] = engine.wait_healthy(setup.health_timeout_s)
+        timings |= {f"startup_{k}": v for k, v in engine.times.startup.items()}
         if setup.warmup_requests:
             started = time.monotonic()
             replay(engine.base_url, setup.warmup_requests, setup.replay)
