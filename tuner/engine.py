@@ -85,6 +85,8 @@ class Launcher(Protocol):
 
     def launch(self, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> ServerProcess: ...
 
+    def close(self) -> None: ...
+
 
 @dataclass
 class ProcessLauncher:

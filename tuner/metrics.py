@@ -42,6 +42,26 @@ class RequestResult:
         return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
 
 
+@dataclass(slots=True)
+class LiveRequest:
+    """What is known of a request while the window runs; times in seconds from its start."""
+
+    sent_s: float
+    first_token_s: float | None = None
+    done_s: float | None = None
+
+
+def provisional(now_s: float, live: Sequence[LiveRequest]) -> dict[str, float]:
+    """TTFT and end-to-end figures so far, a request still waiting counting with its wait so far.
+
+    For each request these are lower bounds of what it will measure; a queue that is blowing up
+    shows in them within seconds.
+    """
+    ttft = [(r.first_token_s if r.first_token_s is not None else now_s) - r.sent_s for r in live]
+    e2e = [(r.done_s if r.done_s is not None else now_s) - r.sent_s for r in live]
+    return percentiles(ttft, "ttft") | percentiles(e2e, "e2e")
+
+
 def percentiles(values: Sequence[float], prefix: str, unit: str = "_s") -> dict[str, float]:
     """``{prefix_mean_s, prefix_p50_s, ...}``; empty when there are no values."""
     if not values:

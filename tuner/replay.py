@@ -12,18 +12,24 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 
 import httpx
 
-from tuner.metrics import RequestResult
+from tuner.concurrency import ConcurrencyTrace
+from tuner.metrics import LiveRequest, RequestResult
 from tuner.prompts import prompt_token_ids
 from tuner.trace import Request
 
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
+
+
+# Called every ``ReplaySettings.monitor_interval_s`` with the seconds since the window began and
+# the requests sent so far; returning True stops the replay early (the trial is hopeless).
+Monitor = Callable[[float, Sequence[LiveRequest]], bool]
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class ReplaySettings:
     request_timeout_s: float = 600.0
     drain_timeout_s: float = 600.0
     gauge_interval_s: float = 1.0
+    monitor_interval_s: float = 5.0
 
 
 @dataclass
@@ -48,6 +55,8 @@ class ReplayResult:
     metrics_before: str = ""
     metrics_after: str = ""
     metrics_during: list[str] = field(default_factory=list)
+    stopped_at_s: float | None = None
+    live: list[LiveRequest] = field(default_factory=list)
 
 
 def request_body(index: int, request: Request, settings: ReplaySettings) -> bytes:
@@ -74,8 +83,11 @@ async def _send(
     scheduled_s: float,
     start: float,
     clock: Clock,
+    live: LiveRequest | None = None,
 ) -> RequestResult:
     sent = clock()
+    if live is not None:
+        live.sent_s = sent - start
     ttft_s: float | None = None
     tokens = 0
     usage_tokens: int | None = None
@@ -105,6 +117,8 @@ async def _send(
                 if chunk.get("choices"):
                     if ttft_s is None:
                         ttft_s = clock() - sent
+                        if live is not None:
+                            live.first_token_s = ttft_s + live.sent_s
                     tokens += 1
                 if chunk.get("usage"):
                     usage_tokens = chunk["usage"].get("completion_tokens")
@@ -119,6 +133,8 @@ async def _send(
             error=f"{type(exc).__name__}: {exc}"[:300],
         )
     e2e_s = clock() - sent
+    if live is not None:
+        live.done_s = e2e_s + live.sent_s
     received = usage_tokens if usage_tokens is not None else tokens
     error = None
     if received != request.output_tokens:
@@ -153,14 +169,130 @@ async def _sample_gauges(
             await asyncio.wait_for(stop.wait(), timeout=interval_s)
 
 
+async def _watch(
+    monitor: Monitor,
+    live: Sequence[LiveRequest],
+    start: float,
+    clock: Clock,
+    interval_s: float,
+    stopped: asyncio.Event,
+) -> None:
+    while not stopped.is_set():
+        await asyncio.sleep(interval_s)
+        if monitor(clock() - start, live):
+            stopped.set()
+
+
+def _unfinished(request: Request, sent_s: float | None, why: str) -> RequestResult:
+    return RequestResult(
+        request.arrival_s,
+        request.arrival_s if sent_s is None else sent_s,
+        request.input_tokens,
+        request.output_tokens,
+        error=why,
+    )
+
+
 async def replay_async(
     base_url: str,
     requests: Sequence[Request],
     settings: ReplaySettings,
     clock: Clock = time.perf_counter,
+    monitor: Monitor | None = None,
 ) -> ReplayResult:
-    """Send every request at its arrival time and wait for all of them to finish."""
+    """Send every request at its arrival time and wait for all of them to finish.
+
+    With a ``monitor``, the replay stops early once it says so: nothing more is sent and the
+    requests in flight are cancelled.
+    """
     bodies = [request_body(i, r, settings) for i, r in enumerate(requests)]
+    timeout = httpx.Timeout(settings.request_timeout_s, connect=30.0)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits) as client:
+        before = await _scrape(client)
+        during: list[str] = []
+        stop_sampling = asyncio.Event()
+        sampler = asyncio.create_task(
+            _sample_gauges(client, settings.gauge_interval_s, during, stop_sampling)
+        )
+        stopped = asyncio.Event()
+        live: list[LiveRequest] = []
+        tasks: list[asyncio.Task[RequestResult]] = []
+        start = clock()
+        watcher = None
+        if monitor is not None:
+            watcher = asyncio.create_task(
+                _watch(monitor, live, start, clock, settings.monitor_interval_s, stopped)
+            )
+        for request, body in zip(requests, bodies, strict=True):
+            # Sleep in short steps so that a stop is seen during long silences too.
+            while (delay := start + request.arrival_s - clock()) > 0 and not stopped.is_set():
+                await asyncio.sleep(min(delay, 1.0))
+            if stopped.is_set():
+                break
+            live.append(LiveRequest(sent_s=request.arrival_s))
+            tasks.append(
+                asyncio.create_task(
+                    _send(client, body, request, request.arrival_s, start, clock, live[-1])
+                )
+            )
+        pending = set(tasks)
+        deadline = clock() + settings.drain_timeout_s
+        while pending and not stopped.is_set() and (remaining := deadline - clock()) > 0:
+            _, pending = await asyncio.wait(pending, timeout=min(remaining, 0.5))
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        duration_s = clock() - start
+        stopped_at_s = duration_s if stopped.is_set() else None
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        stop_sampling.set()
+        await sampler
+        after = await _scrape(client)
+    results = []
+    for i, request in enumerate(requests):
+        if i >= len(tasks):
+            results.append(_unfinished(request, None, "not sent: the replay stopped early"))
+        elif tasks[i] in pending:
+            why = (
+                "cancelled: the replay stopped early"
+                if stopped_at_s is not None
+                else f"not finished within the {settings.drain_timeout_s:g} s drain timeout"
+            )
+            results.append(_unfinished(request, live[i].sent_s, why))
+        else:
+            results.append(tasks[i].result())
+    return ReplayResult(results, duration_s, before, after, during, stopped_at_s, live)
+
+
+def replay(
+    base_url: str,
+    requests: Sequence[Request],
+    settings: ReplaySettings,
+    clock: Clock = time.perf_counter,
+    monitor: Monitor | None = None,
+) -> ReplayResult:
+    """Blocking wrapper around ``replay_async``."""
+    return asyncio.run(replay_async(base_url, requests, settings, clock, monitor))
+
+
+async def replay_closed_loop_async(
+    base_url: str,
+    schedule: ConcurrencyTrace,
+    requests: Iterator[Request],
+    settings: ReplaySettings,
+    clock: Clock = time.perf_counter,
+    error_backoff_s: float = 0.1,
+) -> ReplayResult:
+    """Keep ``schedule.target_at(t)`` requests in flight until ``schedule.end_s``, then drain.
+
+    A request is sent whenever fewer than the target are in flight: at the start, when one
+    finishes, and when the target rises. When it falls, nothing new is sent until enough have
+    finished. Each request's ``scheduled_s`` is its send time. A failed request holds its slot
+    for ``error_backoff_s``, so that a server refusing everything is not flooded.
+    """
     timeout = httpx.Timeout(settings.request_timeout_s, connect=30.0)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits) as client:
@@ -170,22 +302,43 @@ async def replay_async(
         sampler = asyncio.create_task(
             _sample_gauges(client, settings.gauge_interval_s, during, stop)
         )
-        tasks: list[asyncio.Task[RequestResult]] = []
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        in_flight: set[asyncio.Task[RequestResult]] = set()
+        cooling = 0
+        sent: list[tuple[Request, asyncio.Task[RequestResult]]] = []
+
+        def cooled() -> None:
+            nonlocal cooling
+            cooling -= 1
+            wake.set()
+
+        def finished(task: asyncio.Task[RequestResult]) -> None:
+            nonlocal cooling
+            in_flight.discard(task)
+            if not task.cancelled() and task.exception() is None and task.result().error:
+                cooling += 1
+                loop.call_later(error_backoff_s, cooled)
+            else:
+                wake.set()
+
         start = clock()
-        for request, body in zip(requests, bodies, strict=True):
-            delay = start + request.arrival_s - clock()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(
-                asyncio.create_task(_send(client, body, request, request.arrival_s, start, clock))
-            )
+        while (now := clock() - start) < schedule.end_s:
+            while len(in_flight) + cooling < schedule.target_at(now):
+                request = replace(next(requests), arrival_s=now)
+                body = request_body(len(sent), request, settings)
+                task = asyncio.create_task(_send(client, body, request, now, start, clock))
+                task.add_done_callback(finished)
+                in_flight.add(task)
+                sent.append((request, task))
+            wake.clear()
+            wait_s = schedule.next_change_s(now) - (clock() - start)
+            if wait_s > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), timeout=wait_s)
+        tasks = [task for _, task in sent]
         done, pending = (
-            await asyncio.wait(tasks, timeout=settings.drain_timeout_s)
-            if tasks
-            else (
-                set(),
-                set(),
-            )
+            await asyncio.wait(tasks, timeout=settings.drain_timeout_s) if tasks else (set(), set())
         )
         for task in pending:
             task.cancel()
@@ -193,28 +346,28 @@ async def replay_async(
         stop.set()
         await sampler
         after = await _scrape(client)
-    results = []
-    for request, task in zip(requests, tasks, strict=True):
-        if task in done:
-            results.append(task.result())
-        else:
-            results.append(
-                RequestResult(
-                    request.arrival_s,
-                    request.arrival_s,
-                    request.input_tokens,
-                    request.output_tokens,
-                    error=f"not finished within the {settings.drain_timeout_s:g} s drain timeout",
-                )
-            )
+    results = [
+        task.result()
+        if task in done
+        else RequestResult(
+            request.arrival_s,
+            request.arrival_s,
+            request.input_tokens,
+            request.output_tokens,
+            error=f"not finished within the {settings.drain_timeout_s:g} s drain timeout",
+        )
+        for request, task in sent
+    ]
+    logger.info("closed loop: %d requests over %.1f s", len(results), duration_s)
     return ReplayResult(results, duration_s, before, after, during)
 
 
-def replay(
+def replay_closed_loop(
     base_url: str,
-    requests: Sequence[Request],
+    schedule: ConcurrencyTrace,
+    requests: Iterator[Request],
     settings: ReplaySettings,
     clock: Clock = time.perf_counter,
 ) -> ReplayResult:
-    """Blocking wrapper around ``replay_async``."""
-    return asyncio.run(replay_async(base_url, requests, settings, clock))
+    """Blocking wrapper around ``replay_closed_loop_async``."""
+    return asyncio.run(replay_closed_loop_async(base_url, schedule, requests, settings, clock))

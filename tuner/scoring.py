@@ -48,5 +48,12 @@ def score(
     return Score(sum(parts), constraints)
 
 
+def partial_score(
+    metrics: Mapping[str, float], slos: Mapping[str, float], weights: Mapping[str, float]
+) -> float:
+    """The weighted sum over the metrics measured so far (an intermediate value for pruning)."""
+    return sum(w * metrics[m] / slos[m] for m, w in weights.items() if m in metrics)
+
+
 # The score of a trial whose engine failed outright.
 FAILED = Score(FAILED_SCORE, {"failed": 1.0})

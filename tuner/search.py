@@ -31,11 +31,40 @@ FEASIBLE_ATTR = "feasible"
 MAX_NUM_SEQS = flag_name("max_num_seqs")
 MAX_BATCHED_TOKENS = flag_name("max_num_batched_tokens")
 
-TrialRunner = Callable[[Mapping[str, Any], TrialSetup, Path], TrialOutcome]
+TrialRunner = Callable[..., TrialOutcome]
+
+
+class FarOffPruner(optuna.pruners.BasePruner):
+    """Stops a trial whose partial score is already far off.
+
+    Far off: ``factor`` times the score of a trial exactly at every SLO (the sum of the
+    weights), or ``factor`` times the best feasible score so far. The partial score counts a
+    request still waiting for its first token with its wait so far, so a queue that is
+    blowing up crosses the line within seconds. Nothing is pruned before ``after_step``.
+    """
+
+    def __init__(self, at_slo_score: float, factor: float, after_step: int) -> None:
+        self.at_slo_score = at_slo_score
+        self.factor = factor
+        self.after_step = after_step
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        step = trial.last_step
+        if self.factor <= 0 or step is None or step < self.after_step:
+            return False
+        value = trial.intermediate_values[step]
+        if value > self.factor * self.at_slo_score:
+            return True
+        best = best_trial(study)
+        return best is not None and best.value is not None and value > self.factor * best.value
+
+
 OnTrial = Callable[[FrozenTrial], None]
 
 
-def open_study(name: str, storage: str, seed: int) -> optuna.Study:
+def open_study(
+    name: str, storage: str, seed: int, pruner: optuna.pruners.BasePruner | None = None
+) -> optuna.Study:
     """Create the study or load it to add trials; the sampler's seed moves on with each trial.
 
     A resumed study re-seeded with the same number would replay the same random start-up
@@ -50,6 +79,7 @@ def open_study(name: str, storage: str, seed: int) -> optuna.Study:
         study_name=name,
         storage=storage,
         sampler=sampler,
+        pruner=pruner or optuna.pruners.NopPruner(),
         direction="minimize",
         load_if_exists=True,
     )
@@ -129,15 +159,39 @@ def run_study(
             args = {**fixed, **suggest(trial, spec.space, fixed)}
         trial.set_user_attr(ARGS_ATTR, args)
         try:
-            outcome = runner(args, setup, run_dir / f"trial-{trial.number:04d}")
+            outcome = runner(
+                args,
+                setup,
+                run_dir / f"trial-{trial.number:04d}",
+                should_stop=None if baseline else _should_stop(trial),
+            )
         except BaseException as exc:
             trial.set_user_attr(REASON_ATTR, f"interrupted: {type(exc).__name__}")
             study.tell(trial, state=TrialState.FAIL)
             raise
         record(trial, outcome)
-        frozen = study.tell(trial, outcome.score.value)
+        if outcome.pruned:
+            frozen = study.tell(trial, state=TrialState.PRUNED)
+        else:
+            frozen = study.tell(trial, outcome.score.value)
         if on_trial is not None:
             on_trial(frozen)
+
+
+def _should_stop(trial: Trial) -> Callable[[int, float], bool]:
+    def should_stop(step: int, value: float) -> bool:
+        trial.report(value, step)
+        return trial.should_prune()
+
+    return should_stop
+
+
+def pruner_for(spec: StudySpec) -> FarOffPruner:
+    return FarOffPruner(
+        at_slo_score=sum(spec.weights.values()),
+        factor=spec.prune_factor,
+        after_step=round(spec.prune_after_s),
+    )
 
 
 def engine_args_of(trial: FrozenTrial) -> dict[str, Any]:

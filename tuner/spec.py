@@ -61,6 +61,8 @@ class StudySpec:
     health_timeout_s: float = 900.0
     warmup_requests: int = 0
     dummy_model: str | None = None
+    prune_factor: float = 3.0
+    prune_after_s: float = 10.0
 
 
 DEFAULT_SPEC: dict[str, Any] = {
@@ -82,6 +84,8 @@ DEFAULT_SPEC: dict[str, Any] = {
     "max_error_rate": 0.0,
     "health_timeout_s": 900.0,
     "warmup_requests": 0,
+    "prune_factor": 3.0,
+    "prune_after_s": 10.0,
 }
 
 _TOP_LEVEL = set(DEFAULT_SPEC)
@@ -97,6 +101,8 @@ def default_spec_text(model: str | None = None) -> str:
         "# slos: limits in seconds on client-side tails; a trial over any is infeasible.\n"
         "# objective: weights of each tail divided by its SLO; lower score is better.\n"
         "# baseline: engine arguments of trial 0 beyond engine_args ({} = vLLM's defaults).\n"
+        "# prune_factor: stop a trial once its partial score is this many times that of a trial\n"
+        "#   exactly at every SLO, or of the best so far (0: never); prune_after_s: not before.\n"
         "# dummy_model: a shape tuner writes at `model` when that folder is absent (random\n"
         "#   weights, with load-format dummy); null for a real model folder.\n"
     )
@@ -216,6 +222,8 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         health_timeout_s=_number(path, "health_timeout_s", merged["health_timeout_s"]),
         warmup_requests=warmup,
         dummy_model=dummy_model,
+        prune_factor=_number(path, "prune_factor", merged["prune_factor"], positive=False),
+        prune_after_s=_number(path, "prune_after_s", merged["prune_after_s"], positive=False),
     )
 
 

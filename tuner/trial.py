@@ -9,15 +9,22 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tuner.engine import Engine, EngineFailed, Launcher, ProcessLauncher, tail
-from tuner.metrics import parse_scrape, summarize_client, summarize_gauges, summarize_server
-from tuner.replay import ReplaySettings, replay
-from tuner.scoring import FAILED, Score, score
+from tuner.metrics import (
+    LiveRequest,
+    parse_scrape,
+    provisional,
+    summarize_client,
+    summarize_gauges,
+    summarize_server,
+)
+from tuner.replay import Monitor, ReplayResult, ReplaySettings, replay
+from tuner.scoring import FAILED, Score, partial_score, score
 from tuner.trace import Request
 
 logger = logging.getLogger(__name__)
@@ -54,6 +61,8 @@ class TrialOutcome:
     timings: Mapping[str, float]
     reason: str | None = None
     log_tail: str = ""
+    # Stopped early by the study's pruner; the metrics are then the provisional ones.
+    pruned: bool = False
 
     @property
     def feasible(self) -> bool:
@@ -75,8 +84,53 @@ def _why_infeasible(outcome_score: Score, metrics: Mapping[str, float]) -> str |
     return "SLO missed: " + ", ".join(missed)
 
 
-def run_trial(engine_args: Mapping[str, Any], setup: TrialSetup, workdir: Path) -> TrialOutcome:
-    """Start vLLM with ``engine_args``, replay the window, stop vLLM, score what was measured."""
+# Told the step (whole seconds into the window) and the partial score there; True stops the trial.
+ShouldStop = Callable[[int, float], bool]
+
+
+def _monitor(objective: Objective, should_stop: ShouldStop) -> Monitor:
+    def monitor(elapsed_s: float, live: Sequence[LiveRequest]) -> bool:
+        if not live:
+            return False
+        value = partial_score(provisional(elapsed_s, live), objective.slos, objective.weights)
+        return should_stop(round(elapsed_s), value)
+
+    return monitor
+
+
+def _stopped_early(
+    engine_args: Mapping[str, Any],
+    setup: TrialSetup,
+    result: ReplayResult,
+    timings: dict[str, float],
+) -> TrialOutcome:
+    """The outcome of a trial its pruner stopped: provisional figures, infeasible if they say so."""
+    assert result.stopped_at_s is not None
+    metrics = provisional(result.stopped_at_s, result.live)
+    metrics["stopped_at_s"] = result.stopped_at_s
+    objective = setup.objective
+    trial_score = score(metrics, objective.slos, objective.weights)
+    shown = ", ".join(
+        f"{m} >= {metrics[m]:.2f} s (SLO {limit:g} s)"
+        for m, limit in objective.slos.items()
+        if m in metrics
+    )
+    reason = f"stopped {result.stopped_at_s:.0f} s into the window, far off: {shown}"
+    return TrialOutcome(engine_args, trial_score, metrics, timings, reason, pruned=True)
+
+
+def run_trial(
+    engine_args: Mapping[str, Any],
+    setup: TrialSetup,
+    workdir: Path,
+    should_stop: ShouldStop | None = None,
+) -> TrialOutcome:
+    """Start vLLM with ``engine_args``, replay the window, stop vLLM, score what was measured.
+
+    With ``should_stop``, the window's partial score is offered every few seconds and the trial
+    ends early when it answers True (a hopeless queue costs seconds, not the whole window).
+    """
+    monitor = None if should_stop is None else _monitor(setup.objective, should_stop)
     engine = Engine(setup.model, engine_args, workdir, launcher=setup.launcher, env=setup.env)
     timings: dict[str, float] = {}
     began = time.monotonic()
@@ -89,7 +143,7 @@ def run_trial(engine_args: Mapping[str, Any], setup: TrialSetup, workdir: Path) 
             replay(engine.base_url, setup.warmup_requests, setup.replay)
             timings["warmup_s"] = time.monotonic() - started
         started = time.monotonic()
-        result = replay(engine.base_url, setup.requests, setup.replay)
+        result = replay(engine.base_url, setup.requests, setup.replay, monitor=monitor)
         timings["window_s"] = time.monotonic() - started
         crashed = not engine.alive()
     except EngineFailed as exc:
@@ -103,6 +157,8 @@ def run_trial(engine_args: Mapping[str, Any], setup: TrialSetup, workdir: Path) 
         engine.stop()
     timings["engine_stop_s"] = engine.times.stop_s or 0.0
     timings["trial_s"] = time.monotonic() - began
+    if result.stopped_at_s is not None:
+        return _stopped_early(engine_args, setup, result, timings)
 
     metrics: dict[str, float] = summarize_client(result.results, result.duration_s)
     before, after = parse_scrape(result.metrics_before), parse_scrape(result.metrics_after)
