@@ -121,7 +121,7 @@ class ZygoteLauncher:
 
     module: str = SERVER_MODULE
     python: str = sys.executable
-    ready_timeout_s: float = 300.0
+    log: Path | None = None
     import_s: float | None = None
     _process: subprocess.Popen[bytes] | None = None
 
@@ -129,12 +129,16 @@ class ZygoteLauncher:
         if self._process is not None and self._process.poll() is None:
             return self._process
         began = time.monotonic()
-        self._process = subprocess.Popen(
-            [self.python, "-m", "tuner.zygote", self.module],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            start_new_session=True,
-        )
+        if self.log is not None:
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") if self.log else open(os.devnull, "wb") as err:
+            self._process = subprocess.Popen(
+                [self.python, "-m", "tuner.zygote", self.module],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                start_new_session=True,
+            )
         reply = self._read_reply(self._process)
         self.import_s = time.monotonic() - began
         logger.info("launcher ready after %.1f s (threads: %s)", self.import_s, reply["threads"])

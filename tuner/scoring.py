@@ -48,11 +48,12 @@ def score(
     return Score(sum(parts), constraints)
 
 
-def partial_score(
-    metrics: Mapping[str, float], slos: Mapping[str, float], weights: Mapping[str, float]
-) -> float:
-    """The weighted sum over the metrics measured so far (an intermediate value for pruning)."""
-    return sum(w * metrics[m] / slos[m] for m, w in weights.items() if m in metrics)
+def worst_slo_ratio(metrics: Mapping[str, float], slos: Mapping[str, float]) -> float:
+    """The largest metric-to-SLO ratio among the metrics measured so far (0 if none yet).
+
+    Above 1 an SLO is missed; the intermediate value that pruning watches during a window.
+    """
+    return max((metrics[m] / limit for m, limit in slos.items() if m in metrics), default=0.0)
 
 
 # The score of a trial whose engine failed outright.

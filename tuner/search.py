@@ -32,19 +32,19 @@ MAX_NUM_SEQS = flag_name("max_num_seqs")
 MAX_BATCHED_TOKENS = flag_name("max_num_batched_tokens")
 
 TrialRunner = Callable[..., TrialOutcome]
+OnTrial = Callable[[FrozenTrial], None]
 
 
 class FarOffPruner(optuna.pruners.BasePruner):
-    """Stops a trial whose partial score is already far off.
+    """Stops a trial that is already far off, from its worst metric-to-SLO ratio so far.
 
-    Far off: ``factor`` times the score of a trial exactly at every SLO (the sum of the
-    weights), or ``factor`` times the best feasible score so far. The partial score counts a
-    request still waiting for its first token with its wait so far, so a queue that is
+    Far off: the ratio is above ``factor`` (a metric at ``factor`` times its SLO), or above
+    ``factor`` times what the best feasible trial showed at the same point of its window. A
+    request still waiting for its first token counts with its wait so far, so a queue that is
     blowing up crosses the line within seconds. Nothing is pruned before ``after_step``.
     """
 
-    def __init__(self, at_slo_score: float, factor: float, after_step: int) -> None:
-        self.at_slo_score = at_slo_score
+    def __init__(self, factor: float, after_step: int) -> None:
         self.factor = factor
         self.after_step = after_step
 
@@ -53,13 +53,13 @@ class FarOffPruner(optuna.pruners.BasePruner):
         if self.factor <= 0 or step is None or step < self.after_step:
             return False
         value = trial.intermediate_values[step]
-        if value > self.factor * self.at_slo_score:
+        if value > self.factor:
             return True
         best = best_trial(study)
-        return best is not None and best.value is not None and value > self.factor * best.value
-
-
-OnTrial = Callable[[FrozenTrial], None]
+        if best is None:
+            return False
+        earlier = [s for s in best.intermediate_values if s <= step]
+        return bool(earlier) and value > self.factor * best.intermediate_values[max(earlier)]
 
 
 def open_study(
@@ -187,11 +187,7 @@ def _should_stop(trial: Trial) -> Callable[[int, float], bool]:
 
 
 def pruner_for(spec: StudySpec) -> FarOffPruner:
-    return FarOffPruner(
-        at_slo_score=sum(spec.weights.values()),
-        factor=spec.prune_factor,
-        after_step=round(spec.prune_after_s),
-    )
+    return FarOffPruner(factor=spec.prune_factor, after_step=round(spec.prune_after_s))
 
 
 def engine_args_of(trial: FrozenTrial) -> dict[str, Any]:

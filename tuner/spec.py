@@ -101,8 +101,9 @@ def default_spec_text(model: str | None = None) -> str:
         "# slos: limits in seconds on client-side tails; a trial over any is infeasible.\n"
         "# objective: weights of each tail divided by its SLO; lower score is better.\n"
         "# baseline: engine arguments of trial 0 beyond engine_args ({} = vLLM's defaults).\n"
-        "# prune_factor: stop a trial once its partial score is this many times that of a trial\n"
-        "#   exactly at every SLO, or of the best so far (0: never); prune_after_s: not before.\n"
+        "# prune_factor: stop a trial once a metric is this many times its SLO, or this many\n"
+        "#   times worse than the best trial at the same point (0: never); prune_after_s: not\n"
+        "#   before this many seconds into the window.\n"
         "# dummy_model: a shape tuner writes at `model` when that folder is absent (random\n"
         "#   weights, with load-format dummy); null for a real model folder.\n"
     )

@@ -24,7 +24,7 @@ from tuner.metrics import (
     summarize_server,
 )
 from tuner.replay import Monitor, ReplayResult, ReplaySettings, replay
-from tuner.scoring import FAILED, Score, partial_score, score
+from tuner.scoring import FAILED, Score, score, worst_slo_ratio
 from tuner.trace import Request
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,8 @@ def _why_infeasible(outcome_score: Score, metrics: Mapping[str, float]) -> str |
     return "SLO missed: " + ", ".join(missed)
 
 
-# Told the step (whole seconds into the window) and the partial score there; True stops the trial.
+# Told the step (whole seconds into the window) and the worst metric-to-SLO ratio so far (a
+# request still waiting counting with its wait so far); True stops the trial.
 ShouldStop = Callable[[int, float], bool]
 
 
@@ -92,7 +93,7 @@ def _monitor(objective: Objective, should_stop: ShouldStop) -> Monitor:
     def monitor(elapsed_s: float, live: Sequence[LiveRequest]) -> bool:
         if not live:
             return False
-        value = partial_score(provisional(elapsed_s, live), objective.slos, objective.weights)
+        value = worst_slo_ratio(provisional(elapsed_s, live), objective.slos)
         return should_stop(round(elapsed_s), value)
 
     return monitor
@@ -127,7 +128,7 @@ def run_trial(
 ) -> TrialOutcome:
     """Start vLLM with ``engine_args``, replay the window, stop vLLM, score what was measured.
 
-    With ``should_stop``, the window's partial score is offered every few seconds and the trial
+    With ``should_stop``, the window's worst SLO ratio is offered every few seconds and the trial
     ends early when it answers True (a hopeless queue costs seconds, not the whole window).
     """
     monitor = None if should_stop is None else _monitor(setup.objective, should_stop)
