@@ -33,6 +33,7 @@ MAX_BATCHED_TOKENS = flag_name("max_num_batched_tokens")
 
 TrialRunner = Callable[..., TrialOutcome]
 OnTrial = Callable[[FrozenTrial], None]
+OnStart = Callable[[int, Mapping[str, Any]], None]
 
 
 class FarOffPruner(optuna.pruners.BasePruner):
@@ -142,6 +143,7 @@ def run_study(
     n_trials: int,
     on_trial: OnTrial | None = None,
     runner: TrialRunner = run_trial,
+    on_start: OnStart | None = None,
 ) -> None:
     """Run ``n_trials`` more trials, the baseline first if the study has none yet.
 
@@ -158,6 +160,8 @@ def run_study(
         else:
             args = {**fixed, **suggest(trial, spec.space, fixed)}
         trial.set_user_attr(ARGS_ATTR, args)
+        if on_start is not None:
+            on_start(trial.number, args)
         try:
             outcome = runner(
                 args,
