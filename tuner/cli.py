@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import logging
 import signal
 import sys
@@ -16,13 +17,22 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import tuner
-from tuner import environment, search
+from tuner import environment, from_prometheus, search, traffic, traffic_plot
+from tuner.concurrency import load_concurrency
 from tuner.dummy_model import write_model
 from tuner.emit import HEADLINE, Provenance, format_figure, render
 from tuner.errors import InputError, TunerError
-from tuner.formats import PARSERS, load_trace
+from tuner.formats import (
+    CONCURRENCY,
+    PARSERS,
+    TIME_UNITS_PER_S,
+    detect_format,
+    load_trace,
+    parse_column_mapping,
+)
 from tuner.replay import ReplaySettings
 from tuner.spec import StudySpec, default_spec_text, load_spec
+from tuner.trace import busiest_window_start
 from tuner.trial import Objective, TrialSetup
 from tuner.workload import Workload, build_workload, model_info
 
@@ -39,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="tune vLLM against a replayed trace")
     run.add_argument("--trace", required=True, type=Path, help="trace file (CSV)")
-    run.add_argument("--format", choices=sorted(PARSERS), help="trace format (default: detect)")
+    _add_trace_options(run)
     run.add_argument("--study", help="study name (default: the trace file's stem)")
     run.add_argument("--spec", type=Path, help="study spec (default: studies/NAME.yaml)")
     run.add_argument("--model", help="model folder, written into a new spec")
@@ -49,7 +59,58 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--time-scale", type=float, help="multiply arrival times (< 1 is faster)")
     run.add_argument("--configs", type=Path, default=Path("configs"), help="output folder")
     run.add_argument("--runs", type=Path, default=Path("runs"), help="trial logs folder")
+    _add_trace_commands(commands)
     return parser
+
+
+def _add_trace_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=sorted(PARSERS), help="trace format (default: detect)")
+    parser.add_argument(
+        "--columns",
+        type=_column_mapping,
+        help="columns of any CSV/JSONL: timestamp=ts,input_tokens=in,output_tokens=out",
+    )
+    parser.add_argument(
+        "--time-unit", choices=sorted(TIME_UNITS_PER_S), default="s", help="of --columns timestamps"
+    )
+    parser.add_argument("--trace-model", help="keep only this model's rows (BurstGPT)")
+
+
+def _column_mapping(text: str) -> dict[str, str]:
+    try:
+        return parse_column_mapping(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def trace_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of ``load_trace`` that the trace options give."""
+    return {"columns": args.columns, "time_unit": args.time_unit, "model": args.trace_model}
+
+
+def _add_trace_commands(commands: Any) -> None:
+    trace = commands.add_parser("trace", help="look at a trace, or rebuild one from Prometheus")
+    sub = trace.add_subparsers(dest="trace_command", required=True)
+    inspect = sub.add_parser("inspect", help="the shape of a trace's traffic")
+    inspect.add_argument("file", type=Path, help="request trace or concurrency trace")
+    _add_trace_options(inspect)
+    inspect.add_argument("--json", action="store_true", help="print the figures as JSON")
+    inspect.add_argument("--png", type=Path, help="plot file (default: STEM-inspect.png)")
+    inspect.add_argument("--no-png", action="store_true", help="write no plot")
+    inspect.add_argument("--window-s", type=float, default=60.0, help="tuner run's window")
+    inspect.add_argument("--tpot-ms", type=float, default=30.0, help="service model: decode")
+    inspect.add_argument(
+        "--prefill-tokens-per-s", type=float, default=8000.0, help="service model: prefill"
+    )
+    rebuild = sub.add_parser("from-prometheus", help="rebuild a trace from vLLM's metrics")
+    rebuild.add_argument("--url", required=True, help="Prometheus base URL")
+    rebuild.add_argument("--start", required=True, help="epoch seconds or ISO 8601 (UTC)")
+    rebuild.add_argument("--end", required=True, help="epoch seconds or ISO 8601 (UTC)")
+    rebuild.add_argument("--selector", default="", help='label matchers, e.g. job="vllm"')
+    rebuild.add_argument("--step-s", type=float, default=15.0, help="query resolution")
+    rebuild.add_argument("--seed", type=int, default=0, help="for arrivals and lengths")
+    rebuild.add_argument("--out", type=Path, default=Path("prometheus-trace.csv"))
+    rebuild.add_argument("--concurrency-out", type=Path, help="default: OUT.concurrency.csv")
 
 
 def sha256_of(path: Path) -> str:
@@ -114,7 +175,7 @@ def _check_workload(study: Any, fingerprint: Mapping[str, Any]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     name = args.study or args.trace.stem
-    trace = load_trace(args.trace, args.format)  # bad input stops here, before any write
+    trace = load_trace(args.trace, args.format, **trace_options(args))  # bad input stops here
     spec_path = args.spec or Path("studies") / f"{name}.yaml"
     if not spec_path.exists():
         spec_path.parent.mkdir(parents=True, exist_ok=True)
@@ -211,6 +272,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trace_inspect(args: argparse.Namespace) -> int:
+    service = traffic.ServiceModel(args.prefill_tokens_per_s, args.tpot_ms / 1000)
+    if service.prefill_tokens_per_s <= 0 or service.tpot_s <= 0 or args.window_s <= 0:
+        raise InputError("--window-s, --tpot-ms and --prefill-tokens-per-s must be positive")
+    fmt = args.format or (None if args.columns else detect_format(args.file))
+    png = None if args.no_png else args.png or Path(f"{args.file.stem}-inspect.png")
+    if fmt == CONCURRENCY:
+        schedule = load_concurrency(args.file)
+        profile = traffic.profile_concurrency(schedule)
+        if png:
+            traffic_plot.plot_concurrency(schedule, png)
+    else:
+        trace = load_trace(args.file, fmt, **trace_options(args))
+        profile = traffic.profile_trace(trace, args.window_s, service)
+        if png:
+            window = (busiest_window_start(trace, args.window_s), args.window_s)
+            traffic_plot.plot_trace(trace, png, window, service)
+    if args.json:
+        print(json.dumps(profile | {"png": str(png) if png else None}, indent=2))
+    else:
+        print(traffic.format_profile(profile))
+        if png:
+            print(f"{'plot':<18} {png}")
+    return 0
+
+
+def cmd_trace_from_prometheus(args: argparse.Namespace) -> int:
+    start_s = from_prometheus.parse_time(args.start)
+    end_s = from_prometheus.parse_time(args.end)
+    scraped = from_prometheus.fetch(args.url, start_s, end_s, args.step_s, args.selector)
+    rebuilt = from_prometheus.rebuild(scraped, args.seed)
+    concurrency_out = args.concurrency_out or args.out.with_suffix(".concurrency.csv")
+    from_prometheus.write_trace(args.out, rebuilt)
+    from_prometheus.write_concurrency(concurrency_out, rebuilt)
+    trace = rebuilt.trace
+    print(f"wrote {args.out}: {len(trace)} requests over {trace.span_s:.0f} s")
+    print(f"wrote {concurrency_out}: {len(rebuilt.concurrency)} samples of the running requests")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -220,6 +321,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
+        if args.command == "trace":
+            if args.trace_command == "inspect":
+                return cmd_trace_inspect(args)
+            return cmd_trace_from_prometheus(args)
         return cmd_run(args)
     except InputError as exc:
         print(f"tuner: {exc}", file=sys.stderr)

@@ -1,186 +1,414 @@
-"""Reading trace files into a ``Trace``.
+"""Reading trace files of every format users bring into a ``Trace``.
 
-Each format is one parser, ``(path) -> Trace``, chosen by name or detected from the file's
-first line. A malformed file raises ``TraceError`` naming the file and line; nothing else
-escapes a parser.
+Each format is one parser, ``(path, options) -> Trace``, chosen by name or detected from the
+file's header (CSV) or first record's keys (JSONL). A malformed file raises ``TraceError``
+naming the file and line; nothing else escapes a parser.
+
+Documented handling rather than errors: rows out of time order are sorted (with a warning);
+equal timestamps are kept (bursts arrive together); BurstGPT rows with 0 response tokens are
+failed requests and are dropped (with a warning saying how many). Files over
+``MAX_TRACE_BYTES`` are refused.
 """
 
 from __future__ import annotations
 
-import csv
-import itertools
+import json
 import logging
-import math
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from tuner.errors import TraceError
+from tuner.tables import (
+    MAX_TRACE_BYTES,
+    Kind,
+    Table,
+    first_record_line,
+    read_csv,
+    read_jsonl,
+    read_text,
+)
 from tuner.trace import Trace, from_columns
 
 logger = logging.getLogger(__name__)
 
-Parser = Callable[[Path], Trace]
+TIME_UNITS_PER_S = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
+MAX_TOKENS = 10_000_000
+"""Longest prompt or output accepted; anything longer is a corrupt row, not a request."""
+
+ROLES = ("timestamp", "input_tokens", "output_tokens", "session_id", "hash_ids")
 
 CANONICAL_COLUMNS = ("timestamp", "input_tokens", "output_tokens")
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens", "Model")
+MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
+BAILIAN_KEYS = ("timestamp", "input_length", "output_length", "hash_ids", "chat_id")
+CONCURRENCY_COLUMNS = ("timestamp", "concurrency")
+MOONCAKE_BLOCK_TOKENS = 512
+BAILIAN_BLOCK_TOKENS = 16
 
 
-def parse_timestamp(text: str) -> float:
-    """Seconds, as a number or as an ISO 8601 datetime (naive datetimes are taken as UTC).
+@dataclass(frozen=True)
+class TraceOptions:
+    """What the command line may add to a format: a column mapping, a time unit, a model.
 
-    Accepts the three styles of the Azure traces: ``2023-11-16 18:17:03.9799600``,
-    ``2024-05-10 00:00:00.009930+00:00`` and ``2024-10-15T12:00:00.269Z``.
+    ``columns`` maps a role (``timestamp``, ``input_tokens``, ``output_tokens``, and optionally
+    ``session_id``, ``hash_ids``) to the file's column or key; ``time_unit`` applies to numeric
+    timestamps of the ``columns`` format; ``model`` keeps only that model's BurstGPT rows.
     """
-    text = text.strip()
-    try:
-        value = float(text)
-    except ValueError:
-        pass
-    else:
-        if not math.isfinite(value):
-            raise ValueError(f"timestamp is not a finite number: {text!r}")
-        return value
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"timestamp is neither a number nor a datetime: {text!r}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
+
+    columns: Mapping[str, str] = field(default_factory=dict)
+    time_unit: str = "s"
+    model: str | None = None
+    block_tokens: int = 0
+    max_bytes: int = MAX_TRACE_BYTES
 
 
-def parse_tokens(text: str, column: str) -> int:
-    """A positive whole token count."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{column} is not a number: {text!r}") from None
-    if not math.isfinite(value) or value != int(value):
-        raise ValueError(f"{column} is not a whole number: {text!r}")
-    if value <= 0:
-        raise ValueError(f"{column} must be positive, got {text.strip()}")
-    return int(value)
+Parser = Callable[[Path, TraceOptions], Trace]
+DEFAULT_OPTIONS = TraceOptions()
 
 
-def _csv_rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, list[str]]]:
-    """``(line, [value per column])`` for each data row of a CSV file with those columns."""
-    with _open_text(path) as handle:
-        reader = csv.reader(handle)
-        try:
-            header = next(reader, None)
-        except csv.Error as exc:
-            raise TraceError(str(path), 1, f"not a CSV file: {exc}") from None
-        if header is None:
-            raise TraceError(str(path), None, "the file is empty")
-        header = [name.strip() for name in header]
-        missing = [name for name in columns if name not in header]
-        if missing:
-            raise TraceError(
-                str(path), 1, f"header lacks column(s) {', '.join(missing)}; found {header}"
-            )
-        index = [header.index(name) for name in columns]
-        width = len(header)
-        try:
-            for row in reader:
-                if not row:
-                    continue
-                if len(row) != width:
-                    raise TraceError(
-                        str(path), reader.line_num, f"expected {width} fields, found {len(row)}"
-                    )
-                yield reader.line_num, [row[i] for i in index]
-        except csv.Error as exc:
-            raise TraceError(str(path), reader.line_num, f"unreadable CSV: {exc}") from None
+def parse_column_mapping(text: str) -> dict[str, str]:
+    """``timestamp=ts,input_tokens=prompt_len,output_tokens=gen_len`` as a dict."""
+    mapping: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        role, sep, column = item.partition("=")
+        role, column = role.strip(), column.strip()
+        if not sep or not column or role not in ROLES:
+            raise ValueError(f"bad column mapping {item!r}; use ROLE=COLUMN with ROLE in {ROLES}")
+        mapping[role] = column
+    missing = [role for role in CANONICAL_COLUMNS if role not in mapping]
+    if missing:
+        raise ValueError(f"column mapping lacks {', '.join(missing)}")
+    return mapping
 
 
-def _open_text(path: Path):
-    try:
-        raw = path.read_bytes()[:4096]
-    except OSError as exc:
-        raise TraceError(str(path), None, f"cannot read: {exc.strerror}") from None
-    if b"\x00" in raw:
-        raise TraceError(str(path), None, "binary data, not a text trace")
-    return path.open(newline="", encoding="utf-8", errors="strict")
+def _lengths(table: Table, column: str, label: str) -> np.ndarray:
+    values = table.columns[column]
+    bad = ~np.isfinite(values) | (values <= 0) | (values != np.floor(values))
+    bad |= values > MAX_TOKENS
+    if np.any(bad):
+        row = int(np.argmax(bad))
+        value = values[row]
+        if not np.isfinite(value) or value != np.floor(value):
+            table.fail(row, f"{label} is not a whole number: {value!r}")
+        if value <= 0:
+            table.fail(row, f"{label} must be positive, got {value:.0f}")
+        table.fail(row, f"{label} is implausibly long ({value:.0f} > {MAX_TOKENS} tokens)")
+    return values.astype(np.int64)
 
 
-def _read_csv(path: Path, columns: tuple[str, str, str]) -> Trace:
-    arrivals: list[float] = []
-    inputs: list[int] = []
-    outputs: list[int] = []
-    rows = _csv_rows(path, columns)
-    while True:
-        try:
-            line, (stamp, n_in, n_out) = next(rows)
-        except StopIteration:
-            break
-        except UnicodeDecodeError:
-            raise TraceError(str(path), len(arrivals) + 2, "not UTF-8 text") from None
-        try:
-            arrivals.append(parse_timestamp(stamp))
-            inputs.append(parse_tokens(n_in, columns[1]))
-            outputs.append(parse_tokens(n_out, columns[2]))
-        except ValueError as exc:
-            raise TraceError(str(path), line, str(exc)) from None
-    if not arrivals:
-        raise TraceError(str(path), None, "no requests after the header")
-    _warn_if_unsorted(path, arrivals)
-    return from_columns(arrivals, inputs, outputs, source=str(path))
+def _arrivals(table: Table, column: str, units_per_s: float = 1.0) -> np.ndarray:
+    values = table.columns[column]
+    bad = ~np.isfinite(values)
+    if np.any(bad):
+        table.fail(int(np.argmax(bad)), f"{column} is not a finite number")
+    return values / units_per_s if units_per_s != 1.0 else values
 
 
-def _warn_if_unsorted(path: Path, arrivals: list[float]) -> None:
-    backwards = sum(1 for a, b in itertools.pairwise(arrivals) if b < a)
+def _build(
+    path: Path,
+    arrival_s: np.ndarray,
+    inputs: np.ndarray,
+    outputs: np.ndarray,
+    *,
+    hash_ids: tuple[tuple[int, ...], ...] | None = None,
+    block_tokens: int = 0,
+    session_id: np.ndarray | None = None,
+) -> Trace:
+    steps = np.diff(arrival_s)
+    backwards = int(np.count_nonzero(steps < 0))
     if backwards:
         logger.warning("%s: %d timestamps go backwards; requests sorted by time", path, backwards)
-
-
-def read_canonical_csv(path: Path) -> Trace:
-    """``timestamp,input_tokens,output_tokens``; timestamps in seconds or as datetimes."""
-    return _read_csv(path, CANONICAL_COLUMNS)
-
-
-def read_azure_csv(path: Path) -> Trace:
-    """Azure LLM inference trace: ``TIMESTAMP,ContextTokens,GeneratedTokens``."""
-    return _read_csv(path, AZURE_COLUMNS)
-
-
-PARSERS: dict[str, Parser] = {
-    "canonical": read_canonical_csv,
-    "azure": read_azure_csv,
-}
-
-
-def detect_format(path: Path) -> str:
-    """The format name of a trace file, from its first line."""
-    try:
-        with path.open("rb") as handle:
-            first = handle.readline(65536)
-    except OSError as exc:
-        raise TraceError(str(path), None, f"cannot read: {exc.strerror}") from None
-    if not first.strip():
-        raise TraceError(str(path), None if not first else 1, "the file is empty")
-    header = {name.strip() for name in first.decode("utf-8", "replace").split(",")}
-    if set(AZURE_COLUMNS) <= header:
-        return "azure"
-    if set(CANONICAL_COLUMNS) <= header:
-        return "canonical"
-    raise TraceError(
-        str(path),
-        1,
-        "unknown trace format; expected a header with "
-        f"{','.join(CANONICAL_COLUMNS)} or {','.join(AZURE_COLUMNS)}",
+    ties = int(np.count_nonzero(steps == 0))
+    if ties:
+        logger.info("%s: %d requests share a timestamp with the one before; kept", path, ties)
+    return from_columns(
+        arrival_s,
+        inputs,
+        outputs,
+        source=str(path),
+        hash_ids=hash_ids,
+        block_tokens=block_tokens,
+        session_id=session_id,
     )
 
 
-def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
-    """Read a trace file, detecting its format unless ``fmt`` names one."""
+def _is_jsonl(path: Path, text: str) -> bool:
+    return first_record_line(str(path), text)[1].lstrip().startswith("{")
+
+
+def _has_column(path: Path, text: str, name: str) -> bool:
+    """Whether the header (CSV) or the first record (JSONL) names ``name``."""
+    line = first_record_line(str(path), text)[1]
+    if not line.lstrip().startswith("{"):
+        return name in {column.strip() for column in line.split(",")}
+    try:
+        first = json.loads(line)
+    except (ValueError, RecursionError):
+        return False  # read_jsonl reports the line
+    return isinstance(first, dict) and name in first
+
+
+def read_canonical(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
+    """``timestamp,input_tokens,output_tokens[,session_id]`` as CSV or JSONL.
+
+    Timestamps are seconds, or ISO 8601 datetimes (naive ones are UTC).
+    """
+    text = read_text(path, options.max_bytes)
+    session = "session_id" if _has_column(path, text, "session_id") else None
+    wanted: dict[str, Kind] = {"timestamp": "time", "input_tokens": "number"}
+    wanted["output_tokens"] = "number"
+    if session:
+        wanted[session] = "text"
+    if _is_jsonl(path, text):
+        table, _ = read_jsonl(str(path), text, wanted, optional=(session,) if session else ())
+    else:
+        table = read_csv(str(path), text, wanted)
+    return _build(
+        path,
+        _arrivals(table, "timestamp"),
+        _lengths(table, "input_tokens", "input_tokens"),
+        _lengths(table, "output_tokens", "output_tokens"),
+        session_id=table.columns[session] if session else None,
+    )
+
+
+def read_azure_csv(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
+    """Azure LLM inference trace: ``TIMESTAMP,ContextTokens,GeneratedTokens``."""
+    text = read_text(path, options.max_bytes)
+    wanted: dict[str, Kind] = {"TIMESTAMP": "time", "ContextTokens": "number"}
+    wanted["GeneratedTokens"] = "number"
+    table = read_csv(str(path), text, wanted)
+    return _build(
+        path,
+        _arrivals(table, "TIMESTAMP"),
+        _lengths(table, "ContextTokens", "ContextTokens"),
+        _lengths(table, "GeneratedTokens", "GeneratedTokens"),
+    )
+
+
+def read_burstgpt(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
+    """BurstGPT: ``Timestamp`` (s), ``Request tokens``, ``Response tokens``, ``Model``.
+
+    Columns are read by name (some releases insert ``Session ID,Elapsed time``). Rows with 0
+    response tokens are failed requests: dropped, with a warning saying how many.
+    """
+    text = read_text(path, options.max_bytes)
+    wanted: dict[str, Kind] = {"Timestamp": "time", "Request tokens": "number"}
+    wanted |= {"Response tokens": "number", "Model": "text"}
+    table = read_csv(str(path), text, wanted)
+    keep = np.ones(len(table), dtype=bool)
+    if options.model is not None:
+        keep = table.columns["Model"] == options.model
+        if not keep.any():
+            models = ", ".join(sorted(set(table.columns["Model"].tolist()))[:10])
+            raise TraceError(str(path), None, f"no rows of model {options.model!r}; found {models}")
+    failed = keep & (table.columns["Response tokens"] == 0)
+    if failed.any():
+        logger.warning(
+            "%s: dropped %d failed requests (0 response tokens) of %d",
+            path,
+            int(failed.sum()),
+            int(keep.sum()),
+        )
+        keep &= ~failed
+    if not keep.any():
+        raise TraceError(str(path), None, "no successful requests (all have 0 response tokens)")
+    rows = np.flatnonzero(keep)
+    kept = Table(
+        table.path,
+        {name: values[rows] for name, values in table.columns.items()},
+        lambda row: table.line_of(int(rows[row])),
+    )
+    return _build(
+        path,
+        _arrivals(kept, "Timestamp"),
+        _lengths(kept, "Request tokens", "Request tokens"),
+        _lengths(kept, "Response tokens", "Response tokens"),
+    )
+
+
+def _read_blocks(
+    path: Path, options: TraceOptions, units_per_s: float, block_tokens: int, chat: bool
+) -> Trace:
+    text = read_text(path, options.max_bytes)
+    wanted: dict[str, Kind] = {"timestamp": "time", "input_length": "number"}
+    wanted["output_length"] = "number"
+    optional: tuple[str, ...] = ("hash_ids",)
+    if chat:
+        wanted |= {"chat_id": "text", "parent_chat_id": "text"}
+        optional += ("chat_id", "parent_chat_id")
+    table, lists = read_jsonl(str(path), text, wanted, lists=("hash_ids",), optional=optional)
+    hash_ids = tuple(lists["hash_ids"])
+    session = _conversations(table) if chat else None
+    return _build(
+        path,
+        _arrivals(table, "timestamp", units_per_s),
+        _lengths(table, "input_length", "input_length"),
+        _lengths(table, "output_length", "output_length"),
+        hash_ids=hash_ids if any(hash_ids) else None,
+        block_tokens=block_tokens if any(hash_ids) else 0,
+        session_id=session,
+    )
+
+
+def _conversations(table: Table) -> np.ndarray:
+    """The first ``chat_id`` of each request's conversation, following ``parent_chat_id``."""
+    chats = table.columns["chat_id"].tolist()
+    parents = dict(zip(chats, table.columns["parent_chat_id"].tolist(), strict=True))
+    roots: dict[str, str] = {}
+    out = []
+    for chat in chats:
+        seen = [chat]
+        node = chat
+        while node in parents and parents[node] in parents and len(seen) < 10_000:
+            node = parents[node]
+            if node in roots:
+                break
+            seen.append(node)
+        root = roots.get(node, node)
+        for item in seen:
+            roots[item] = root
+        out.append(root)
+    return np.asarray(out, dtype=str)
+
+
+def read_mooncake(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
+    """Mooncake JSONL: ``timestamp`` in ms, ``input_length``, ``output_length``, ``hash_ids``.
+
+    Each hash id is one 512-token block; equal leading ids become equal prompt prefixes.
+    """
+    return _read_blocks(path, options, 1e3, MOONCAKE_BLOCK_TOKENS, chat=False)
+
+
+def read_bailian(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
+    """Alibaba Bailian JSONL: ``timestamp`` in s, lengths, 16-token ``hash_ids``, ``chat_id``."""
+    return _read_blocks(path, options, 1.0, BAILIAN_BLOCK_TOKENS, chat=True)
+
+
+def read_mapped(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
+    """Any CSV or JSONL, with ``options.columns`` naming the columns and ``time_unit``."""
+    columns = options.columns
+    missing = [role for role in CANONICAL_COLUMNS if role not in columns]
+    if missing:
+        raise TraceError(str(path), None, f"the column mapping lacks {', '.join(missing)}")
+    if options.time_unit not in TIME_UNITS_PER_S:
+        raise TraceError(str(path), None, f"unknown time unit {options.time_unit!r}")
+    text = read_text(path, options.max_bytes)
+    names = (columns["timestamp"], columns["input_tokens"], columns["output_tokens"])
+    session = columns.get("session_id")
+    hash_key = columns.get("hash_ids")
+    wanted: dict[str, Kind] = {names[0]: "time", names[1]: "number", names[2]: "number"}
+    if session:
+        wanted[session] = "text"
+    lists: dict[str, list[tuple[int, ...]]] = {}
+    if _is_jsonl(path, text):
+        table, lists = read_jsonl(str(path), text, wanted, lists=(hash_key,) if hash_key else ())
+    else:
+        if hash_key:
+            raise TraceError(str(path), None, "hash_ids can only be mapped in JSONL traces")
+        table = read_csv(str(path), text, wanted)
+    hash_ids = tuple(lists[hash_key]) if hash_key else None
+    if hash_key and options.block_tokens <= 0:
+        raise TraceError(str(path), None, "mapping hash_ids needs the block size in tokens")
+    return _build(
+        path,
+        _arrivals(table, names[0], TIME_UNITS_PER_S[options.time_unit]),
+        _lengths(table, names[1], names[1]),
+        _lengths(table, names[2], names[2]),
+        hash_ids=hash_ids,
+        block_tokens=options.block_tokens if hash_key else 0,
+        session_id=table.columns[session] if session else None,
+    )
+
+
+PARSERS: dict[str, Parser] = {
+    "canonical": read_canonical,
+    "azure": read_azure_csv,
+    "mooncake": read_mooncake,
+    "burstgpt": read_burstgpt,
+    "bailian": read_bailian,
+    "columns": read_mapped,
+}
+
+CONCURRENCY = "concurrency"
+
+
+def detect_format(path: Path) -> str:
+    """The format name of a trace file, from its CSV header or its first JSON record's keys.
+
+    Returns ``"concurrency"`` for a ``timestamp,concurrency`` CSV (not a request trace).
+    """
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(1 << 16)
+    except OSError as exc:
+        raise TraceError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
+    text = head.decode("utf-8", "replace").removeprefix("\ufeff").replace("\r", "\n")
+    number, line = first_record_line(str(path), text)
+    if line.lstrip().startswith("{"):
+        try:
+            keys = set(json.loads(line))
+        except (ValueError, TypeError, RecursionError):
+            raise TraceError(str(path), number, "first record is not a JSON object") from None
+        if set(BAILIAN_KEYS) <= keys or {"chat_id", "turn"} <= keys:
+            return "bailian"
+        if {"timestamp", "input_length", "output_length"} <= keys:
+            return "mooncake"
+        if set(CANONICAL_COLUMNS) <= keys:
+            return "canonical"
+        found = ",".join(sorted(keys))[:200]
+    else:
+        header = {name.strip() for name in line.split(",")}
+        if set(AZURE_COLUMNS) <= header:
+            return "azure"
+        if set(BURSTGPT_COLUMNS) - {"Model"} <= header:
+            return "burstgpt"
+        if set(CANONICAL_COLUMNS) <= header:
+            return "canonical"
+        if set(CONCURRENCY_COLUMNS) <= header:
+            return CONCURRENCY
+        found = line.strip()[:200]
+    raise TraceError(
+        str(path),
+        number,
+        f"unknown trace format (found {found!r}); expected {','.join(CANONICAL_COLUMNS)}, "
+        f"Azure, BurstGPT, Mooncake or Bailian columns, or give --format columns --columns ...",
+    )
+
+
+def load_trace(
+    path: str | Path,
+    fmt: str | None = None,
+    *,
+    columns: Mapping[str, str] | None = None,
+    time_unit: str = "s",
+    model: str | None = None,
+    block_tokens: int = 0,
+    max_bytes: int = MAX_TRACE_BYTES,
+) -> Trace:
+    """Read a trace file, detecting its format unless ``fmt`` names one.
+
+    A column mapping without ``fmt`` means the ``columns`` format.
+    """
     path = Path(path)
     if fmt is None:
-        fmt = detect_format(path)
+        fmt = "columns" if columns else detect_format(path)
+    if fmt == CONCURRENCY:
+        raise TraceError(
+            str(path),
+            None,
+            "a concurrency trace (timestamp,concurrency), not a request trace; "
+            "it is replayed closed-loop with lengths from a request trace",
+        )
     try:
         parser = PARSERS[fmt]
     except KeyError:
         raise TraceError(
             str(path), None, f"unknown format {fmt!r}; known: {', '.join(PARSERS)}"
         ) from None
-    return parser(path)
+    options = TraceOptions(dict(columns or {}), time_unit, model, block_tokens, max_bytes)
+    return parser(path, options)

@@ -28,6 +28,8 @@ class Trace:
 
     ``hash_ids`` (optional, one tuple per request) name shared prompt blocks of
     ``block_tokens`` tokens each: equal leading ids mean an equal prompt prefix.
+    ``session_id`` (optional, one string per request) names the conversation a request
+    belongs to, where the trace records one.
     """
 
     arrival_s: np.ndarray
@@ -36,6 +38,7 @@ class Trace:
     source: str = ""
     hash_ids: tuple[tuple[int, ...], ...] | None = None
     block_tokens: int = 0
+    session_id: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
@@ -43,6 +46,8 @@ class Trace:
             raise ValueError("trace columns differ in length")
         if self.hash_ids is not None and len(self.hash_ids) != n:
             raise ValueError("hash_ids differ in length from the trace")
+        if self.session_id is not None and len(self.session_id) != n:
+            raise ValueError("session_id differs in length from the trace")
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -86,6 +91,7 @@ class Trace:
             input_tokens=self.input_tokens[index],
             output_tokens=self.output_tokens[index],
             hash_ids=None if self.hash_ids is None else self.hash_ids[index],
+            session_id=None if self.session_id is None else self.session_id[index],
         )
 
 
@@ -97,6 +103,7 @@ def from_columns(
     source: str = "",
     hash_ids: tuple[tuple[int, ...], ...] | None = None,
     block_tokens: int = 0,
+    session_id: np.ndarray | list[str] | None = None,
 ) -> Trace:
     """A trace from raw columns: sorted by arrival (stable), rebased to start at 0."""
     arrival = np.asarray(arrival_s, dtype=np.float64)
@@ -113,6 +120,7 @@ def from_columns(
         source=source,
         hash_ids=hash_ids,
         block_tokens=block_tokens,
+        session_id=None if session_id is None else np.asarray(session_id, dtype=str)[order],
     )
 
 

@@ -1,0 +1,244 @@
+"""Concurrency traces: loading, length sources, and closed-loop replay against real servers.
+
+The fast tests use a throw-away OpenAI-like HTTP server (a thread, real sockets) that streams
+one token every few milliseconds and records how many requests it holds at once. The
+``vllm`` test replays against the CPU build of vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from tuner.concurrency import (
+    LengthSource,
+    closed_loop_requests,
+    draw_distribution,
+    from_samples,
+    load_concurrency,
+)
+from tuner.engine import Engine
+from tuner.errors import InputError, TraceError
+from tuner.formats import load_trace
+from tuner.replay import ReplaySettings, replay_closed_loop
+from tuner.traffic import in_flight, time_weighted
+
+TOKEN_S = 0.01
+
+
+class CountingServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.lock = threading.Lock()
+        self.active = 0
+        self.samples: list[tuple[float, int]] = []  # (monotonic time, active after change)
+        self.fail = False
+
+    def change(self, delta: int) -> None:
+        with self.lock:
+            self.active += delta
+            self.samples.append((time.monotonic(), self.active))
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: CountingServer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if self.server.fail:
+            self.send_response(503)
+            self.send_header("content-length", "4")
+            self.end_headers()
+            self.wfile.write(b"busy")
+            return
+        self.server.change(+1)
+        try:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            for _ in range(body["max_tokens"]):
+                time.sleep(TOKEN_S)
+                self._chunk(b'data: {"choices":[{"text":"x"}]}\n\n')
+            self._chunk(
+                b'data: {"choices":[],"usage":{"completion_tokens":%d}}\n\n' % body["max_tokens"]
+            )
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
+        finally:
+            self.server.change(-1)
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+
+@pytest.fixture
+def server():
+    httpd = CountingServer()
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def settings(**kw) -> ReplaySettings:
+    return ReplaySettings(model="m", vocab_size=100, gauge_interval_s=10.0, **kw)
+
+
+def test_load_concurrency_trace(write_trace, caplog):
+    schedule = load_concurrency(write_trace("timestamp,concurrency\n10,2\n12,5.4\n11,0\n"))
+    assert "out of time order" in caplog.text
+    assert schedule.time_s.tolist() == [0.0, 1.0, 2.0]
+    assert schedule.concurrency.tolist() == [2, 0, 5]
+    assert schedule.end_s == 3.0  # the last sample holds one median interval
+    assert [schedule.target_at(t) for t in (0, 0.5, 1.0, 2.5, 3.0)] == [2, 2, 0, 5, 0]
+    assert schedule.next_change_s(0.2) == 1.0 and schedule.next_change_s(2.5) == 3.0
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        ("timestamp,concurrency\n0,1\n1,-1\n", 3, "between 0"),
+        ("timestamp,concurrency\n0,1\n0,2\n", 3, "same timestamp"),
+        ("timestamp,concurrency\n0,1\n1,x\n", 3, "number"),
+        ("timestamp,concurrency\n0,1\n1,inf\n", 3, "between 0"),
+    ],
+)
+def test_bad_concurrency_rows(write_trace, text, line, words):
+    with pytest.raises(TraceError) as caught:
+        load_concurrency(write_trace(text))
+    assert caught.value.line == line and words in str(caught.value)
+
+
+def test_all_zero_concurrency_is_refused(write_trace):
+    with pytest.raises(TraceError, match="0 throughout"):
+        load_concurrency(write_trace("timestamp,concurrency\n0,0\n1,0\n"))
+
+
+def test_lengths_are_seeded_and_keep_pairs(write_trace):
+    trace = load_trace(
+        write_trace("timestamp,input_tokens,output_tokens\n0,10,1\n1,20,2\n2,30,3\n")
+    )
+    source = LengthSource.from_trace(trace)
+    stream = closed_loop_requests(source, seed=4)
+    first = [next(stream) for _ in range(3000)]  # across the stream's chunks
+    again = closed_loop_requests(source, seed=4)
+    assert [next(again) for _ in range(3000)] == first
+    assert {(r.input_tokens, r.output_tokens) for r in first} == {(10, 1), (20, 2), (30, 3)}
+    other = closed_loop_requests(source, seed=5)
+    assert [next(other) for _ in range(3000)] != first
+    clipped = next(closed_loop_requests(LengthSource(np.array([5000]), np.array([9000])), 0, 4096))
+    assert (clipped.input_tokens, clipped.output_tokens) == (1, 4095)
+
+
+def test_length_distributions():
+    rng = np.random.default_rng(0)
+    assert set(draw_distribution("fixed:7", 10, rng)) == {7}
+    uniform = draw_distribution("uniform:5:9", 5000, rng)
+    assert uniform.min() == 5 and uniform.max() == 9
+    lognormal = draw_distribution("lognormal:200:0.5", 20000, rng)
+    assert np.median(lognormal) == pytest.approx(200, rel=0.05)
+    for bad in ("gamma:1", "fixed:0", "uniform:9:5", "lognormal:x:1", "fixed:1:2"):
+        with pytest.raises(InputError):
+            draw_distribution(bad, 1, rng)
+
+
+def test_closed_loop_follows_the_target(server):
+    # 2 in flight for 1 s, then 6 for 1 s, then 1 for 1 s; each request lasts 0.2 s.
+    schedule = from_samples([0.0, 1.0, 2.0], [2, 6, 1])
+    lengths = LengthSource(np.array([4]), np.array([20]))
+    result = replay_closed_loop(
+        f"http://127.0.0.1:{server.server_port}",
+        schedule,
+        closed_loop_requests(lengths),
+        settings(),
+    )
+    assert all(r.ok for r in result.results), result.results[0].error
+    # Client side: requests in flight, from send to end, in each phase.
+    sent = np.array([r.sent_s for r in result.results])
+    done = sent + np.array([r.e2e_s for r in result.results])
+    times_s, counts = in_flight(sent, done)
+    # Requests that end together are replaced a moment later, so time-weighted means.
+    for lo, hi, want in ((0.1, 0.9, 2), (1.3, 1.9, 6), (2.3, 2.9, 1)):
+        inside = (times_s >= lo) & (times_s < hi)
+        assert time_weighted(times_s[inside], counts[inside], hi)["mean"] == pytest.approx(
+            want, abs=0.3
+        ), (lo, counts[inside])
+        assert counts[inside].max() == want
+    # Server side: what it actually held, time-weighted over each phase, on a clock that
+    # starts when the first request reached it.
+    began = server.samples[0][0]
+    stamps = np.array([t - began for t, _ in server.samples])
+    active = np.array([a for _, a in server.samples], dtype=float)
+    for lo, hi, want in ((0.2, 0.9, 2), (1.3, 1.9, 6), (2.3, 2.9, 1)):
+        inside = (stamps >= lo) & (stamps < hi)
+        stats = time_weighted(stamps[inside], active[inside], hi)
+        assert stats["mean"] == pytest.approx(want, abs=0.6), (lo, stats)
+    # Sending stopped at the end of the schedule (3 s), the last ones drained.
+    assert sent.max() < schedule.end_s
+    # Little's law: (2 + 6 + 1) slot-seconds over the mean latency, give or take the gaps
+    # between one request's end and its successor's send.
+    mean_e2e_s = float(np.mean([r.e2e_s for r in result.results]))
+    assert len(result.results) == pytest.approx(9 / mean_e2e_s, rel=0.2)
+
+
+def test_closed_loop_backs_off_on_errors(server):
+    server.fail = True
+    schedule = from_samples([0.0, 1.0], [3, 3])  # 2 s
+    result = replay_closed_loop(
+        f"http://127.0.0.1:{server.server_port}",
+        schedule,
+        closed_loop_requests(LengthSource(np.array([4]), np.array([2]))),
+        settings(),
+    )
+    assert result.results and all("HTTP 503" in (r.error or "") for r in result.results)
+    # 3 slots, each retried at most every 0.1 s for 2 s: about 60, far from a flood.
+    assert len(result.results) <= 3 * (2.0 / 0.1 + 1)
+
+
+@pytest.mark.vllm
+def test_closed_loop_against_vllm(tmp_path, cpu_model):
+    """vLLM's own gauge follows the target: 1 in flight, then 4, then 2."""
+    engine = Engine(
+        str(cpu_model),
+        {"load-format": "dummy", "max-model-len": 4096, "gpu-memory-utilization": 0.2,
+         "enforce-eager": True},
+        tmp_path,
+    )  # fmt: skip
+    with engine:
+        engine.wait_healthy(300)
+        schedule = from_samples([0.0, 8.0, 16.0], [1, 4, 2])
+        lengths = LengthSource.from_distributions("uniform:50:150", "uniform:20:40", seed=1)
+        result = replay_closed_loop(
+            engine.base_url,
+            schedule,
+            closed_loop_requests(lengths, seed=1),
+            ReplaySettings(model=str(cpu_model), vocab_size=8192, gauge_interval_s=0.5),
+        )
+    assert all(r.ok for r in result.results), [r.error for r in result.results][:3]
+    sent = np.array([r.sent_s for r in result.results])
+    done = sent + np.array([r.e2e_s for r in result.results])
+    times_s, counts = in_flight(sent, done)
+    for lo, hi, want in ((1, 7.5, 1), (9, 15.5, 4), (17, 23.5, 2)):
+        inside = (times_s >= lo) & (times_s < hi)
+        assert counts[inside].max() == want
+        mean = time_weighted(times_s[inside], counts[inside], hi)["mean"]
+        assert mean == pytest.approx(want, abs=0.3)

@@ -1,0 +1,282 @@
+"""``tuner trace from-prometheus`` against a real Prometheus scraping a real vLLM (CPU build).
+
+The known trace has two phases (1 req/s for 30 s, then 3 req/s for 30 s) and log-normal
+lengths. After replaying it, the trace rebuilt from Prometheus must match it within:
+
+- request count ±10 %: ``rate()`` over back-to-back 5 s windows sees only the samples inside
+  each window (1 s scrapes) and extrapolates to the window's edges, which is unbiased but
+  noisy per window; the arrivals are also completions moved back by the mean latency;
+- requests per phase ±25 %: the same, plus requests whose latency differs from the mean
+  crossing the phase boundary;
+- mean lengths ±3 %: the histograms carry the exact ``_sum`` and ``_count``, and the sampler
+  solves for that mean; what is left is rounding to whole tokens and the count difference;
+- the share of requests at or under every bucket bound within 3 percentage points: the
+  bucket counts are exact, the sampler allocates them by largest remainder, and what is left
+  is the rebuilt count differing from the true one;
+- p50 and p90 between the lower bound of the bucket holding the true p(q-3) and the upper
+  bound of the bucket holding the true p(q+3): the rank may move by those 3 points, and
+  within a bucket (vLLM's go 1, 2, 5, 10, 20, 50, ...) a histogram says nothing more.
+
+The pure parts (stratified sampling, arrivals from rates) are checked without any server.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from conftest import run_tuner
+
+from tuner.engine import Engine, free_port
+from tuner.formats import load_trace
+from tuner.from_prometheus import (
+    Histogram,
+    Scraped,
+    arrivals_from_rate,
+    fetch,
+    rebuild,
+    sample_lengths,
+)
+from tuner.metrics import parse_scrape
+from tuner.replay import ReplaySettings, replay
+from tuner.trace import from_columns
+
+STEP_S = 5.0
+RANK_POINTS = 3  # percentile ranks: bucket shares survive up to rounding and the count error
+TOKEN_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, np.inf]
+
+
+def known_trace(seed: int = 7):
+    rng = np.random.default_rng(seed)
+    slow = np.cumsum(rng.exponential(1.0, 30))
+    slow = slow[slow < 30]
+    fast = 30 + np.cumsum(rng.exponential(1 / 3, 90))
+    fast = fast[fast < 60]
+    arrival_s = np.concatenate((slow, fast))
+    n = len(arrival_s)
+    inputs = np.clip(rng.lognormal(np.log(250), 0.7, n), 8, 2500).astype(int)
+    outputs = np.clip(rng.lognormal(np.log(20), 0.6, n), 2, 120).astype(int)
+    return from_columns(arrival_s, inputs, outputs, source="known")
+
+
+def bucket_of(value: float) -> tuple[float, float]:
+    upper = next(b for b in TOKEN_BUCKETS if value <= b)
+    lower = max([0, *[b for b in TOKEN_BUCKETS if b < value]])
+    return lower, upper
+
+
+def histogram_of(values: np.ndarray) -> Histogram:
+    bounds = np.array(TOKEN_BUCKETS, dtype=float)
+    cumulative = np.array([np.count_nonzero(values <= b) for b in bounds], dtype=float)
+    return Histogram(bounds, cumulative, float(values.sum()), float(len(values)))
+
+
+def test_stratified_lengths_keep_mean_and_buckets():
+    values = known_trace().input_tokens
+    drawn = sample_lengths(histogram_of(values), len(values), np.random.default_rng(0))
+    assert len(drawn) == len(values) and drawn.min() >= 1
+    assert abs(drawn.mean() - values.mean()) / values.mean() < 0.03
+    for q in (50, 90):
+        lower, upper = bucket_of(np.percentile(values, q))
+        assert lower <= np.percentile(drawn, q) <= upper
+
+
+def test_arrivals_follow_rate_steps():
+    rng = np.random.default_rng(1)
+    times_s = np.arange(1, 13) * STEP_S
+    rate_per_s = np.array([0.5] * 6 + [2.5] * 6)
+    arrival_s = arrivals_from_rate(times_s, rate_per_s, STEP_S, rng)
+    assert len(arrival_s) == round(6 * 2.5 + 6 * 12.5)
+    assert np.count_nonzero(arrival_s < 30) == 15
+    assert np.all(np.diff(arrival_s) >= 0) and arrival_s[0] >= 0
+
+
+def test_rebuild_is_seeded_and_shifted_by_latency():
+    hist = histogram_of(known_trace().output_tokens)
+    scraped = Scraped(
+        start_s=1000.0,
+        end_s=1060.0,
+        step_s=STEP_S,
+        rate_times_s=1000.0 + np.arange(1, 13) * STEP_S,
+        rate_per_s=np.full(12, 2.0),
+        prompt=hist,
+        generation=hist,
+        running_times_s=1000.0 + np.arange(13) * STEP_S,
+        running=np.full(13, 3.0),
+        mean_e2e_s=2.0,
+    )
+    one, two = rebuild(scraped, seed=3), rebuild(scraped, seed=3)
+    assert len(one.trace) == 120
+    assert np.array_equal(one.trace.arrival_s, two.trace.arrival_s)
+    assert np.array_equal(one.trace.input_tokens, two.trace.input_tokens)
+    assert "e2e latency 2.000 s" in one.header[1]
+
+
+# --- against real servers ----------------------------------------------------------------
+
+
+def _start_prometheus(workdir: Path, target: str) -> tuple[subprocess.Popen[bytes], str]:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("the prometheus binary is missing; .ci/setup installs it")
+    config = workdir / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n  - job_name: vllm\n"
+        f"    static_configs:\n      - targets: ['{target}']\n"
+    )
+    port = free_port()
+    log = (workdir / "prometheus.log").open("wb")
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={workdir / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    process.kill()
+    pytest.fail("prometheus did not become ready")
+
+
+@pytest.fixture(scope="module")
+def scraped_run(tmp_path_factory, cpu_model):
+    """Replay the known trace against vLLM while Prometheus scrapes it; Prometheus stays up."""
+    workdir = tmp_path_factory.mktemp("prom")
+    engine = Engine(
+        str(cpu_model),
+        {
+            "load-format": "dummy",
+            "max-model-len": 4096,
+            "gpu-memory-utilization": 0.2,
+            "enforce-eager": True,
+        },
+        workdir,
+    )
+    prometheus = None
+    try:
+        engine.start()
+        engine.wait_healthy(300)
+        prometheus, url = _start_prometheus(workdir, engine.base_url.removeprefix("http://"))
+        time.sleep(3)  # a few scrapes with every counter at its starting value
+        known = known_trace()
+        start_s = time.time()
+        result = replay(
+            engine.base_url,
+            known.requests(),
+            ReplaySettings(model=str(cpu_model), vocab_size=8192),
+        )
+        time.sleep(3)  # the last completions scraped
+        end_s = time.time()
+        engine.stop()
+        yield known, result, url, start_s, end_s, workdir
+    finally:
+        engine.stop()
+        if prometheus is not None:
+            prometheus.terminate()
+            prometheus.wait(timeout=30)
+
+
+@pytest.mark.vllm
+def test_rebuilt_trace_matches_known_trace(scraped_run):
+    known, result, url, start_s, end_s, _ = scraped_run
+    assert all(r.ok for r in result.results), [r.error for r in result.results if r.error][:3]
+    rebuilt = rebuild(fetch(url, start_s, end_s, STEP_S), seed=0)
+    trace = rebuilt.trace
+    assert abs(len(trace) - len(known)) <= 0.10 * len(known)
+
+    # The phases, on the known trace's clock: the rebuilt trace starts at its first arrival.
+    offset_s = float(known.arrival_s[0])
+    for lo, hi in ((0, 30), (30, 60)):
+        want = np.count_nonzero((known.arrival_s >= lo) & (known.arrival_s < hi))
+        got = np.count_nonzero(
+            (trace.arrival_s + offset_s >= lo) & (trace.arrival_s + offset_s < hi)
+        )
+        assert abs(got - want) <= 0.25 * want, (lo, got, want)
+
+    for column in ("input_tokens", "output_tokens"):
+        true, built = getattr(known, column), getattr(trace, column)
+        assert abs(built.mean() - true.mean()) <= 0.03 * true.mean(), column
+        for bound in TOKEN_BUCKETS:
+            share = np.mean(true <= bound)
+            assert np.mean(built <= bound) == pytest.approx(share, abs=RANK_POINTS / 100)
+        for q in (50, 90):
+            lower = bucket_of(np.percentile(true, q - RANK_POINTS))[0]
+            upper = bucket_of(np.percentile(true, q + RANK_POINTS))[1]
+            assert lower <= np.percentile(built, q) <= upper, (column, q)
+
+    # Concurrency: the mean of vllm:num_requests_running over the loaded minute against
+    # Little's law on vLLM's own running time per request (request_inference_time_seconds,
+    # read by the client from /metrics, not through Prometheus), within 35 %: the gauge is
+    # scraped once a second and a mean near 1 over 60 s has a sampling error near 15 %. (The
+    # client's own e2e latency is not the yardstick: it adds the API server's time, during
+    # which a request is not yet running.)
+    inference = "vllm:request_inference_time_seconds"
+    before, after = parse_scrape(result.metrics_before), parse_scrape(result.metrics_after)
+    running_s = after.histograms[inference].sum - before.histograms[inference].sum
+    loaded = rebuilt.concurrency_times_s < 60
+    assert rebuilt.concurrency.max() >= 1
+    assert rebuilt.concurrency[loaded].mean() == pytest.approx(running_s / 60, rel=0.35)
+
+
+@pytest.mark.vllm
+def test_cli_writes_a_canonical_trace_and_concurrency(scraped_run, tmp_path):
+    known, _, url, start_s, end_s, _ = scraped_run
+    out = tmp_path / "rebuilt.csv"
+    done = run_tuner(
+        "trace",
+        "from-prometheus",
+        "--url",
+        url,
+        "--start",
+        str(start_s),
+        "--end",
+        str(end_s),
+        "--step-s",
+        str(STEP_S),
+        "--out",
+        out,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert out.read_text().startswith("# rebuilt by tuner from Prometheus")
+    trace = load_trace(out)
+    assert abs(len(trace) - len(known)) <= 0.10 * len(known)
+    concurrency = out.with_suffix(".concurrency.csv")
+    assert concurrency.exists()
+    assert "timestamp,concurrency" in concurrency.read_text()
+
+
+@pytest.mark.vllm
+def test_unreachable_or_bad_selector_exit_cleanly(scraped_run, tmp_path):
+    _, _, url, start_s, end_s, _ = scraped_run
+    out = tmp_path / "x.csv"
+    bad = run_tuner(
+        "trace", "from-prometheus", "--url", url, "--start", str(start_s), "--end", str(end_s),
+        "--selector", "job=", "--out", out, cwd=tmp_path,
+    )  # fmt: skip
+    assert bad.returncode == 2, bad.stderr
+    assert not out.exists()
+    down = run_tuner(
+        "trace", "from-prometheus", "--url", f"http://127.0.0.1:{free_port()}",
+        "--start", str(start_s), "--end", str(end_s), "--out", out, cwd=tmp_path,
+    )  # fmt: skip
+    assert down.returncode == 1 and "cannot reach Prometheus" in down.stderr
+    assert not out.exists()
