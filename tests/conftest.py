@@ -1,0 +1,94 @@
+"""Shared helpers: trace files written on the spot, study specs for the CPU build of vLLM.
+
+Tests that start real vLLM servers carry ``@pytest.mark.vllm``; ``pytest -m "not vllm"`` runs
+the rest in seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tuner.dummy_model import write_model
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED_TRACE = REPO / "traces" / "azure-conv-peak.csv"
+
+# Engine arguments that make the CPU build start in about half a minute.
+CPU_ENGINE_ARGS = {"load-format": "dummy", "max-model-len": 4096, "enforce-eager": True}
+CPU_BASELINE = {"gpu-memory-utilization": 0.2}
+
+
+@pytest.fixture
+def write_trace(tmp_path: Path):
+    """Write ``text`` byte for byte (no newline translation) and return its path."""
+
+    def write(text: str, name: str = "trace.csv") -> Path:
+        path = tmp_path / name
+        path.write_bytes(text.encode())
+        return path
+
+    return write
+
+
+@pytest.fixture(scope="session")
+def cpu_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``cpu-demo`` dummy model folder, written once per session."""
+    return write_model(tmp_path_factory.mktemp("model") / "cpu-demo", "cpu-demo")
+
+
+def cpu_spec(model: Path, **overrides: Any) -> dict[str, Any]:
+    """A study spec whose trials take about 50 s each on two CPU cores.
+
+    The SLOs are loose: on a shared CI machine the point is to measure, not to miss them.
+    """
+    spec: dict[str, Any] = {
+        "model": str(model),
+        "dummy_model": None,
+        "engine_args": dict(CPU_ENGINE_ARGS),
+        "baseline": dict(CPU_BASELINE),
+        "search_space": {
+            "max-num-seqs": {"type": "int", "low": 1, "high": 32},
+            "gpu-memory-utilization": {"type": "float", "low": 0.1, "high": 0.25, "step": 0.05},
+        },
+        "slos": {"ttft_p95_s": 60.0, "tpot_p95_s": 5.0, "e2e_p99_s": 300.0},
+        "objective": {"ttft_p95_s": 1.0, "tpot_p95_s": 1.0, "e2e_p99_s": 1.0},
+        "window_s": 2,
+        "time_scale": 4,
+        "health_timeout_s": 300,
+        "n_trials": 3,
+        # Pruning is tested where it is written; here every trial runs its whole window.
+        "prune_factor": 0,
+    }
+    spec.update(overrides)
+    return spec
+
+
+def write_spec(path: Path, spec: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def tuner_command(*args: str | Path) -> list[str]:
+    return [sys.executable, "-m", "tuner.cli", *map(str, args)]
+
+
+def run_tuner(
+    *args: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout_s: float = 900
+) -> subprocess.CompletedProcess[str]:
+    """``tuner ARGS`` as a subprocess, as a user would run it."""
+    return subprocess.run(
+        tuner_command(*args),
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )

@@ -1,0 +1,108 @@
+"""Flag names and the emitted config: byte for byte what the trial's server was started with."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tuner.emit import Provenance, render, served_config
+from tuner.engine import Engine, ProcessLauncher
+from tuner.flags import config_yaml, flag_name, normalize
+
+PROVENANCE = Provenance(
+    tuner_version="0.1.0",
+    vllm_version="0.32.0",
+    device="CPU test, 2 cores",
+    study="s",
+    trace_path="traces/t.csv",
+    trace_sha256="ab" * 32,
+    window="10 requests",
+    trial_number=3,
+)
+
+# A trial's arguments as the study builds them: fixed ones first, then the searched ones.
+ARGS = {
+    "load-format": "dummy",
+    "max-model-len": 4096,
+    "enforce-eager": True,
+    "max-num-seqs": 12,
+    "gpu-memory-utilization": 0.15,
+    "served-model-name": "demo",
+}
+
+
+@pytest.mark.parametrize(
+    ("raw", "dashed"),
+    [
+        ("max_num_seqs", "max-num-seqs"),
+        ("--max-num-seqs", "max-num-seqs"),
+        (" gpu_memory_utilization ", "gpu-memory-utilization"),
+        ("model", "model"),
+    ],
+)
+def test_flag_name(raw, dashed):
+    assert flag_name(raw) == dashed
+
+
+def test_normalize_rejects_the_same_argument_twice():
+    assert normalize({"max_num_seqs": 1, "block-size": 16}) == {"max-num-seqs": 1, "block-size": 16}
+    with pytest.raises(ValueError, match="max-num-seqs"):
+        normalize({"max_num_seqs": 1, "max-num-seqs": 2})
+
+
+def test_config_yaml_keeps_order_and_types():
+    text = config_yaml({"model": "m", "max_num_seqs": 8, "enforce_eager": True, "kv": 0.15})
+    assert text == "model: m\nmax-num-seqs: 8\nenforce-eager: true\nkv: 0.15\n"
+    assert yaml.safe_load(text) == {
+        "model": "m",
+        "max-num-seqs": 8,
+        "enforce-eager": True,
+        "kv": 0.15,
+    }
+
+
+def without_server_lines(text: str) -> str:
+    return "".join(
+        line for line in text.splitlines(keepends=True) if not line.startswith(("host:", "port:"))
+    )
+
+
+def test_emitted_body_is_the_trial_config_less_host_and_port(tmp_path):
+    # The trial's engine.yaml, written by the real engine code; the process it launches is a
+    # stand-in module that exits at once (vLLM is not needed to write the file).
+    engine = Engine("models/cpu-demo", ARGS, tmp_path, launcher=ProcessLauncher(module="this"))
+    engine.start()
+    engine.stop()
+    measured = engine.config_path.read_text()
+    assert "host: 127.0.0.1\n" in measured and f"port: {engine.port}\n" in measured
+
+    text = render("models/cpu-demo", ARGS, PROVENANCE, {"ttft_p95_s": 0.25}, None)
+    header, _, body = text.partition("# Serve with: vllm serve --config <this file>\n")
+    assert body == served_config("models/cpu-demo", ARGS)
+    assert body.encode() == without_server_lines(measured).encode()
+    assert all(line.startswith("#") for line in header.splitlines())
+
+
+def test_served_config_drops_host_and_port():
+    body = served_config("m", {**ARGS, "host": "0.0.0.0", "port": 8000})
+    assert "host" not in body and "port" not in body
+    assert body.startswith("model: m\n")
+
+
+def test_header_quotes_best_and_baseline():
+    best = {"ttft_p95_s": 0.25, "throughput_req_per_s": 3.0}
+    baseline = {"ttft_p95_s": 0.5}
+    text = render("m", ARGS, PROVENANCE, best, baseline)
+    lines = text.splitlines()
+    ttft = next(line for line in lines if "p95 TTFT" in line)
+    assert ttft.split() == ["#", "p95", "TTFT", "best", "250.0", "ms", "baseline", "500.0", "ms"]
+    assert "n/a" in next(line for line in lines if "p95 TPOT" in line)
+    assert "# Study 's', trial 3." in lines
+    assert f"# Trace: traces/t.csv (sha256 {'ab' * 32})" in lines
+    # The whole file, header included, is a YAML mapping of just the served config.
+    assert yaml.safe_load(text) == {"model": "m", **ARGS}
+
+
+def test_header_without_baseline_has_no_baseline_column():
+    text = render("m", ARGS, PROVENANCE, {"ttft_p95_s": 0.25}, None)
+    assert "baseline" not in text

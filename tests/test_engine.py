@@ -1,0 +1,243 @@
+"""The engine process and one trial, against a stand-in server started the way vLLM is.
+
+The stand-in is a small module run by the real ``ProcessLauncher`` (``python -m MODULE
+--config FILE``, own process group), so start, health, failure, the group stop and a whole
+``run_trial`` are exercised in about a second each. vLLM itself is in ``test_run_e2e.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tuner.engine import Engine, EngineFailed, ProcessLauncher
+from tuner.replay import ReplaySettings
+from tuner.trace import Request
+from tuner.trial import Objective, TrialSetup, run_trial
+
+FAKE_SERVER = textwrap.dedent(
+    '''
+    """A stand-in for vLLM's OpenAI server: /health, /metrics, streamed /v1/completions."""
+    import json, os, signal, subprocess, sys, time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import yaml
+
+    config = yaml.safe_load(open(sys.argv[sys.argv.index("--config") + 1]))
+    mode = os.environ.get("FAKE_MODE", "serve")
+    print(f"fake vllm starting pid={os.getpid()}", config, flush=True)
+    if mode == "exit":
+        print("error: argument --bogus: invalid choice", flush=True)
+        sys.exit(2)
+    if os.environ.get("FAKE_STUBBORN"):
+        # Ignores SIGTERM, and so does a worker it starts (as vLLM's engine core might).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        worker = subprocess.Popen(
+            [sys.executable, "-c",
+             "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"]
+        )
+        with open(os.environ["FAKE_WORKER_PID"], "w") as out:
+            out.write(str(worker.pid))
+    if mode == "hang":
+        time.sleep(600)
+
+    done = {"n": 0, "ttft_sum": 0.0}
+    short = int(os.environ.get("FAKE_SHORT", "0"))
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def _send(self, code, body, kind="text/plain"):
+            self.send_response(code)
+            self.send_header("content-type", kind)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            if self.path == "/health":
+                self._send(200, b"")
+            elif self.path == "/metrics":
+                n, ttft = done["n"], done["ttft_sum"]
+                text = (
+                    "# TYPE vllm:request_success_total counter\\n"
+                    f"vllm:request_success_total{{model_name=\\"m\\"}} {n}\\n"
+                    "# TYPE vllm:time_to_first_token_seconds histogram\\n"
+                    f"vllm:time_to_first_token_seconds_bucket{{le=\\"+Inf\\"}} {n}\\n"
+                    f"vllm:time_to_first_token_seconds_count {n}\\n"
+                    f"vllm:time_to_first_token_seconds_sum {ttft}\\n"
+                )
+                self._send(200, text.encode())
+            else:
+                self._send(404, b"not found")
+
+        def _chunk(self, data):
+            line = b"data: " + data + b"\\n\\n"
+            self.wfile.write(b"%x\\r\\n%s\\r\\n" % (len(line), line))
+            self.wfile.flush()
+
+        def do_POST(self):
+            began = time.perf_counter()
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            tokens = body["max_tokens"] - short
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            for i in range(tokens):
+                if i == 0:
+                    done["ttft_sum"] += time.perf_counter() - began
+                choice = {"index": 0, "text": f" t{i}", "finish_reason": None}
+                self._chunk(json.dumps({"choices": [choice]}).encode())
+            usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": tokens}
+            self._chunk(json.dumps({"choices": [], "usage": usage}).encode())
+            self._chunk(b"[DONE]")
+            self.wfile.write(b"0\\r\\n\\r\\n")
+            done["n"] += 1
+
+    ThreadingHTTPServer((config["host"], config["port"]), Handler).serve_forever()
+    '''
+)
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> dict[str, str]:
+    """Environment that makes ``python -m fake_vllm`` importable; the module is written here."""
+    folder = tmp_path / "fake"
+    folder.mkdir()
+    (folder / "fake_vllm.py").write_text(FAKE_SERVER)
+    return {"PYTHONPATH": str(folder)}
+
+
+LAUNCHER = ProcessLauncher(module="fake_vllm")
+
+
+def gone(pid: int) -> bool:
+    """No such process, or only its zombie (reaped by whoever adopted it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_healthy_server_and_stop(tmp_path, fake):
+    engine = Engine("m", {"max-num-seqs": 4}, tmp_path / "t", launcher=LAUNCHER, env=fake)
+    with engine:
+        assert engine.wait_healthy(timeout_s=30, poll_s=0.05) < 30
+        assert engine.alive()
+        assert engine.base_url == f"http://127.0.0.1:{engine.port}"
+        config = engine.config_path.read_text()
+        assert config == f"model: m\nmax-num-seqs: 4\nhost: 127.0.0.1\nport: {engine.port}\n"
+    assert not engine.alive()
+    assert engine.times.stop_s is not None
+    assert "fake vllm starting" in engine.log_path.read_text()
+
+
+def test_rejected_argument_fails_with_the_log_tail(tmp_path, fake):
+    engine = Engine("m", {"bogus": 1}, tmp_path / "t", launcher=LAUNCHER, env=fake)
+    engine.env = {**fake, "FAKE_MODE": "exit"}
+    with engine, pytest.raises(EngineFailed) as caught:
+        engine.wait_healthy(timeout_s=30, poll_s=0.05)
+    assert "exited with status 2" in caught.value.reason
+    assert "invalid choice" in caught.value.log_tail
+
+
+def test_never_healthy_fails_after_the_timeout(tmp_path, fake):
+    engine = Engine("m", {}, tmp_path / "t", launcher=LAUNCHER, env={**fake, "FAKE_MODE": "hang"})
+    began = time.monotonic()
+    with engine, pytest.raises(EngineFailed, match="not healthy within 2 s"):
+        engine.wait_healthy(timeout_s=2, poll_s=0.05)
+    assert 2 <= time.monotonic() - began < 10
+
+
+def test_stop_kills_the_whole_group_even_when_it_ignores_sigterm(tmp_path, fake):
+    worker_pid = tmp_path / "worker.pid"
+    env = {**fake, "FAKE_STUBBORN": "1", "FAKE_WORKER_PID": str(worker_pid)}
+    engine = Engine("m", {}, tmp_path / "t", launcher=LAUNCHER, env=env)
+    engine.start()
+    engine.wait_healthy(timeout_s=30, poll_s=0.05)
+    worker = int(worker_pid.read_text())
+    assert os.getpgid(worker) == engine._server.pid  # type: ignore[union-attr]
+    engine.stop(grace_s=0.5)
+    assert not engine.alive()
+    deadline = time.monotonic() + 5
+    while not gone(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(worker)
+
+
+def setup_for(requests, env, slos=None) -> TrialSetup:
+    slos = slos or {"ttft_p95_s": 5.0, "e2e_p99_s": 5.0}
+    return TrialSetup(
+        model="m",
+        requests=requests,
+        replay=ReplaySettings(model="m", vocab_size=100, gauge_interval_s=0.1),
+        objective=Objective(slos=slos, weights={"e2e_p99_s": 1.0}),
+        health_timeout_s=30,
+        launcher=LAUNCHER,
+        env=env,
+    )
+
+
+REQUESTS = [Request(0.05 * i, 8, 3 + i) for i in range(6)]
+
+
+def test_trial_measures_and_scores(tmp_path, fake):
+    outcome = run_trial({"max-num-seqs": 2}, setup_for(REQUESTS, fake), tmp_path / "t")
+    assert outcome.feasible, outcome.reason
+    assert outcome.reason is None
+    assert outcome.metrics["requests_ok"] == 6
+    assert outcome.metrics["error_rate"] == 0
+    assert outcome.metrics["server_requests_succeeded"] == 6
+    assert outcome.metrics["server_ttft_mean_s"] < outcome.metrics["ttft_mean_s"]
+    assert outcome.metrics["throughput_output_tokens_per_s"] > 0
+    assert {"engine_healthy_s", "window_s", "engine_stop_s", "trial_s"} <= set(outcome.timings)
+    assert outcome.score.value == pytest.approx(outcome.metrics["e2e_p99_s"] / 5.0)
+
+
+def test_short_outputs_are_errors_and_infeasible(tmp_path, fake):
+    outcome = run_trial({}, setup_for(REQUESTS, {**fake, "FAKE_SHORT": "1"}), tmp_path / "t")
+    assert not outcome.feasible
+    assert outcome.metrics["error_rate"] == 1.0
+    assert "error rate 100%" in (outcome.reason or "")
+    assert "short output: 2 of 3 tokens" in (outcome.reason or "")
+
+
+def test_engine_that_fails_is_an_infeasible_outcome(tmp_path, fake):
+    outcome = run_trial({}, setup_for(REQUESTS, {**fake, "FAKE_MODE": "exit"}), tmp_path / "t")
+    assert not outcome.feasible
+    assert outcome.metrics == {}
+    assert "exited with status 2" in (outcome.reason or "")
+    assert "invalid choice" in outcome.log_tail
+
+
+def test_missed_slo_names_the_metric(tmp_path, fake):
+    setup = setup_for(REQUESTS, fake, slos={"ttft_p95_s": 1e-9, "e2e_p99_s": 5.0})
+    outcome = run_trial({}, setup, tmp_path / "t")
+    assert not outcome.feasible
+    assert (outcome.reason or "").startswith("SLO missed: ttft_p95_s ")
+
+
+def test_interrupt_mid_trial_stops_the_server(tmp_path, fake):
+    # Ctrl-C while the window replays: run_trial lets KeyboardInterrupt through, server stopped.
+    slow = [Request(0.0, 8, 2), Request(30.0, 8, 2)]
+    setup = setup_for(slow, fake)
+    previous = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 3.0)
+        with pytest.raises(KeyboardInterrupt):
+            run_trial({}, setup, tmp_path / "t")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    log = (tmp_path / "t" / "engine.log").read_text()
+    assert gone(int(log.split("pid=", 1)[1].split()[0]))

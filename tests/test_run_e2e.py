@@ -1,0 +1,501 @@
+"""``tuner run`` end to end: the command line, real vLLM (CPU build), a slice of a shipped trace.
+
+One study of three trials is shared by most tests here (each trial starts a real server, about
+a minute on two cores); the other vLLM tests start as little as they need. Every ``tuner run``
+is a subprocess carrying a marker in its environment, which every process it starts inherits,
+so "no process left behind" is checked by scanning ``/proc`` for that marker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import optuna
+import pytest
+import yaml
+from conftest import (
+    SHIPPED_TRACE,
+    cpu_spec,
+    run_tuner,
+    tuner_command,
+    write_spec,
+)
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.engine import free_port
+from tuner.replay import ReplaySettings
+from tuner.scoring import FAILED, score
+from tuner.search import best_trial, open_study, run_study
+from tuner.spec import parse_spec
+from tuner.trial import Objective, TrialOutcome, TrialSetup
+
+MARKER = "TUNER_TEST_RUN"
+STUDY = "azure-slice"
+
+
+def marked_processes(marker: str) -> list[str]:
+    """``pid cmdline`` of every live process whose environment carries ``MARKER=marker``."""
+    needle = f"{MARKER}={marker}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue  # gone, or not ours
+        if needle in environ.split(b"\0"):
+            command = cmdline.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{entry.name} {command}")
+    return found
+
+
+def wait_for_no_processes(marker: str, timeout_s: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while (left := marked_processes(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def load_trials(storage: str, name: str) -> list[FrozenTrial]:
+    return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+
+
+def without_server_lines(text: str) -> str:
+    return "".join(
+        line for line in text.splitlines(keepends=True) if not line.startswith(("host:", "port:"))
+    )
+
+
+@dataclass
+class Run:
+    """A finished ``tuner run`` and where it wrote."""
+
+    folder: Path
+    storage: str
+    result: subprocess.CompletedProcess[str]
+    trials: list[FrozenTrial]
+    left_behind: list[str]
+
+    @property
+    def config(self) -> Path:
+        return self.folder / "configs" / f"{STUDY}.yaml"
+
+    def args(self, n_trials: int) -> list[str | Path]:
+        return [
+            "run",
+            "--trace",
+            SHIPPED_TRACE,
+            "--study",
+            STUDY,
+            "--spec",
+            self.folder / "spec.yaml",
+            "--storage",
+            self.storage,
+            "--n-trials",
+            str(n_trials),
+            "--configs",
+            self.folder / "configs",
+            "--runs",
+            self.folder / "runs",
+        ]
+
+
+@pytest.fixture(scope="module")
+def study(cpu_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """Three trials (the baseline and two from the search space) on the trace's busiest second."""
+    folder = tmp_path_factory.mktemp("study")
+    write_spec(folder / "spec.yaml", cpu_spec(cpu_model, window_s=1))
+    run = Run(folder, f"sqlite:///{folder / 'study.db'}", None, [], [])  # type: ignore[arg-type]
+    marker = uuid.uuid4().hex
+    run.result = run_tuner(*run.args(3), cwd=folder, env={MARKER: marker}, timeout_s=900)
+    run.trials = load_trials(run.storage, STUDY)
+    run.left_behind = wait_for_no_processes(marker)
+    return run
+
+
+@pytest.mark.vllm
+def test_run_of_three_trials(study: Run) -> None:
+    result = study.result
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "window: " in result.stdout and "of the trace, replayed over 4.0 s" in result.stdout
+    assert len(study.trials) == 3
+    assert all(t.state == TrialState.COMPLETE for t in study.trials)
+    baseline, *searched = study.trials
+    assert baseline.user_attrs["baseline"] is True
+    assert baseline.user_attrs["engine_args"] == {
+        "load-format": "dummy",
+        "max-model-len": 4096,
+        "enforce-eager": True,
+        "gpu-memory-utilization": 0.2,
+    }
+    for trial in searched:
+        args = trial.user_attrs["engine_args"]
+        assert "baseline" not in trial.user_attrs
+        assert 1 <= args["max-num-seqs"] <= 32
+        assert args["gpu-memory-utilization"] in (0.1, 0.15, 0.2, 0.25)
+        assert args == {**args, "load-format": "dummy", "max-model-len": 4096}
+    for trial in study.trials:
+        attrs = trial.user_attrs
+        assert attrs["feasible"] is True, attrs.get("reason")
+        assert attrs["requests_ok"] == attrs["requests"] > 5
+        assert attrs["server_requests_succeeded"] == attrs["requests"]
+        assert attrs["ttft_p95_s"] > 0 and attrs["tpot_p95_s"] > 0
+        assert attrs["time_engine_healthy_s"] > 0
+        assert f"trial {trial.number:>3}" in result.stdout
+    assert study.config.exists()
+
+
+@pytest.mark.vllm
+def test_no_process_outlives_the_run(study: Run) -> None:
+    assert study.left_behind == []
+
+
+@pytest.mark.vllm
+def test_emitted_config_is_what_the_best_trial_measured(study: Run, cpu_model: Path) -> None:
+    text = study.config.read_text()
+    header = [line for line in text.splitlines() if line.startswith("#")]
+    feasible = [t for t in study.trials if t.user_attrs.get("feasible")]
+    best = min(feasible, key=lambda t: t.value if t.value is not None else float("inf"))
+    assert f"# Study '{STUDY}', trial {best.number}." in header
+    body = text.split("# Serve with: vllm serve --config <this file>\n", 1)[1]
+    engine_yaml = study.folder / "runs" / STUDY / f"trial-{best.number:04d}" / "engine.yaml"
+    assert body.encode() == without_server_lines(engine_yaml.read_text()).encode()
+    assert yaml.safe_load(text) == {"model": str(cpu_model), **best.user_attrs["engine_args"]}
+
+
+@pytest.mark.vllm
+def test_client_and_server_means_agree(study: Run) -> None:
+    """tuner's own TTFT and end-to-end means are within 10% of what vLLM measured."""
+    for trial in study.trials:
+        attrs = trial.user_attrs
+        for client, server in (
+            ("ttft_mean_s", "server_ttft_mean_s"),
+            ("e2e_mean_s", "server_e2e_mean_s"),
+        ):
+            assert attrs[client] == pytest.approx(attrs[server], rel=0.10), (
+                f"trial {trial.number}: {client} {attrs[client]:.3f} s, "
+                f"{server} {attrs[server]:.3f} s"
+            )
+
+
+@pytest.fixture
+def served(study: Run) -> Iterator[str]:
+    """The emitted config, served by a real vLLM; yields its base URL."""
+    assert study.config.exists(), study.result.stderr[-3000:]
+    port = free_port()
+    log = (study.folder / "serve.log").open("wb")
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--config",
+            study.config,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.wait(timeout=20)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+        log.close()
+
+
+@pytest.mark.vllm
+def test_emitted_config_serves(served: str, study: Run) -> None:
+    deadline = time.monotonic() + 300
+    with httpx.Client(base_url=served, timeout=30) as client:
+        while True:
+            try:
+                if client.get("/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            log = (study.folder / "serve.log").read_text(errors="replace")
+            assert time.monotonic() < deadline, log[-3000:]
+            time.sleep(0.5)
+        model = yaml.safe_load(study.config.read_text())["model"]
+        response = client.post(
+            "/v1/completions",
+            json={
+                "model": model,
+                "prompt": [5, 6, 7, 8],
+                "max_tokens": 4,
+                "ignore_eos": True,
+                "temperature": 0,
+            },
+        )
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["usage"] == {**answer["usage"], "prompt_tokens": 4, "completion_tokens": 4}
+    assert answer["choices"][0]["text"]
+
+
+@pytest.mark.vllm
+def test_resume_adds_trials_and_keeps_the_baseline(study: Run) -> None:
+    marker = uuid.uuid4().hex
+    result = run_tuner(*study.args(1), cwd=study.folder, env={MARKER: marker}, timeout_s=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "3 trials so far, adding 1" in result.stdout
+    trials = load_trials(study.storage, STUDY)
+    assert [t.number for t in trials] == [0, 1, 2, 3]
+    assert [t.number for t in trials if t.user_attrs.get("baseline")] == [0]
+    assert trials[3].state == TrialState.COMPLETE
+    assert trials[3].user_attrs["engine_args"] != trials[0].user_attrs["engine_args"]
+    # The first three are untouched.
+    assert [t.user_attrs for t in trials[:3]] == [t.user_attrs for t in study.trials]
+    assert wait_for_no_processes(marker) == []
+
+
+@pytest.mark.vllm
+def test_rejected_engine_argument_is_an_infeasible_trial(cpu_model: Path, tmp_path: Path) -> None:
+    """vLLM refuses ``dtype: bogus``; each trial is completed infeasible and the study ends."""
+    spec = cpu_spec(cpu_model, window_s=1)
+    spec["engine_args"]["dtype"] = "bogus"
+    write_spec(tmp_path / "spec.yaml", spec)
+    storage = f"sqlite:///{tmp_path / 'bad.db'}"
+    marker = uuid.uuid4().hex
+    result = run_tuner(
+        "run",
+        "--trace",
+        SHIPPED_TRACE,
+        "--study",
+        "bad",
+        "--spec",
+        tmp_path / "spec.yaml",
+        "--storage",
+        storage,
+        "--n-trials",
+        "2",
+        "--configs",
+        tmp_path / "configs",
+        "--runs",
+        tmp_path / "runs",
+        cwd=tmp_path,
+        env={MARKER: marker},
+        timeout_s=600,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "no trial met the SLOs; no configuration written" in result.stdout
+    assert not (tmp_path / "configs").exists()
+    assert best_trial(optuna.load_study(study_name="bad", storage=storage)) is None
+    trials = load_trials(storage, "bad")
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.COMPLETE]
+    for trial in trials:
+        attrs = trial.user_attrs
+        assert attrs["feasible"] is False
+        assert "exited with status" in attrs["reason"]
+        assert "bogus" in attrs["log_tail"]
+    assert wait_for_no_processes(marker) == []
+
+
+def _wait_for(predicate, timeout_s: float, what: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert proc.poll() is None, f"tuner exited ({proc.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize(
+    ("sig", "moment"),
+    [(signal.SIGINT, "replaying"), (signal.SIGTERM, "starting")],
+    ids=["SIGINT-while-replaying", "SIGTERM-while-starting"],
+)
+def test_interrupted_run_leaves_nothing_behind(
+    cpu_model: Path, tmp_path: Path, sig: signal.Signals, moment: str
+) -> None:
+    """SIGINT while the window replays, SIGTERM while vLLM starts: exit 130, no vLLM process
+    of the run survives, and the storage keeps no trial RUNNING."""
+    write_spec(tmp_path / "spec.yaml", cpu_spec(cpu_model, window_s=1, time_scale=20))
+    storage = f"sqlite:///{tmp_path / 'int.db'}"
+    marker = uuid.uuid4().hex
+    command = tuner_command(
+        "run",
+        "--trace",
+        SHIPPED_TRACE,
+        "--study",
+        "int",
+        "--spec",
+        tmp_path / "spec.yaml",
+        "--storage",
+        storage,
+        "--n-trials",
+        "2",
+        "--configs",
+        tmp_path / "configs",
+        "--runs",
+        tmp_path / "runs",
+    )
+    log = tmp_path / "runs" / "int" / "trial-0000" / "engine.log"
+    with (tmp_path / "tuner.out").open("wb") as out:
+        proc = subprocess.Popen(
+            command, cwd=tmp_path, env={**os.environ, MARKER: marker}, stdout=out, stderr=out
+        )
+    try:
+        if moment == "starting":
+            # The engine core, vLLM's worker process, has started: the group stop must take it.
+            _wait_for(
+                lambda: log.exists() and "EngineCore" in log.read_text(errors="replace"),
+                300,
+                "vLLM's engine core",
+                proc,
+            )
+        else:
+            # Healthy, then two seconds into a twenty-second window.
+            _wait_for(
+                lambda: log.exists() and "startup complete" in log.read_text(errors="replace"),
+                300,
+                "vLLM's startup",
+                proc,
+            )
+            time.sleep(2.0)
+        assert marked_processes(marker)  # the run is live: tuner and vLLM
+        proc.send_signal(sig)
+        assert proc.wait(timeout=90) == 130, (tmp_path / "tuner.out").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "interrupted" in (tmp_path / "tuner.out").read_text()
+    assert wait_for_no_processes(marker) == []
+    trials = load_trials(storage, "int")
+    assert [t.state for t in trials] == [TrialState.FAIL]
+    assert trials[0].user_attrs["reason"] == "interrupted: KeyboardInterrupt"
+    assert not (tmp_path / "configs").exists()
+
+
+@pytest.mark.parametrize("defaults", [True, False])
+def test_malformed_trace_exits_2_and_writes_nothing(tmp_path: Path, defaults: bool) -> None:
+    trace = tmp_path / "prod.csv"
+    trace.write_text("timestamp,input_tokens,output_tokens\n0,10,5\n1.5,ten,5\n3,10,5\n")
+    args: list[str | Path] = ["run", "--trace", trace]
+    if not defaults:
+        args += ["--spec", tmp_path / "spec.yaml", "--storage", f"sqlite:///{tmp_path}/x.db"]
+        args += ["--configs", tmp_path / "configs", "--runs", tmp_path / "runs"]
+    result = run_tuner(*args, cwd=tmp_path, timeout_s=120)
+    assert result.returncode == 2, result.stderr
+    assert f"{trace}:3:" in result.stderr
+    assert "input_tokens" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prod.csv"]
+
+
+# The study loop of ``tuner run`` with a stand-in trial runner (the ``runner`` seam), in
+# milliseconds: the same properties as above, at the edges that vLLM is too slow to reach.
+
+SPACE_SPEC = {
+    "model": "m",
+    "dummy_model": None,
+    "engine_args": {"load-format": "dummy"},
+    "baseline": {"gpu-memory-utilization": 0.2},
+    "search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 32}},
+    "slos": {"e2e_p99_s": 10.0},
+    "objective": {"e2e_p99_s": 1.0},
+}
+
+
+def stand_in_setup() -> TrialSetup:
+    return TrialSetup(
+        model="m",
+        requests=(),
+        replay=ReplaySettings(model="m", vocab_size=100),
+        objective=Objective(slos={"e2e_p99_s": 10.0}, weights={"e2e_p99_s": 1.0}),
+    )
+
+
+def by_seqs(args, setup, workdir, should_stop=None) -> TrialOutcome:
+    """The more sequences the lower the score, but above 16 requests fail: infeasible."""
+    seqs = args.get("max-num-seqs", 8)
+    metrics = {"e2e_p99_s": (33 - seqs) / 10, "error_rate": 0.0 if seqs <= 16 else 0.5}
+    return TrialOutcome(args, score(metrics, {"e2e_p99_s": 10.0}, {"e2e_p99_s": 1.0}), metrics, {})
+
+
+def test_study_loop_records_failures_and_never_picks_one(tmp_path: Path) -> None:
+    spec = parse_spec(SPACE_SPEC)
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    seen: list[int] = []
+
+    def runner(args, setup, workdir, should_stop=None) -> TrialOutcome:
+        seen.append(len(seen))
+        if len(seen) == 2:  # the second trial's engine fails to start
+            return TrialOutcome(args, FAILED, {}, {}, "vLLM exited with status 2", "bad arg")
+        return by_seqs(args, setup, workdir)
+
+    study = open_study("s", storage, seed=0)
+    run_study(study, spec, stand_in_setup(), tmp_path, 8, runner=runner)
+    trials = load_trials(storage, "s")
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 8
+    assert trials[0].user_attrs["engine_args"] == {
+        "load-format": "dummy",
+        "gpu-memory-utilization": 0.2,
+    }
+    failed = trials[1]
+    assert failed.user_attrs["feasible"] is False
+    assert failed.user_attrs["reason"] == "vLLM exited with status 2"
+    assert failed.user_attrs["log_tail"] == "bad arg"
+    assert failed.value == FAILED.value
+    feasible = [t for t in trials if t.user_attrs["feasible"]]
+    assert feasible and len(feasible) < 7  # some drew more than 16 sequences: errors
+    best = best_trial(study)
+    assert best is not None
+    assert best.number == min(feasible, key=lambda t: t.value or 0).number
+    assert best.value > min(t.value for t in trials if t.value is not None)
+
+
+def test_study_loop_resumes_with_one_baseline(tmp_path: Path) -> None:
+    spec = parse_spec(SPACE_SPEC)
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    run_study(open_study("s", storage, 0), spec, stand_in_setup(), tmp_path, 2, runner=by_seqs)
+    run_study(open_study("s", storage, 0), spec, stand_in_setup(), tmp_path, 3, runner=by_seqs)
+    trials = load_trials(storage, "s")
+    assert [t.number for t in trials] == [0, 1, 2, 3, 4]
+    assert [t.number for t in trials if t.user_attrs.get("baseline")] == [0]
+    # The resumed sampler does not replay the first run's suggestions.
+    seqs = [t.params["max-num-seqs"] for t in trials[1:]]
+    assert seqs[1:3] != seqs[:2]
+
+
+def test_study_loop_interrupted_marks_the_trial_failed(tmp_path: Path) -> None:
+    spec = parse_spec(SPACE_SPEC)
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+
+    def interrupted(args, setup, workdir, should_stop=None) -> TrialOutcome:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_study(
+            open_study("s", storage, 0), spec, stand_in_setup(), tmp_path, 3, runner=interrupted
+        )
+    trials = load_trials(storage, "s")
+    assert [t.state for t in trials] == [TrialState.FAIL]
+    assert trials[0].user_attrs["reason"] == "interrupted: KeyboardInterrupt"
+    # The baseline never finished, so the next run measures it first.
+    run_study(open_study("s", storage, 0), spec, stand_in_setup(), tmp_path, 1, runner=by_seqs)
+    trials = load_trials(storage, "s")
+    assert trials[1].state == TrialState.COMPLETE
+    assert trials[1].user_attrs["baseline"] is True

@@ -1,0 +1,79 @@
+"""Scoring: the weighted sum of tails over their SLOs, and SLOs as constraints."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner.scoring import FAILED, FAILED_SCORE, score
+
+SLOS = {"ttft_p95_s": 2.0, "e2e_p99_s": 20.0}
+WEIGHTS = {"ttft_p95_s": 1.0, "e2e_p99_s": 2.0}
+
+
+def test_feasible_trial_by_hand():
+    result = score({"ttft_p95_s": 1.0, "e2e_p99_s": 10.0, "error_rate": 0.0}, SLOS, WEIGHTS)
+    assert result.value == pytest.approx(1.0 * 1.0 / 2.0 + 2.0 * 10.0 / 20.0)
+    assert result.constraints == {
+        "slo_ttft_p95_s": pytest.approx(-0.5),
+        "slo_e2e_p99_s": pytest.approx(-0.5),
+        "error_rate": 0.0,
+    }
+    assert result.feasible
+    assert result.violations == []
+
+
+def test_exactly_at_the_slo_is_feasible():
+    result = score({"ttft_p95_s": 2.0, "e2e_p99_s": 20.0, "error_rate": 0.0}, SLOS, WEIGHTS)
+    assert result.feasible
+    assert result.value == pytest.approx(3.0)
+
+
+def test_missed_slo_is_infeasible_by_its_fraction():
+    result = score({"ttft_p95_s": 3.0, "e2e_p99_s": 10.0, "error_rate": 0.0}, SLOS, WEIGHTS)
+    assert not result.feasible
+    assert result.violations == ["slo_ttft_p95_s"]
+    assert result.constraints["slo_ttft_p95_s"] == pytest.approx(0.5)
+    # Infeasible trials keep their real score, so TPE learns from them.
+    assert result.value == pytest.approx(1.5 + 1.0)
+
+
+def test_errors_over_the_allowed_rate_are_infeasible():
+    metrics = {"ttft_p95_s": 1.0, "e2e_p99_s": 10.0, "error_rate": 0.1}
+    assert not score(metrics, SLOS, WEIGHTS).feasible
+    assert score(metrics, SLOS, WEIGHTS).violations == ["error_rate"]
+    assert score(metrics, SLOS, WEIGHTS, max_error_rate=0.1).feasible
+    assert not score(metrics, SLOS, WEIGHTS, max_error_rate=0.05).feasible
+
+
+def test_missing_error_rate_counts_as_all_failed():
+    result = score({"ttft_p95_s": 1.0, "e2e_p99_s": 10.0}, SLOS, WEIGHTS, max_error_rate=0.5)
+    assert result.constraints["error_rate"] == 0.5
+    assert not result.feasible
+
+
+def test_missing_metric_misses_its_slo_and_fails_the_score():
+    result = score({"e2e_p99_s": 10.0, "error_rate": 0.0}, SLOS, WEIGHTS)
+    assert result.constraints["slo_ttft_p95_s"] == 1.0
+    assert not result.feasible
+    assert result.value == FAILED_SCORE
+
+
+def test_weights_change_the_ranking():
+    fast_start = {"ttft_p95_s": 0.5, "e2e_p99_s": 18.0, "error_rate": 0.0}
+    fast_finish = {"ttft_p95_s": 1.5, "e2e_p99_s": 8.0, "error_rate": 0.0}
+    ttft_first = {"ttft_p95_s": 10.0, "e2e_p99_s": 1.0}
+    e2e_first = {"ttft_p95_s": 1.0, "e2e_p99_s": 10.0}
+    assert score(fast_start, SLOS, ttft_first).value < score(fast_finish, SLOS, ttft_first).value
+    assert score(fast_start, SLOS, e2e_first).value > score(fast_finish, SLOS, e2e_first).value
+
+
+def test_a_zero_weight_constrains_but_does_not_score():
+    weights = {"ttft_p95_s": 1.0, "e2e_p99_s": 0.0}
+    result = score({"ttft_p95_s": 1.0, "e2e_p99_s": 30.0, "error_rate": 0.0}, SLOS, weights)
+    assert result.value == pytest.approx(0.5)
+    assert result.violations == ["slo_e2e_p99_s"]
+
+
+def test_failed_engine_score_is_infeasible():
+    assert not FAILED.feasible
+    assert FAILED.value == FAILED_SCORE

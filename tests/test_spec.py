@@ -1,0 +1,123 @@
+"""The study spec: a valid one becomes a frozen object, a bad one names its field."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+import yaml
+
+from tuner.errors import SpecError
+from tuner.spec import DEFAULT_SPEC, default_spec_text, load_spec, parse_spec
+
+
+def test_default_spec_text_parses_to_the_defaults():
+    spec = parse_spec(yaml.safe_load(default_spec_text("models/elsewhere")))
+    assert spec.model == "models/elsewhere"
+    assert spec.dummy_model == "cpu-demo"
+    assert [d.name for d in spec.space] == list(DEFAULT_SPEC["search_space"])
+    assert spec.n_trials == 20
+    assert spec.weights == DEFAULT_SPEC["objective"]
+
+
+def test_names_are_dashed_and_values_kept():
+    spec = parse_spec(
+        {
+            "engine_args": {"load_format": "dummy", "--max-model-len": 4096},
+            "baseline": {"gpu_memory_utilization": 0.2},
+            "search_space": {
+                "max_num_seqs": {"type": "int", "low": 1, "high": 32, "step": 1},
+                "block-size": {"type": "categorical", "choices": [16, 32]},
+                "gpu-memory-utilization": {"type": "float", "low": 0.1, "high": 0.25, "step": 0.05},
+                "max-num-batched-tokens": {"type": "int", "low": 512, "high": 8192, "log": True},
+            },
+            "n_trials": 3,
+            "window_s": 5,
+            "time_scale": 4,
+        }
+    )
+    assert spec.engine_args == {"load-format": "dummy", "max-model-len": 4096}
+    assert spec.baseline == {"gpu-memory-utilization": 0.2}
+    seqs, block, gmu, batched = spec.space
+    assert (seqs.name, seqs.kind, seqs.low, seqs.high, seqs.step) == (
+        "max-num-seqs",
+        "int",
+        1,
+        32,
+        1,
+    )
+    assert block.choices == (16, 32)
+    assert (gmu.kind, gmu.step) == ("float", 0.05)
+    assert batched.log
+    assert (spec.window_s, spec.time_scale) == (5.0, 4.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.n_trials = 4  # type: ignore[misc]
+
+
+BAD: list[tuple[dict[str, Any], str]] = [
+    ({"modle": "x"}, "modle"),
+    ({"model": ""}, "model"),
+    ({"engine_args": ["load-format"]}, "engine_args"),
+    ({"engine_args": {"max_num_seqs": 4, "max-num-seqs": 8}}, "engine_args"),
+    ({"engine_args": {"port": 8000}}, "port"),
+    ({"baseline": {"host": "0.0.0.0"}}, "host"),
+    ({"search_space": {"max-num-seqs": {"type": "integer", "low": 1, "high": 2}}}, "type"),
+    ({"search_space": {"max-num-seqs": {"type": "int", "low": 1}}}, "max-num-seqs"),
+    ({"search_space": {"max-num-seqs": {"type": "int", "low": 9, "high": 2}}}, "low"),
+    ({"search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 2.5}}}, "max-num-seqs"),
+    ({"search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 8, "bound": 1}}}, "bound"),
+    ({"search_space": {"x": {"type": "float", "low": 0, "high": 1, "log": True}}}, "log"),
+    ({"search_space": {"x": {"type": "float", "low": "a", "high": 1}}}, "low"),
+    ({"search_space": {"x": {"type": "float", "low": 0, "high": 1, "step": -1}}}, "step"),
+    ({"search_space": {"block-size": {"type": "categorical", "choices": []}}}, "choices"),
+    ({"engine_args": {"max-num-seqs": 8}}, "engine_args.max-num-seqs"),
+    ({"slos": {"ttft_p95_ms": 200}}, "slos.ttft_p95_ms"),
+    ({"slos": {"ttft_p95_s": 0}}, "slos.ttft_p95_s"),
+    ({"slos": {}}, "slos"),
+    ({"objective": {"tpot_p99_s": 1.0}}, "objective.tpot_p99_s"),
+    ({"objective": {"ttft_p95_s": -1.0}}, "objective.ttft_p95_s"),
+    ({"n_trials": 0}, "n_trials"),
+    ({"n_trials": True}, "n_trials"),
+    ({"window_s": -5}, "window_s"),
+    ({"time_scale": "fast"}, "time_scale"),
+    ({"seed": 1.5}, "seed"),
+    ({"max_error_rate": 2}, "max_error_rate"),
+    ({"warmup_requests": -1}, "warmup_requests"),
+    ({"dummy_model": "gpt-5"}, "dummy_model"),
+]
+
+
+@pytest.mark.parametrize(("data", "field"), BAD)
+def test_errors_name_the_field(data, field):
+    with pytest.raises(SpecError) as caught:
+        parse_spec(data, "studies/x.yaml")
+    assert field in caught.value.field
+    assert str(caught.value).startswith(f"studies/x.yaml: {caught.value.field}: ")
+
+
+def test_not_a_mapping():
+    with pytest.raises(SpecError, match="<top level>"):
+        parse_spec(["model"], "s.yaml")
+
+
+def test_load_spec_reports_file_and_yaml_errors(tmp_path):
+    with pytest.raises(SpecError, match="<file>"):
+        load_spec(tmp_path / "absent.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("model: [unclosed\n")
+    with pytest.raises(SpecError, match="<yaml>") as caught:
+        load_spec(broken)
+    assert str(caught.value).startswith(str(broken))
+
+
+def test_load_spec_reads_a_file(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("model: m\nn_trials: 7\nslos: {e2e_p99_s: 9}\nobjective: {e2e_p99_s: 1}\n")
+    spec = load_spec(path)
+    assert (spec.model, spec.n_trials, spec.slos, spec.weights) == (
+        "m",
+        7,
+        {"e2e_p99_s": 9.0},
+        {"e2e_p99_s": 1.0},
+    )
