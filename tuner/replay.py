@@ -112,7 +112,9 @@ async def _send(
                     continue
                 data = line[5:].strip()
                 if data == "[DONE]":
-                    break
+                    # Read on to the end of the body: a connection closed mid-body cannot
+                    # be reused, and a new one per request costs the replay loop dearly.
+                    continue
                 chunk = json.loads(data)
                 if chunk.get("choices"):
                     if ttft_s is None:
