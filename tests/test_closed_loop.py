@@ -17,6 +17,7 @@ import pytest
 
 from tuner.concurrency import (
     LengthSource,
+    busiest_window_start,
     closed_loop_requests,
     draw_distribution,
     from_samples,
@@ -26,7 +27,7 @@ from tuner.engine import Engine
 from tuner.errors import InputError, TraceError
 from tuner.formats import load_trace
 from tuner.replay import ReplaySettings, replay_closed_loop
-from tuner.traffic import in_flight, time_weighted
+from tuner.traffic import in_flight, measured_in_flight, time_weighted
 
 TOKEN_S = 0.01
 
@@ -192,6 +193,10 @@ def test_closed_loop_follows_the_target(server):
         inside = (stamps >= lo) & (stamps < hi)
         stats = time_weighted(stamps[inside], active[inside], hi)
         assert stats["mean"] == pytest.approx(want, abs=0.6), (lo, stats)
+    # What inspect reports of a replay: the time-mean of (2, 6, 1) over 1 s each, less the
+    # gaps between one request and its successor.
+    measured = measured_in_flight(result.results)
+    assert measured["max"] == 6 and measured["mean"] == pytest.approx(3.0, abs=0.5)
     # Sending stopped at the end of the schedule (3 s), the last ones drained.
     assert sent.max() < schedule.end_s
     # Little's law: (2 + 6 + 1) slot-seconds over the mean latency, give or take the gaps
@@ -242,3 +247,15 @@ def test_closed_loop_against_vllm(tmp_path, cpu_model):
         assert counts[inside].max() == want
         mean = time_weighted(times_s[inside], counts[inside], hi)["mean"]
         assert mean == pytest.approx(want, abs=0.3)
+
+
+def test_window_and_busiest_window_of_a_schedule():
+    schedule = from_samples([0, 10, 20, 30, 40], [1, 8, 2, 8, 0])  # ends at 50
+    assert busiest_window_start(schedule, 20) == 10.0  # 8+2 beats 2+8 on ties: earliest
+    assert busiest_window_start(schedule, 15) == 10.0  # all of the first 8, half the 2
+    assert busiest_window_start(schedule, 100) == 0.0
+    part = schedule.window(15, 20)
+    assert part.time_s.tolist() == [0.0, 5.0, 15.0]
+    assert part.concurrency.tolist() == [8, 2, 8]
+    assert part.end_s == 20.0
+    assert [part.target_at(t) for t in (0, 4.9, 5, 19.9, 20)] == [8, 8, 2, 8, 0]

@@ -185,6 +185,7 @@ def test_quoted_csv_takes_the_row_path(write_trace):
         ("m.jsonl", MOONCAKE + '{"timestamp": 1, "input_le', 4, "not JSON"),
         ("m.jsonl", MOONCAKE + "[1, 2]\n", 4, "JSON object"),
         ("m.jsonl", MOONCAKE.replace("[0, 1]", '"x"'), 2, "hash_ids"),
+        ("m.jsonl", MOONCAKE.replace("[0, 1]", "[0, -1]"), 2, "non-negative"),
         ("m.jsonl", MOONCAKE.replace("600", "true"), 2, "input_length"),
         ("m.jsonl", MOONCAKE.replace("1500", "NaN"), 2, "finite"),
     ],

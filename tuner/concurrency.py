@@ -58,12 +58,46 @@ class ConcurrencyTrace:
         index = int(np.searchsorted(self.time_s, t_s, side="right"))
         return float(self.time_s[index]) if index < len(self.time_s) else self.end_s
 
+    def window(self, start_s: float, duration_s: float) -> ConcurrencyTrace:
+        """The schedule over ``[start_s, start_s + duration_s)``, rebased to ``start_s``."""
+        end_s = min(start_s + duration_s, self.end_s)
+        first = max(int(np.searchsorted(self.time_s, start_s, side="right")) - 1, 0)
+        last = int(np.searchsorted(self.time_s, end_s, side="left"))
+        times = np.maximum(self.time_s[first:last] - start_s, 0.0)
+        return dataclasses.replace(
+            self,
+            time_s=times,
+            concurrency=self.concurrency[first:last],
+            end_s=max(end_s - start_s, 0.0),
+        )
+
     def scaled(self, time_scale: float) -> ConcurrencyTrace:
         if time_scale <= 0:
             raise ValueError("time_scale must be positive")
         return dataclasses.replace(
             self, time_s=self.time_s * time_scale, end_s=self.end_s * time_scale
         )
+
+
+def busiest_window_start(trace: ConcurrencyTrace, window_s: float) -> float:
+    """Start of the ``window_s`` seconds with the most request-seconds in flight.
+
+    The integral of a step function over a sliding window is piecewise linear in the
+    window's start, so its maximum is at a start or an end aligned with a sample time.
+    """
+    if window_s >= trace.end_s:
+        return 0.0
+    edges = np.append(trace.time_s, trace.end_s)
+    area = np.concatenate(([0.0], np.cumsum(trace.concurrency * np.diff(edges))))
+
+    def integral(t: np.ndarray) -> np.ndarray:
+        index = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, len(trace.time_s) - 1)
+        return area[index] + trace.concurrency[index] * (t - edges[index])
+
+    starts = np.concatenate((trace.time_s, trace.time_s - window_s + 0.0, edges - window_s))
+    starts = np.unique(np.clip(starts, 0.0, trace.end_s - window_s))
+    totals = integral(starts + window_s) - integral(starts)
+    return float(starts[int(np.argmax(totals))])
 
 
 def from_samples(

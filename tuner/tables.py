@@ -319,9 +319,9 @@ def json_time(value: Any, key: str) -> float:
 
 def json_int_list(value: Any, key: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
     ):
-        raise ValueError(f"{key} must be a list of integers")
+        raise ValueError(f"{key} must be a list of non-negative integers")
     return tuple(value)
 
 

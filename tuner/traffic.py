@@ -8,12 +8,14 @@ is measured, so it is reported as it is.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from tuner.concurrency import ConcurrencyTrace
+from tuner.metrics import RequestResult
 from tuner.trace import Trace, busiest_window
 
 PERCENTILES = (50, 90, 99)
@@ -58,6 +60,17 @@ def time_weighted(times_s: np.ndarray, values: np.ndarray, end_s: float) -> dict
         index = min(int(np.searchsorted(cumulative, q / 100, side="left")), len(order) - 1)
         out[f"p{q}"] = float(values[order[index]])
     return out
+
+
+def measured_in_flight(results: Sequence[RequestResult]) -> dict[str, Any]:
+    """The in-flight distribution a replay actually produced, from send to last token.
+
+    Requests that failed before finishing count until they were sent only; none are dropped.
+    """
+    sent_s = np.array([r.sent_s for r in results], dtype=np.float64)
+    end_s = sent_s + np.array([r.e2e_s or 0.0 for r in results], dtype=np.float64)
+    times_s, counts = in_flight(sent_s, end_s)
+    return {"estimated": False, **time_weighted(times_s, counts, float(end_s.max(initial=0.0)))}
 
 
 def _percentiles(values: np.ndarray) -> dict[str, float]:
