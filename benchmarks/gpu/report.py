@@ -1,0 +1,232 @@
+"""Tables and plots of a GPU study that came back from the device machine.
+
+    python benchmarks/gpu/report.py benchmarks/results/h100-story --name story
+
+Reads ``DIR/study.db`` (the Optuna study) and ``DIR/loop.jsonl`` (each iteration's wall time)
+and, if present, ``DIR/validate-*.json``; writes ``DIR/tables.md`` and PNG plots into ``DIR``.
+Every number comes from those files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+SPACE = ("max-num-seqs", "max-num-batched-tokens", "gpu-memory-utilization")
+COST = (
+    ("time_engine_healthy_s", "engine start"),
+    ("time_warmup_s", "warm-up"),
+    ("time_window_s", "window"),
+    ("time_engine_stop_s", "shutdown"),
+)
+
+
+def kind(t: FrozenTrial) -> str:
+    if t.user_attrs.get("baseline"):
+        return "defaults"
+    if t.user_attrs.get("hand_tuned"):
+        return "hand-tuned"
+    return "search"
+
+
+def params(t: FrozenTrial) -> str:
+    args = t.user_attrs.get("engine_args", {})
+    shown = [f"{args[k]}" if k in args else "-" for k in SPACE]
+    return " / ".join(shown)
+
+
+def ms(attrs: dict[str, Any], key: str) -> str:
+    value = attrs.get(key)
+    return f"{value * 1000:.1f}" if isinstance(value, int | float) else "n/a"
+
+
+def num(attrs: dict[str, Any], key: str, fmt: str = ".1f") -> str:
+    value = attrs.get(key)
+    return format(value, fmt) if isinstance(value, int | float) else "n/a"
+
+
+def triple(attrs: dict[str, Any], prefix: str) -> str:
+    return " / ".join(ms(attrs, f"{prefix}_p{q}_s") for q in (50, 95, 99))
+
+
+def trial_table(trials: list[FrozenTrial], best: int | None) -> list[str]:
+    rows = [
+        "| trial | config | max-num-seqs / max-num-batched-tokens / gpu-mem-util | feasible "
+        "| TTFT p50 / p95 / p99 ms | TPOT p50 / p95 / p99 ms | e2e p50 / p95 / p99 ms "
+        "| req/s | out tok/s | running mean / peak | waiting peak | score |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for t in trials:
+        a = t.user_attrs
+        mark = " **best**" if t.number == best else ""
+        reason = a.get("reason", "")
+        feasible = "yes" if a.get("feasible") else f"no ({reason[:80]})" if reason else "no"
+        score = f"{t.value:.3f}" if t.value is not None else t.state.name
+        rows.append(
+            f"| {t.number}{mark} | {kind(t)} | {params(t)} | {feasible} | {triple(a, 'ttft')} "
+            f"| {triple(a, 'tpot')} | {triple(a, 'e2e')} | {num(a, 'throughput_req_per_s', '.2f')} "
+            f"| {num(a, 'throughput_output_tokens_per_s', '.0f')} "
+            f"| {num(a, 'running_mean')} / {num(a, 'running_peak', '.0f')} "
+            f"| {num(a, 'waiting_peak', '.0f')} | {score} |"
+        )
+    return rows
+
+
+def cost_table(trials: list[FrozenTrial], walls: list[dict[str, Any]]) -> list[str]:
+    rows = [
+        "| trial | engine start s | warm-up s | window s | shutdown s | trial s "
+        "| tuner process s | not measurement |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for t, w in zip(trials, walls + [{}] * len(trials), strict=False):
+        a = t.user_attrs
+        wall = w.get("wall_s")
+        window = a.get("time_window_s", 0.0)
+        share = f"{1 - window / wall:.0%}" if wall else "n/a"
+        rows.append(
+            f"| {t.number} | {num(a, 'time_engine_healthy_s')} | {num(a, 'time_warmup_s')} "
+            f"| {num(a, 'time_window_s')} | {num(a, 'time_engine_stop_s')} "
+            f"| {num(a, 'time_trial_s')} | {wall:.1f} | {share} |"
+            if wall
+            else f"| {t.number} | {num(a, 'time_engine_healthy_s')} | {num(a, 'time_warmup_s')} "
+            f"| {num(a, 'time_window_s')} | {num(a, 'time_engine_stop_s')} "
+            f"| {num(a, 'time_trial_s')} | n/a | n/a |"
+        )
+    if walls:
+        study_s = walls[-1]["start_epoch"] + walls[-1]["wall_s"] - walls[0]["start_epoch"]
+        measured = sum(t.user_attrs.get("time_window_s", 0.0) for t in trials)
+        starts = [t.user_attrs["time_engine_healthy_s"] for t in trials
+                  if "time_engine_healthy_s" in t.user_attrs]  # fmt: skip
+        rows += [
+            "",
+            f"Study wall time {study_s:.0f} s for {len(trials)} trials; measurement windows "
+            f"{measured:.0f} s, so **{1 - measured / study_s:.0%} of the study's wall time was "
+            f"not measurement**. Engine start median {statistics.median(starts):.0f} s "
+            f"(min {min(starts):.0f}, max {max(starts):.0f})."
+            if starts
+            else f"Study wall time {study_s:.0f} s; measurement {measured:.0f} s.",
+        ]
+    return rows
+
+
+def validation_table(docs: list[dict[str, Any]]) -> list[str]:
+    keys = [
+        ("ttft", "TTFT"),
+        ("tpot", "TPOT"),
+        ("e2e", "e2e"),
+    ]
+    rows = [
+        "| config | repeats | "
+        + " | ".join(f"{t} p{q} ms" for _, t in keys for q in (50, 95, 99))
+        + " | req/s | out tok/s |",
+        "|---|---|" + "---|" * 11,
+    ]
+    for doc in docs:
+        ok = [r["metrics"] for r in doc["repeats"] if r.get("metrics")]
+
+        def cell(key: str, scale: float, ok: list[dict[str, float]] = ok) -> str:
+            values = [m[key] * scale for m in ok if key in m]
+            if not values:
+                return "n/a"
+            return f"{statistics.median(values):.1f} [{min(values):.1f}-{max(values):.1f}]"
+
+        cells = [cell(f"{p}_p{q}_s", 1000) for p, _ in keys for q in (50, 95, 99)]
+        cells += [cell("throughput_req_per_s", 1), cell("throughput_output_tokens_per_s", 1)]
+        rows.append(
+            f"| {doc['label']} | {len(ok)}/{len(doc['repeats'])} | " + " | ".join(cells) + " |"
+        )
+    rows.append("")
+    rows.append("Cells: median over repeats [min-max].")
+    return rows
+
+
+def plots(trials: list[FrozenTrial], out: Path, slos: dict[str, float]) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    numbers = [t.number for t in trials]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    bottom = [0.0] * len(trials)
+    for key, label in COST:
+        values = [t.user_attrs.get(key, 0.0) for t in trials]
+        ax.bar(numbers, values, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set_xlabel("trial")
+    ax.set_xticks(numbers)
+    ax.set_ylabel("seconds")
+    ax.set_title("Where each trial's time went")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "trial-cost.png", dpi=110)
+    written.append("trial-cost.png")
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
+    for ax, (key, label) in zip(
+        axes,
+        (("ttft_p95_s", "TTFT p95"), ("tpot_p95_s", "TPOT p95"), ("e2e_p99_s", "e2e p99")),
+        strict=True,
+    ):
+        for t in trials:
+            if key not in t.user_attrs:
+                continue
+            colour = {"defaults": "tab:red", "hand-tuned": "tab:orange"}.get(kind(t), "tab:blue")
+            ax.scatter(t.number, t.user_attrs[key] * 1000, color=colour)
+        if key in slos:
+            ax.axhline(slos[key] * 1000, color="grey", linestyle="--", label="SLO")
+        ax.set_title(f"{label} (ms)")
+        ax.set_xlabel("trial")
+        ax.set_yscale("log")
+        ax.set_xticks(numbers)
+    fig.suptitle("red: vLLM defaults, orange: hand-tuned, blue: searched; dashed: SLO")
+    fig.tight_layout()
+    fig.savefig(out / "trial-latency.png", dpi=110)
+    written.append("trial-latency.png")
+    plt.close(fig)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--name", required=True, help="study name")
+    parser.add_argument("--spec", type=Path, help="the study spec, for the SLO lines")
+    args = parser.parse_args(argv)
+    storage = f"sqlite:///{args.dir / 'study.db'}"
+    study = optuna.load_study(study_name=args.name, storage=storage)
+    trials = [t for t in study.get_trials() if t.state != TrialState.WAITING]
+    walls = []
+    loop = args.dir / "loop.jsonl"
+    if loop.exists():
+        walls = [json.loads(line) for line in loop.read_text().splitlines() if line.strip()]
+    feasible = [t for t in trials if t.user_attrs.get("feasible") and t.value is not None]
+    best = min(feasible, key=lambda t: t.value or 0.0).number if feasible else None
+    slos: dict[str, float] = {}
+    if args.spec:
+        from tuner.spec import load_spec
+
+        slos = dict(load_spec(args.spec).slos)
+    lines = [f"### Trials of study `{args.name}`", "", *trial_table(trials, best), ""]
+    lines += ["### Trial cost", "", *cost_table(trials, walls), ""]
+    docs = [json.loads(p.read_text()) for p in sorted(args.dir.glob("validate-*.json"))]
+    if docs:
+        lines += ["### Validation", "", *validation_table(docs), ""]
+    for png in plots(trials, args.dir, slos):
+        lines.append(f"![{png}]({png})")
+    (args.dir / "tables.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
