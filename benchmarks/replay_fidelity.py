@@ -7,6 +7,7 @@ time minus scheduled time), as medians over repeats. Target: p99 <= 5 ms at 200 
 
     python benchmarks/replay_fidelity.py            # the full run, about a minute
     python benchmarks/replay_fidelity.py --rates 200 --repeats 5 --duration-s 10
+    python benchmarks/replay_fidelity.py --hold-s 2   # 2 s streams: rate x 2 in flight
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ def _chunk(payload: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(line), line)
 
 
-async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _handle(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hold_s: float = 0.0
+) -> None:
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
@@ -57,7 +60,13 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
                 tokens = json.loads(body)["max_tokens"]
                 out = [b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"]
                 out.append(b"transfer-encoding: chunked\r\n\r\n")
-                for i in range(tokens):
+                first = 0
+                if hold_s:  # the first token at once, the rest after hold_s
+                    out.append(_chunk(b'{"choices":[{"index":0,"text":" t0"}]}'))
+                    writer.write(b"".join(out))
+                    out, first = [], 1
+                    await asyncio.sleep(hold_s)
+                for i in range(first, tokens):
                     out.append(_chunk(b'{"choices":[{"index":0,"text":" t%d"}]}' % i))
                 usage = b'{"choices":[],"usage":{"completion_tokens":%d}}' % tokens
                 out += [_chunk(usage), _chunk(b"[DONE]"), b"0\r\n\r\n"]
@@ -71,19 +80,23 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
         writer.close()
 
 
-async def _serve(port: int) -> None:
-    server = await asyncio.start_server(_handle, "127.0.0.1", port, backlog=4096)
+async def _serve(port: int, hold_s: float) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _handle(reader, writer, hold_s)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096)
     print("ready", flush=True)
     async with server:
         await server.serve_forever()
 
 
-def start_server() -> tuple[subprocess.Popen[bytes], str]:
+def start_server(hold_s: float = 0.0) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     process = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(port)], stdout=subprocess.PIPE
+        [sys.executable, __file__, "--serve", str(port), "--hold-s", str(hold_s)],
+        stdout=subprocess.PIPE,
     )
     assert process.stdout is not None
     if process.stdout.readline().strip() != b"ready":
@@ -124,10 +137,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", type=float, nargs="+", default=[50, 200, 500])
     parser.add_argument("--duration-s", type=float, default=5.0, help="per replay")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--hold-s",
+        type=float,
+        default=0.0,
+        help="the server holds each stream open this long after its first token, so that "
+        "rate x hold requests are in flight (default 0: it answers at once)",
+    )
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        asyncio.run(_serve(args.serve))
+        asyncio.run(_serve(args.serve, args.hold_s))
         return 0
 
     load = os.getloadavg()
@@ -135,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         f"replay fidelity on {platform.node()}: {os.cpu_count()} CPUs, python "
         f"{platform.python_version()}, load average before {load[0]:.2f}"
     )
-    server, base_url = start_server()
+    server, base_url = start_server(args.hold_s)
     rows = []
     try:
         for rate in args.rates:
