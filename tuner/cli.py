@@ -12,15 +12,17 @@ import json
 import logging
 import signal
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import tuner
-from tuner import environment, from_prometheus, search, traffic, traffic_plot
-from tuner.concurrency import load_concurrency
+from tuner import concurrency, environment, from_prometheus, search, traffic, traffic_plot
+from tuner.concurrency import ClosedLoop, LengthSource, load_concurrency
 from tuner.dummy_model import write_model
 from tuner.emit import HEADLINE, Provenance, format_figure, render
+from tuner.engine import ProcessLauncher, ZygoteLauncher
 from tuner.errors import InputError, TunerError
 from tuner.formats import (
     CONCURRENCY,
@@ -32,7 +34,7 @@ from tuner.formats import (
 )
 from tuner.replay import ReplaySettings
 from tuner.spec import StudySpec, default_spec_text, load_spec
-from tuner.trace import busiest_window_start
+from tuner.trace import Request, busiest_window_start
 from tuner.trial import Objective, TrialSetup
 from tuner.workload import Workload, build_workload, model_info
 
@@ -55,10 +57,29 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", help="model folder, written into a new spec")
     run.add_argument("--n-trials", type=int, help="trials to add in this run (default: spec)")
     run.add_argument("--storage", help="Optuna storage URL (default: sqlite:///studies/NAME.db)")
+    run.add_argument(
+        "--time-budget-s",
+        type=float,
+        help="start no trial that would end later than this many seconds from now",
+    )
     run.add_argument("--window-s", type=float, help="replay window in trace seconds")
     run.add_argument("--time-scale", type=float, help="multiply arrival times (< 1 is faster)")
     run.add_argument("--configs", type=Path, default=Path("configs"), help="output folder")
     run.add_argument("--runs", type=Path, default=Path("runs"), help="trial logs folder")
+    run.add_argument(
+        "--lengths-trace", type=Path, help="request trace whose lengths a concurrency trace draws"
+    )
+    run.add_argument(
+        "--input-lengths", help="prompt lengths for a concurrency trace: uniform:10:200"
+    )
+    run.add_argument("--output-lengths", help="output lengths for a concurrency trace")
+    run.add_argument(
+        "--launcher",
+        choices=("zygote", "process"),
+        default="zygote",
+        help="zygote: import vLLM once and fork a server per trial; process: a fresh "
+        "interpreter per trial (default: zygote)",
+    )
     _add_trace_commands(commands)
     return parser
 
@@ -81,6 +102,18 @@ def _column_mapping(text: str) -> dict[str, str]:
         return parse_column_mapping(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _length_source(args: argparse.Namespace) -> LengthSource:
+    """Where a closed-loop replay draws its request lengths from."""
+    if args.lengths_trace:
+        return LengthSource.from_trace(load_trace(args.lengths_trace))
+    if args.input_lengths and args.output_lengths:
+        return LengthSource.from_distributions(args.input_lengths, args.output_lengths)
+    raise InputError(
+        f"{args.trace} is a concurrency trace: give request lengths with --lengths-trace FILE "
+        "or --input-lengths and --output-lengths (fixed:N, uniform:LO:HI, lognormal:MEDIAN:SIGMA)"
+    )
 
 
 def trace_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -130,28 +163,62 @@ def _fmt_params(args: Mapping[str, Any], space_names: Sequence[str]) -> str:
     return " ".join(f"{k}={v}" if v != "" else k for k, v in shown.items())
 
 
+# What a trial's progress line shows: label, user attribute, scale, decimals, unit.
+LINE_FIGURES = (
+    ("ttft p95", "ttft_p95_s", 1000, 0, " ms"),
+    ("tpot p95", "tpot_p95_s", 1000, 1, " ms"),
+    ("e2e p99", "e2e_p99_s", 1, 2, " s"),
+    ("throughput", "throughput_req_per_s", 1, 2, " req/s"),
+    ("queue peak", "waiting_peak", 1, 0, ""),
+)
+
+
 def _trial_line(trial: Any, space_names: Sequence[str]) -> str:
     attrs = trial.user_attrs
     args = attrs.get(search.ARGS_ATTR, {})
     state = "feasible" if attrs.get(search.FEASIBLE_ATTR) else "infeasible"
+    if trial.state.name == "PRUNED":
+        state = "pruned"
     if search.BASELINE_ATTR in attrs:
         state += ", baseline"
     parts = [f"trial {trial.number:>3}", _fmt_params(args, space_names), f"[{state}]"]
-    if "ttft_p95_s" in attrs:
-        parts.append(
-            f"ttft p95 {attrs['ttft_p95_s'] * 1000:.0f} ms, "
-            f"tpot p95 {attrs.get('tpot_p95_s', float('nan')) * 1000:.1f} ms, "
-            f"e2e p99 {attrs.get('e2e_p99_s', float('nan')):.2f} s, "
-            f"{attrs.get('throughput_req_per_s', 0):.2f} req/s, "
-            f"queue peak {attrs.get('waiting_peak', float('nan')):.0f}"
-        )
-    parts.append(f"score {trial.value:.3f}")
+    shown = [
+        f"{label} {attrs[key] * scale:.{digits}f}{unit}"
+        for label, key, scale, digits, unit in LINE_FIGURES
+        if isinstance(attrs.get(key), int | float)
+    ]
+    if shown:
+        prefix = ">= " if trial.state.name == "PRUNED" else ""
+        parts.append(prefix + ", ".join(shown))
+    if trial.value is not None:
+        parts.append(f"score {trial.value:.3f}")
     if attrs.get(search.REASON_ATTR):
         parts.append(f"({attrs[search.REASON_ATTR][:160]})")
     engine_s = attrs.get("time_engine_healthy_s")
     if engine_s is not None:
         parts.append(f"start {engine_s:.0f} s")
     return "  ".join(parts)
+
+
+def overhead_summary(study: Any, first: int) -> str:
+    """How much of this run's trial time was not measurement, and the engine start-up times."""
+    trials = [t for t in study.get_trials(deepcopy=False)[first:] if "time_trial_s" in t.user_attrs]
+    if not trials:
+        return "no trial timings recorded"
+    total_s = sum(t.user_attrs["time_trial_s"] for t in trials)
+    window_s = sum(t.user_attrs.get("time_window_s", 0.0) for t in trials)
+    starts = sorted(
+        t.user_attrs["time_engine_healthy_s"]
+        for t in trials
+        if "time_engine_healthy_s" in t.user_attrs
+    )
+    text = (
+        f"trial time {total_s:.0f} s, of which measurement {window_s:.0f} s: "
+        f"overhead {1 - window_s / total_s:.0%}"
+    )
+    if starts:
+        text += f"; engine start median {starts[len(starts) // 2]:.1f} s (min {starts[0]:.1f} s)"
+    return text
 
 
 def comparison_table(best: Mapping[str, Any], baseline: Mapping[str, Any] | None) -> str:
@@ -175,7 +242,14 @@ def _check_workload(study: Any, fingerprint: Mapping[str, Any]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     name = args.study or args.trace.stem
-    trace = load_trace(args.trace, args.format, **trace_options(args))  # bad input stops here
+    # Bad input stops here, before anything is written.
+    closed = (args.format or detect_format(args.trace)) == CONCURRENCY
+    if closed:
+        schedule = load_concurrency(args.trace)
+        lengths = _length_source(args)
+        trace = None
+    else:
+        trace = load_trace(args.trace, args.format, **trace_options(args))
     spec_path = args.spec or Path("studies") / f"{name}.yaml"
     if not spec_path.exists():
         spec_path.parent.mkdir(parents=True, exist_ok=True)
@@ -191,55 +265,100 @@ def cmd_run(args: argparse.Namespace) -> int:
     info = model_info(spec.model, int(max_len) if max_len else None)
     window_s = args.window_s or spec.window_s
     time_scale = args.time_scale or spec.time_scale
-    workload: Workload = build_workload(trace, window_s, time_scale, info.max_model_len)
     sha = sha256_of(args.trace)
-    print(f"trace {args.trace}: {len(trace)} requests over {trace.span_s:.0f} s")
-    print(f"window: {workload.describe()}")
-    clip = workload.clipping
-    if clip.inputs_clipped or clip.outputs_clipped:
-        print(
-            f"clipped to the model's {info.max_model_len}-token context: "
-            f"{clip.inputs_clipped} prompts, {clip.outputs_clipped} outputs"
+    closed_loop = None
+    if trace is None:
+        start_s = concurrency.busiest_window_start(schedule, window_s)
+        window = schedule.window(start_s, window_s).scaled(time_scale)
+        closed_loop = ClosedLoop(window, lengths, info.max_model_len)
+        requests: list[Request] = []
+        block_tokens = 0
+        fingerprint: dict[str, Any] = {
+            "closed_loop": True,
+            "lengths": (
+                sha256_of(args.lengths_trace)
+                if args.lengths_trace
+                else f"{args.input_lengths} {args.output_lengths}"
+            ),
+        }
+        window_text = (
+            f"closed loop from {start_s:.1f} s of the concurrency trace, {window.span_s:.1f} s, "
+            f"up to {int(window.concurrency.max(initial=0))} in flight (time scale {time_scale:g})"
         )
+        print(f"concurrency trace {args.trace}: {len(schedule.time_s)} samples")
+    else:
+        workload: Workload = build_workload(trace, window_s, time_scale, info.max_model_len)
+        start_s = workload.start_s
+        requests = workload.trace.requests()
+        block_tokens = trace.block_tokens
+        fingerprint = {"requests": len(workload.trace)}
+        window_text = workload.describe()
+        print(f"trace {args.trace}: {len(trace)} requests over {trace.span_s:.0f} s")
+        clip = workload.clipping
+        if clip.inputs_clipped or clip.outputs_clipped:
+            print(
+                f"clipped to the model's {info.max_model_len}-token context: "
+                f"{clip.inputs_clipped} prompts, {clip.outputs_clipped} outputs"
+            )
 
+    print(f"window: {window_text}")
     storage = args.storage or f"sqlite:///studies/{name}.db"
-    study = search.open_study(name, storage, spec.seed)
+    study = search.open_study(name, storage, spec.seed, search.pruner_for(spec))
     _check_workload(
         study,
         {
             "trace_sha256": sha,
-            "window_start_s": workload.start_s,
-            "window_s": workload.window_s,
+            "window_start_s": start_s,
+            "window_s": window_s,
             "time_scale": time_scale,
-            "requests": len(workload.trace),
+            **fingerprint,
         },
     )
-    requests = workload.trace.requests()
     served_name = str(spec.engine_args.get("served-model-name", spec.model))
+    launcher = (
+        ZygoteLauncher(log=args.runs / name / "launcher.log")
+        if args.launcher == "zygote"
+        else ProcessLauncher()
+    )
+    first_new = len(study.trials)
     setup = TrialSetup(
         model=spec.model,
         requests=requests,
         replay=ReplaySettings(
             model=served_name,
             vocab_size=info.vocab_size,
-            block_tokens=trace.block_tokens,
+            block_tokens=block_tokens,
             seed=spec.seed,
         ),
         objective=Objective(spec.slos, spec.weights, spec.max_error_rate),
         health_timeout_s=spec.health_timeout_s,
         warmup_requests=requests[: spec.warmup_requests],
+        launcher=launcher,
+        closed_loop=closed_loop,
     )
     n_trials = args.n_trials or spec.n_trials
     space_names = [d.name for d in spec.space]
     print(f"study {name!r} in {storage}: {len(study.trials)} trials so far, adding {n_trials}")
-    search.run_study(
-        study,
-        spec,
-        setup,
-        args.runs / name,
-        n_trials,
-        on_trial=lambda t: print(_trial_line(t, space_names), flush=True),
-    )
+    deadline = time.monotonic() + args.time_budget_s if args.time_budget_s else None
+    try:
+        ran = search.run_study(
+            study,
+            spec,
+            setup,
+            args.runs / name,
+            n_trials,
+            on_trial=lambda t: print(_trial_line(t, space_names), flush=True),
+            on_start=lambda number, engine_args: print(
+                f"trial {number:>3}  {_fmt_params(engine_args, space_names)}  starting vLLM ...",
+                flush=True,
+            ),
+            deadline=deadline,
+        )
+        if ran < n_trials:
+            print(f"time budget reached: ran {ran} of {n_trials} trials")
+    finally:
+        launcher.close()
+    print(overhead_summary(study, first_new))
 
     best = search.best_trial(study)
     baseline = search.baseline_trial(study)
@@ -255,7 +374,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         study=name,
         trace_path=str(args.trace),
         trace_sha256=sha,
-        window=workload.describe(),
+        window=window_text,
         trial_number=best.number,
     )
     text = render(

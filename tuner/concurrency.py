@@ -209,3 +209,16 @@ def closed_loop_requests(
                 n_out = min(n_out, max_model_len - 1)
                 n_in = min(n_in, max_model_len - n_out)
             yield Request(0.0, n_in, n_out)
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """A closed-loop workload: keep ``schedule`` in flight with requests drawn from ``lengths``."""
+
+    schedule: ConcurrencyTrace
+    lengths: LengthSource
+    max_model_len: int | None = None
+
+    def requests(self, seed: int) -> Iterator[Request]:
+        """A fresh stream: every trial that calls this replays the same requests."""
+        return closed_loop_requests(self.lengths, seed, self.max_model_len)

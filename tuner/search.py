@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -144,14 +145,23 @@ def run_study(
     on_trial: OnTrial | None = None,
     runner: TrialRunner = run_trial,
     on_start: OnStart | None = None,
-) -> None:
-    """Run ``n_trials`` more trials, the baseline first if the study has none yet.
+    deadline: float | None = None,
+) -> int:
+    """Run ``n_trials`` more trials, the baseline first if the study has none yet; return how many.
+
+    With a ``deadline`` (``time.monotonic()`` seconds), no trial is started that would end after
+    it, going by the longest trial so far in this run.
 
     A configuration that fails is a completed, infeasible trial. Ctrl-C (or any escape) marks
     the running trial FAIL with the reason, so the storage never keeps a trial RUNNING.
     """
     fixed = dict(spec.engine_args)
-    for _ in range(n_trials):
+    longest_s = 0.0
+    for done in range(n_trials):
+        if deadline is not None and done and time.monotonic() + longest_s > deadline:
+            logger.info("time budget reached after %d trials", done)
+            return done
+        began = time.monotonic()
         trial = study.ask()
         baseline = not has_baseline(study)
         if baseline:
@@ -180,6 +190,8 @@ def run_study(
             frozen = study.tell(trial, outcome.score.value)
         if on_trial is not None:
             on_trial(frozen)
+        longest_s = max(longest_s, time.monotonic() - began)
+    return n_trials
 
 
 def _should_stop(trial: Trial) -> Callable[[int, float], bool]:

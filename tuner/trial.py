@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner.concurrency import ClosedLoop
 from tuner.engine import Engine, EngineFailed, Launcher, ProcessLauncher, tail
 from tuner.metrics import (
     LiveRequest,
@@ -23,7 +24,7 @@ from tuner.metrics import (
     summarize_gauges,
     summarize_server,
 )
-from tuner.replay import Monitor, ReplayResult, ReplaySettings, replay
+from tuner.replay import Monitor, ReplayResult, ReplaySettings, replay, replay_closed_loop
 from tuner.scoring import FAILED, Score, score, worst_slo_ratio
 from tuner.trace import Request
 
@@ -50,6 +51,8 @@ class TrialSetup:
     health_timeout_s: float = 900.0
     warmup_requests: Sequence[Request] = ()
     launcher: Launcher = field(default_factory=ProcessLauncher)
+    # Set for a concurrency trace: replayed closed-loop instead of ``requests`` (not pruned).
+    closed_loop: ClosedLoop | None = None
     env: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -144,7 +147,15 @@ def run_trial(
             replay(engine.base_url, setup.warmup_requests, setup.replay)
             timings["warmup_s"] = time.monotonic() - started
         started = time.monotonic()
-        result = replay(engine.base_url, setup.requests, setup.replay, monitor=monitor)
+        if setup.closed_loop is not None:
+            result = replay_closed_loop(
+                engine.base_url,
+                setup.closed_loop.schedule,
+                setup.closed_loop.requests(setup.replay.seed),
+                setup.replay,
+            )
+        else:
+            result = replay(engine.base_url, setup.requests, setup.replay, monitor=monitor)
         timings["window_s"] = time.monotonic() - started
         crashed = not engine.alive()
     except EngineFailed as exc:
