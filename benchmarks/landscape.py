@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from tuner.dummy_model import write_model
-from tuner.engine import ZygoteLauncher
+from tuner.engine import ProcessLauncher
 from tuner.formats import load_trace
 from tuner.replay import ReplaySettings
 from tuner.spec import load_spec
@@ -59,7 +59,7 @@ def main() -> None:
     values = [yaml.safe_load(v) for v in options.values.split(",")]
     print(f"{options.spec}: {workload.describe()}")
     print(f"fixed: {dict(spec.engine_args) | dict(spec.baseline)}")
-    launcher = ZygoteLauncher()
+    launcher = ProcessLauncher()
     work = Path(tempfile.mkdtemp(prefix="landscape-runs-"))
     rows = []
     began = time.monotonic()

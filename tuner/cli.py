@@ -75,10 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output-lengths", help="output lengths for a concurrency trace")
     run.add_argument(
         "--launcher",
-        choices=("zygote", "process"),
-        default="zygote",
-        help="zygote: import vLLM once and fork a server per trial; process: a fresh "
-        "interpreter per trial (default: zygote)",
+        choices=("process", "zygote"),
+        default="process",
+        help="process: a fresh interpreter per trial (default); zygote: import vLLM's server "
+        "once and fork one per trial (faster starts; on the CPU build it measured slower "
+        "serving, see README)",
     )
     _add_trace_commands(commands)
     return parser

@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import httpx
@@ -178,6 +178,42 @@ async def _sample_gauges(
             await asyncio.wait_for(stop.wait(), timeout=interval_s)
 
 
+@dataclass
+class _Observed:
+    """vLLM's ``/metrics`` around a window: before, sampled during, after."""
+
+    before: str
+    during: list[str] = field(default_factory=list)
+    after: str = ""
+
+
+@contextlib.asynccontextmanager
+async def _clients(
+    base_url: str, settings: ReplaySettings
+) -> AsyncIterator[tuple[list[httpx.AsyncClient], _Observed]]:
+    """``POOLS`` clients of the server, with its ``/metrics`` read around what runs inside."""
+    timeout = httpx.Timeout(settings.request_timeout_s, connect=30.0)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with contextlib.AsyncExitStack() as stack:
+        pools = [
+            await stack.enter_async_context(
+                httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits)
+            )
+            for _ in range(POOLS)
+        ]
+        observed = _Observed(before=await _scrape(pools[0]))
+        stop = asyncio.Event()
+        sampler = asyncio.create_task(
+            _sample_gauges(pools[0], settings.gauge_interval_s, observed.during, stop)
+        )
+        try:
+            yield pools, observed
+        finally:
+            stop.set()
+            await sampler
+            observed.after = await _scrape(pools[0])
+
+
 async def _watch(
     monitor: Monitor,
     live: Sequence[LiveRequest],
@@ -215,22 +251,7 @@ async def replay_async(
     requests in flight are cancelled.
     """
     bodies = [request_body(i, r, settings) for i, r in enumerate(requests)]
-    timeout = httpx.Timeout(settings.request_timeout_s, connect=30.0)
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with contextlib.AsyncExitStack() as stack:
-        pools = [
-            await stack.enter_async_context(
-                httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits)
-            )
-            for _ in range(POOLS)
-        ]
-        client = pools[0]
-        before = await _scrape(client)
-        during: list[str] = []
-        stop_sampling = asyncio.Event()
-        sampler = asyncio.create_task(
-            _sample_gauges(client, settings.gauge_interval_s, during, stop_sampling)
-        )
+    async with _clients(base_url, settings) as (pools, observed):
         stopped = asyncio.Event()
         live: list[LiveRequest] = []
         tasks: list[asyncio.Task[RequestResult]] = []
@@ -272,9 +293,6 @@ async def replay_async(
         if watcher is not None:
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
-        stop_sampling.set()
-        await sampler
-        after = await _scrape(client)
     results = []
     for i, request in enumerate(requests):
         if i >= len(tasks):
@@ -288,7 +306,15 @@ async def replay_async(
             results.append(_unfinished(request, live[i].sent_s, why))
         else:
             results.append(tasks[i].result())
-    return ReplayResult(results, duration_s, before, after, during, stopped_at_s, live)
+    return ReplayResult(
+        results,
+        duration_s,
+        observed.before,
+        observed.after,
+        observed.during,
+        stopped_at_s,
+        live,
+    )
 
 
 def replay(
@@ -317,15 +343,7 @@ async def replay_closed_loop_async(
     finished. Each request's ``scheduled_s`` is its send time. A failed request holds its slot
     for ``error_backoff_s``, so that a server refusing everything is not flooded.
     """
-    timeout = httpx.Timeout(settings.request_timeout_s, connect=30.0)
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits) as client:
-        before = await _scrape(client)
-        during: list[str] = []
-        stop = asyncio.Event()
-        sampler = asyncio.create_task(
-            _sample_gauges(client, settings.gauge_interval_s, during, stop)
-        )
+    async with _clients(base_url, settings) as (pools, observed):
         loop = asyncio.get_running_loop()
         wake = asyncio.Event()
         in_flight: set[asyncio.Task[RequestResult]] = set()
@@ -351,7 +369,9 @@ async def replay_closed_loop_async(
             while len(in_flight) + cooling < schedule.target_at(now):
                 request = replace(next(requests), arrival_s=now)
                 body = request_body(len(sent), request, settings)
-                task = asyncio.create_task(_send(client, body, request, now, start, clock))
+                # One pool: in flight here is at most the schedule's target, and a connection
+                # opened per pool would count its set-up as time in flight.
+                task = asyncio.create_task(_send(pools[0], body, request, now, start, clock))
                 task.add_done_callback(finished)
                 in_flight.add(task)
                 sent.append((request, task))
@@ -366,24 +386,15 @@ async def replay_closed_loop_async(
         )
         for task in pending:
             task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
         duration_s = clock() - start
-        stop.set()
-        await sampler
-        after = await _scrape(client)
+    why = f"not finished within the {settings.drain_timeout_s:g} s drain timeout"
     results = [
-        task.result()
-        if task in done
-        else RequestResult(
-            request.arrival_s,
-            request.arrival_s,
-            request.input_tokens,
-            request.output_tokens,
-            error=f"not finished within the {settings.drain_timeout_s:g} s drain timeout",
-        )
+        task.result() if task in done else _unfinished(request, request.arrival_s, why)
         for request, task in sent
     ]
     logger.info("closed loop: %d requests over %.1f s", len(results), duration_s)
-    return ReplayResult(results, duration_s, before, after, during)
+    return ReplayResult(results, duration_s, observed.before, observed.after, observed.during)
 
 
 def replay_closed_loop(
