@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
 import warnings
@@ -325,6 +326,60 @@ def json_int_list(value: Any, key: str) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _numbers(values: list[Any], kinds: str) -> np.ndarray | None:
+    """``values`` as a 1-D array if numpy reads them all as one of ``kinds``, else None."""
+    array = np.array(values)
+    return array if array.ndim == 1 and array.dtype.kind in kinds else None
+
+
+def _read_jsonl_fast(
+    path: str, text: str, wanted: Mapping[str, Kind], lists: Sequence[str]
+) -> tuple[Table, dict[str, list[tuple[int, ...]]]] | None:
+    """One ``json.loads`` for the whole file and column-wise checks, for the common case.
+
+    None whenever anything is unusual (a line that is not JSON, a missing key, a string where a
+    number belongs, a bad list, any true/false/null, whose numpy reading would hide them): the
+    line-by-line reader then handles it and names the line.
+    """
+    if "true" in text or "false" in text or "null" in text:
+        return None
+    lines = text.split("\n")
+    numbers = [n for n, line in enumerate(lines, start=1) if line.strip()]
+    if not numbers:
+        return None
+    try:
+        records = json.loads("[" + ",".join(lines[n - 1] for n in numbers) + "]")
+    except (ValueError, RecursionError):
+        return None
+    del lines
+    if not all(type(r) is dict for r in records):
+        return None
+    columns: dict[str, np.ndarray] = {}
+    list_values: dict[str, list[tuple[int, ...]]] = {}
+    try:
+        for name, kind in wanted.items():
+            column = [r[name] for r in records]
+            if kind == "text":
+                columns[name] = np.asarray([str(v) for v in column], dtype=str)
+                continue
+            array = _numbers(column, "iuf")
+            if array is None:
+                return None
+            columns[name] = array.astype(np.float64)
+        for name in lists:
+            column = [r[name] for r in records]
+            if not all(type(v) is list for v in column):
+                return None
+            flat = list(itertools.chain.from_iterable(column))
+            ids = _numbers(flat, "iu") if flat else np.zeros(0, dtype=np.int64)
+            if ids is None or (len(ids) and ids.min() < 0):
+                return None
+            list_values[name] = [tuple(v) for v in column]
+    except KeyError:
+        return None
+    return Table(path, columns, lambda row: numbers[row]), list_values
+
+
 def read_jsonl(
     path: str,
     text: str,
@@ -336,6 +391,9 @@ def read_jsonl(
 
     Keys in ``optional`` may be absent (numbers become NaN, texts empty, lists empty).
     """
+    fast = _read_jsonl_fast(path, text, wanted, lists)
+    if fast is not None:
+        return fast
     values: dict[str, list[Any]] = {name: [] for name in wanted}
     list_values: dict[str, list[tuple[int, ...]]] = {name: [] for name in lists}
     lines: list[int] = []
