@@ -25,10 +25,16 @@ from tuner.trace import Request
 
 
 def settle_index(series: list[float], tolerance: float) -> tuple[int, float]:
-    """Steady value (median of the second half) and the first index after which all stay near."""
-    steady = statistics.median(series[len(series) // 2 :])
+    """Steady value (median of the second half) and the first index after which all stay near.
+
+    Near: inside the second half's own range widened by ``tolerance``, so that request-to-request
+    noise of a warm engine does not count as warm-up.
+    """
+    half = series[len(series) // 2 :]
+    steady = statistics.median(half)
+    low, high = min(half) * (1 - tolerance), max(half) * (1 + tolerance)
     for i in range(len(series)):
-        if all(abs(v - steady) <= tolerance * steady for v in series[i:]):
+        if all(low <= v <= high for v in series[i:]):
             return i, steady
     return len(series), steady
 
@@ -92,7 +98,7 @@ def main() -> None:
     for name, series in (("TTFT", med_ttft), ("TPOT", med_tpot)):
         index, steady = settle_index(series, options.tolerance)
         print(
-            f"{name}: steady {steady * 1000:.1f} ms; within {options.tolerance:.0%} of it from "
+            f"{name}: steady {steady * 1000:.1f} ms; inside the warm range (+-{options.tolerance:.0%}) from "
             f"request {index} on (first request {series[0] / steady:.1f}x steady)"
         )
     print(
