@@ -98,7 +98,8 @@ def main() -> None:
     for name, series in (("TTFT", med_ttft), ("TPOT", med_tpot)):
         index, steady = settle_index(series, options.tolerance)
         print(
-            f"{name}: steady {steady * 1000:.1f} ms; inside the warm range (+-{options.tolerance:.0%}) from "
+            f"{name}: steady {steady * 1000:.1f} ms; "
+            f"inside the warm range (+-{options.tolerance:.0%}) from "
             f"request {index} on (first request {series[0] / steady:.1f}x steady)"
         )
     print(
