@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -26,7 +27,8 @@ from tuner.concurrency import (
 from tuner.engine import Engine
 from tuner.errors import InputError, TraceError
 from tuner.formats import load_trace
-from tuner.replay import ReplaySettings, replay_closed_loop
+from tuner.replay import ReplaySettings, replay, replay_closed_loop
+from tuner.trace import Request
 from tuner.traffic import in_flight, measured_in_flight, time_weighted
 
 TOKEN_S = 0.01
@@ -41,6 +43,7 @@ class CountingServer(ThreadingHTTPServer):
         self.active = 0
         self.samples: list[tuple[float, int]] = []  # (monotonic time, active after change)
         self.fail = False
+        self.on_request: Callable[[], None] | None = None
 
     def change(self, delta: int) -> None:
         with self.lock:
@@ -62,6 +65,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if self.server.on_request is not None:
+            self.server.on_request()
         if self.server.fail:
             self.send_response(503)
             self.send_header("content-length", "4")
@@ -217,6 +222,23 @@ def test_closed_loop_backs_off_on_errors(server):
     assert result.results and all("HTTP 503" in (r.error or "") for r in result.results)
     # 3 slots, each retried at most every 0.1 s for 2 s: about 60, far from a flood.
     assert len(result.results) <= 3 * (2.0 / 0.1 + 1)
+
+
+def test_a_wall_clock_step_during_the_window_is_reported(server, monkeypatch):
+    """vLLM times requests with the wall clock; a clock set mid-window is measured and kept."""
+    requests = [Request(0.1 * i, 4, 10) for i in range(5)]
+    url = f"http://127.0.0.1:{server.server_port}"
+    steady = replay(url, requests, settings())
+    assert all(r.ok for r in steady.results)
+    assert abs(steady.wall_clock_step_s) < 0.05
+
+    real_time = time.time
+    offset = [0.0]
+    monkeypatch.setattr(time, "time", lambda: real_time() + offset[0])
+    server.on_request = lambda: offset.__setitem__(0, -3.0)  # set back once the window runs
+    stepped = replay(url, requests, settings())
+    assert all(r.ok for r in stepped.results)
+    assert stepped.wall_clock_step_s == pytest.approx(-3.0, abs=0.05)
 
 
 @pytest.mark.vllm

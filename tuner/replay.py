@@ -33,6 +33,10 @@ Clock = Callable[[], float]
 # --hold-s 2).
 POOLS = 16
 
+# A wall clock that moved more than this against the monotonic one over a window is reported
+# (a slewing NTP daemon moves it by at most 0.5 ms a second).
+WALL_CLOCK_TOLERANCE_S = 0.05
+
 
 # Called every ``ReplaySettings.monitor_interval_s`` with the seconds since the window began and
 # the requests sent so far; returning True stops the replay early (the trial is hopeless).
@@ -64,6 +68,10 @@ class ReplayResult:
     metrics_during: list[str] = field(default_factory=list)
     stopped_at_s: float | None = None
     live: list[LiveRequest] = field(default_factory=list)
+    # How far the system's wall clock moved against the monotonic one over the window. vLLM times
+    # requests with the wall clock (``time.time()``), tuner with the monotonic one; a clock set
+    # during the window (NTP stepping a freshly booted machine) shifts vLLM's figures, not tuner's.
+    wall_clock_step_s: float = 0.0
 
 
 def request_body(index: int, request: Request, settings: ReplaySettings) -> bytes:
@@ -185,6 +193,14 @@ class _Observed:
     before: str
     during: list[str] = field(default_factory=list)
     after: str = ""
+    wall_offset_before_s: float = field(default_factory=lambda: time.time() - time.monotonic())
+    wall_offset_after_s: float | None = None
+
+    @property
+    def wall_clock_step_s(self) -> float:
+        if self.wall_offset_after_s is None:
+            return 0.0
+        return self.wall_offset_after_s - self.wall_offset_before_s
 
 
 @contextlib.asynccontextmanager
@@ -212,6 +228,13 @@ async def _clients(
             stop.set()
             await sampler
             observed.after = await _scrape(pools[0])
+            observed.wall_offset_after_s = time.time() - time.monotonic()
+            if abs(observed.wall_clock_step_s) > WALL_CLOCK_TOLERANCE_S:
+                logger.warning(
+                    "the system clock moved %+.3f s against the monotonic clock during the "
+                    "window: vLLM's own latency figures are off by up to that much",
+                    observed.wall_clock_step_s,
+                )
 
 
 async def _watch(
@@ -314,6 +337,7 @@ async def replay_async(
         observed.during,
         stopped_at_s,
         live,
+        observed.wall_clock_step_s,
     )
 
 
@@ -394,7 +418,14 @@ async def replay_closed_loop_async(
         for request, task in sent
     ]
     logger.info("closed loop: %d requests over %.1f s", len(results), duration_s)
-    return ReplayResult(results, duration_s, observed.before, observed.after, observed.during)
+    return ReplayResult(
+        results,
+        duration_s,
+        observed.before,
+        observed.after,
+        observed.during,
+        wall_clock_step_s=observed.wall_clock_step_s,
+    )
 
 
 def replay_closed_loop(

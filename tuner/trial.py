@@ -176,6 +176,7 @@ def run_trial(
     before, after = parse_scrape(result.metrics_before), parse_scrape(result.metrics_after)
     metrics |= summarize_server(before, after)
     metrics |= summarize_gauges([parse_scrape(text) for text in result.metrics_during])
+    metrics["wall_clock_step_s"] = result.wall_clock_step_s
     objective = setup.objective
     trial_score = score(metrics, objective.slos, objective.weights, objective.max_error_rate)
     reason = _why_infeasible(trial_score, metrics)
