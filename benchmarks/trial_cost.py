@@ -65,6 +65,16 @@ def spread(values: list[float]) -> str:
     return f"[{min(values):.2f}-{max(values):.2f}]" if values else ""
 
 
+def parse_variant(text: str) -> tuple[str, str, dict[str, str]]:
+    """``NAME=LAUNCHER[,KEY=VALUE...]``: a launcher and the environment its servers get."""
+    name, _, rest = text.partition("=")
+    launcher, *pairs = rest.split(",")
+    if launcher not in ("process", "zygote") or not name:
+        raise argparse.ArgumentTypeError(f"{text!r}: want NAME=process|zygote[,KEY=VALUE...]")
+    env = dict(pair.split("=", 1) for pair in pairs)
+    return name, launcher, env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", default="traces/azure-conv-peak.csv")
@@ -73,8 +83,16 @@ def main() -> None:
     parser.add_argument("--shape", default="cpu-demo")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--arg", action="append", default=[], type=parse_arg)
+    parser.add_argument(
+        "--variant",
+        action="append",
+        type=parse_variant,
+        help="NAME=process|zygote[,KEY=VALUE...] (default: process=process zygote=zygote); "
+        "zygote variants share one launcher",
+    )
     parser.add_argument("--json", type=Path, help="also write every trial's figures here")
     options = parser.parse_args()
+    variants = options.variant or [("process", "process", {}), ("zygote", "zygote", {})]
 
     args: dict[str, Any] = {
         "load-format": "dummy",
@@ -92,19 +110,24 @@ def main() -> None:
     )
     print(f"config: {args}")
     print(f"window: {workload.describe()}")
+    print("variants: " + "; ".join(f"{n} = {kind} {env or ''}" for n, kind, env in variants))
 
-    launchers: dict[str, Launcher] = {"process": ProcessLauncher(), "zygote": ZygoteLauncher()}
-    outcomes: dict[str, list[TrialOutcome]] = {name: [] for name in launchers}
+    zygote = ZygoteLauncher()
+    launchers: dict[str, Launcher] = {
+        name: zygote if kind == "zygote" else ProcessLauncher() for name, kind, _ in variants
+    }
+    outcomes: dict[str, list[TrialOutcome]] = {name: [] for name, _, _ in variants}
     began = time.monotonic()
     try:
         for repeat in range(options.repeats):
-            for name, launcher in launchers.items():
+            for name, _, env in variants:
                 setup = TrialSetup(
                     model=model,
                     requests=workload.trace.requests(),
                     replay=ReplaySettings(model=model, vocab_size=info.vocab_size),
                     objective=Objective({"ttft_p95_s": 1e9}, {"ttft_p95_s": 1.0}, 1.0),
-                    launcher=launcher,
+                    launcher=launchers[name],
+                    env=env,
                 )
                 outcome = run_trial(args, setup, work / f"{name}-{repeat}")
                 outcomes[name].append(outcome)
@@ -115,15 +138,14 @@ def main() -> None:
                     flush=True,
                 )
     finally:
-        for launcher in launchers.values():
-            launcher.close()
+        zygote.close()
 
-    print(f"\nmedian [min-max] over {options.repeats} repeats; zygote 'later' excludes its first")
-    groups = {
-        "process": outcomes["process"],
-        "zygote": outcomes["zygote"],
-        "zygote later": outcomes["zygote"][1:],
-    }
+    # The first engine of a run pays for cold caches (and the zygote's one-off import): the
+    # "later" columns leave out repeat 0.
+    groups = {name: group for name, group in outcomes.items()}
+    if options.repeats > 1:
+        groups |= {f"{name} later": group[1:] for name, group in outcomes.items()}
+    print(f"\nmedian [min-max] over {options.repeats} repeats; 'later' leaves out repeat 0")
     print(f"{'':34}" + "".join(f"{g:>24}" for g in groups))
     for key in TIMINGS + METRICS:
         row = f"{key:34}"
@@ -143,7 +165,12 @@ def main() -> None:
     print(
         f"\ntook {time.monotonic() - began:.0f} s; rerun: python benchmarks/trial_cost.py "
         f"--repeats {options.repeats} --window-s {options.window_s:g} "
-        f"--time-scale {options.time_scale:g} --shape {options.shape}"
+        f"--time-scale {options.time_scale:g} --shape {options.shape} "
+        + " ".join(f"--arg {k}={v}" for k, v in options.arg)
+        + " ".join(
+            f" --variant {n}={kind}" + "".join(f",{k}={v}" for k, v in env.items())
+            for n, kind, env in (options.variant or [])
+        )
     )
     if options.json:
         options.json.write_text(
