@@ -23,6 +23,7 @@ import numpy as np
 from tuner.errors import TraceError
 from tuner.tables import (
     MAX_TRACE_BYTES,
+    IntLists,
     Kind,
     Table,
     first_record_line,
@@ -30,7 +31,7 @@ from tuner.tables import (
     read_jsonl,
     read_text,
 )
-from tuner.trace import Trace, from_columns
+from tuner.trace import HashIds, Trace, from_columns
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ def _build(
     inputs: np.ndarray,
     outputs: np.ndarray,
     *,
-    hash_ids: tuple[tuple[int, ...], ...] | None = None,
+    hash_ids: HashIds | None = None,
     block_tokens: int = 0,
     session_id: np.ndarray | None = None,
 ) -> Trace:
@@ -242,15 +243,16 @@ def _read_blocks(
         wanted |= {"chat_id": "text", "parent_chat_id": "text"}
         optional += ("chat_id", "parent_chat_id")
     table, lists = read_jsonl(str(path), text, wanted, lists=("hash_ids",), optional=optional)
-    hash_ids = tuple(lists["hash_ids"])
+    hash_ids = HashIds(*lists["hash_ids"])
+    shared = hash_ids.block_count > 0
     session = _conversations(table) if chat else None
     return _build(
         path,
         _arrivals(table, "timestamp", units_per_s),
         _lengths(table, "input_length", "input_length"),
         _lengths(table, "output_length", "output_length"),
-        hash_ids=hash_ids if any(hash_ids) else None,
-        block_tokens=block_tokens if any(hash_ids) else 0,
+        hash_ids=hash_ids if shared else None,
+        block_tokens=block_tokens if shared else 0,
         session_id=session,
     )
 
@@ -304,14 +306,14 @@ def read_mapped(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
     wanted: dict[str, Kind] = {names[0]: "time", names[1]: "number", names[2]: "number"}
     if session:
         wanted[session] = "text"
-    lists: dict[str, list[tuple[int, ...]]] = {}
+    lists: dict[str, IntLists] = {}
     if _is_jsonl(path, text):
         table, lists = read_jsonl(str(path), text, wanted, lists=(hash_key,) if hash_key else ())
     else:
         if hash_key:
             raise TraceError(str(path), None, "hash_ids can only be mapped in JSONL traces")
         table = read_csv(str(path), text, wanted)
-    hash_ids = tuple(lists[hash_key]) if hash_key else None
+    hash_ids = HashIds(*lists[hash_key]) if hash_key else None
     if hash_key and options.block_tokens <= 0:
         raise TraceError(str(path), None, "mapping hash_ids needs the block size in tokens")
     return _build(

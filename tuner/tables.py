@@ -28,6 +28,9 @@ MAX_TRACE_BYTES = 512 * 1024 * 1024
 """Files larger than this are refused: reading one takes several GB of memory."""
 
 Kind = Literal["time", "number", "text"]
+IntLists = tuple[np.ndarray, np.ndarray]
+"""Lists of integers, one per row, flat: ``(values, offsets)``, row ``i`` being
+``values[offsets[i]:offsets[i + 1]]``."""
 
 
 def parse_timestamp(text: str) -> float:
@@ -328,13 +331,16 @@ def json_int_list(value: Any, key: str) -> tuple[int, ...]:
 
 def _numbers(values: list[Any], kinds: str) -> np.ndarray | None:
     """``values`` as a 1-D array if numpy reads them all as one of ``kinds``, else None."""
-    array = np.array(values)
+    try:
+        array = np.array(values)
+    except ValueError:  # lists of unequal lengths among the values
+        return None
     return array if array.ndim == 1 and array.dtype.kind in kinds else None
 
 
 def _read_jsonl_fast(
     path: str, text: str, wanted: Mapping[str, Kind], lists: Sequence[str]
-) -> tuple[Table, dict[str, list[tuple[int, ...]]]] | None:
+) -> tuple[Table, dict[str, IntLists]] | None:
     """One ``json.loads`` for the whole file and column-wise checks, for the common case.
 
     None whenever anything is unusual (a line that is not JSON, a missing key, a string where a
@@ -355,7 +361,7 @@ def _read_jsonl_fast(
     if not all(type(r) is dict for r in records):
         return None
     columns: dict[str, np.ndarray] = {}
-    list_values: dict[str, list[tuple[int, ...]]] = {}
+    list_values: dict[str, IntLists] = {}
     try:
         for name, kind in wanted.items():
             column = [r[name] for r in records]
@@ -371,10 +377,12 @@ def _read_jsonl_fast(
             if not all(type(v) is list for v in column):
                 return None
             flat = list(itertools.chain.from_iterable(column))
-            ids = _numbers(flat, "iu") if flat else np.zeros(0, dtype=np.int64)
+            ids = _numbers(flat, "i") if flat else np.zeros(0, dtype=np.int64)
             if ids is None or (len(ids) and ids.min() < 0):
                 return None
-            list_values[name] = [tuple(v) for v in column]
+            offsets = np.zeros(len(column) + 1, dtype=np.int64)
+            np.cumsum([len(v) for v in column], out=offsets[1:])
+            list_values[name] = (ids.astype(np.int64), offsets)
     except KeyError:
         return None
     return Table(path, columns, lambda row: numbers[row]), list_values
@@ -386,10 +394,11 @@ def read_jsonl(
     wanted: Mapping[str, Kind],
     lists: Sequence[str] = (),
     optional: Sequence[str] = (),
-) -> tuple[Table, dict[str, list[tuple[int, ...]]]]:
+) -> tuple[Table, dict[str, IntLists]]:
     """The ``wanted`` keys of every record, and the integer-list keys named in ``lists``.
 
-    Keys in ``optional`` may be absent (numbers become NaN, texts empty, lists empty).
+    Keys in ``optional`` may be absent (numbers become NaN, texts empty, lists empty). Each
+    list key comes back flat, as ``IntLists``.
     """
     fast = _read_jsonl_fast(path, text, wanted, lists)
     if fast is not None:
@@ -424,4 +433,15 @@ def read_jsonl(
         name: np.asarray(column, dtype=str if wanted[name] == "text" else np.float64)
         for name, column in values.items()
     }
-    return Table(path, columns, lambda row: lines[row]), list_values
+    flat = {name: _int_lists(rows) for name, rows in list_values.items()}
+    return Table(path, columns, lambda row: lines[row]), flat
+
+
+def _int_lists(rows: Sequence[tuple[int, ...]]) -> IntLists:
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([len(row) for row in rows], out=offsets[1:])
+    flat = list(itertools.chain.from_iterable(rows))
+    try:
+        return np.array(flat, dtype=np.int64), offsets
+    except OverflowError:  # ids beyond int64: kept exact, as Python ints
+        return np.array(flat, dtype=object), offsets

@@ -7,7 +7,11 @@ small and make windowing a pair of binary searches.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import operator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
@@ -23,10 +27,86 @@ class Request:
 
 
 @dataclass(frozen=True, eq=False)
+class HashIds(Sequence[tuple[int, ...]]):
+    """One tuple of hash ids per request, stored flat: request ``i`` has
+    ``ids[offsets[i]:offsets[i + 1]]``.
+
+    A million requests of a dozen ids take about 100 MB this way, against about 1 GB as Python
+    tuples of ints. Reads as a sequence of tuples, and compares equal to one with the same ids.
+    ``ids`` is int64 (object only for ids beyond int64, which nothing real has).
+    """
+
+    ids: np.ndarray
+    offsets: np.ndarray
+
+    @classmethod
+    def from_lists(cls, lists: Iterable[Iterable[int]]) -> HashIds:
+        rows = [tuple(row) for row in lists]
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum([len(row) for row in rows], out=offsets[1:])
+        flat = list(itertools.chain.from_iterable(rows))
+        try:
+            ids = np.array(flat, dtype=np.int64)
+        except OverflowError:
+            ids = np.array(flat, dtype=object)
+        return cls(ids, offsets)
+
+    @property
+    def block_count(self) -> int:
+        """How many ids all requests hold together."""
+        return int(self.offsets[-1] - self.offsets[0])
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[int, ...]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> HashIds: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[int, ...] | HashIds:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return self.take(np.arange(start, stop, step))
+            return HashIds(self.ids, self.offsets[start : max(start, stop) + 1])
+        row = operator.index(index)
+        if row < 0:
+            row += len(self)
+        if not 0 <= row < len(self):
+            raise IndexError("hash_ids index out of range")
+        return tuple(self.ids[self.offsets[row] : self.offsets[row + 1]].tolist())
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        flat = self.ids[self.offsets[0] : self.offsets[-1]].tolist()
+        bounds = (self.offsets - self.offsets[0]).tolist()
+        for start, stop in itertools.pairwise(bounds):
+            yield tuple(flat[start:stop])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(
+            isinstance(theirs, Sequence) and mine == tuple(theirs)
+            for mine, theirs in zip(self, other, strict=True)
+        )
+
+    def take(self, rows: np.ndarray) -> HashIds:
+        """The ids of requests ``rows`` (an index array), in that order."""
+        starts = self.offsets[:-1][rows]
+        counts = self.offsets[1:][rows] - starts
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        index = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1])
+        return HashIds(self.ids[index], offsets)
+
+
+@dataclass(frozen=True, eq=False)
 class Trace:
     """Requests sorted by arrival, arrivals in seconds from the first one (which is 0).
 
-    ``hash_ids`` (optional, one tuple per request) name shared prompt blocks of
+    ``hash_ids`` (optional, one tuple of ids per request) name shared prompt blocks of
     ``block_tokens`` tokens each: equal leading ids mean an equal prompt prefix.
     ``session_id`` (optional, one string per request) names the conversation a request
     belongs to, where the trace records one.
@@ -36,7 +116,7 @@ class Trace:
     input_tokens: np.ndarray
     output_tokens: np.ndarray
     source: str = ""
-    hash_ids: tuple[tuple[int, ...], ...] | None = None
+    hash_ids: HashIds | None = None
     block_tokens: int = 0
     session_id: np.ndarray | None = None
 
@@ -73,7 +153,7 @@ class Trace:
         return dataclasses.replace(self, arrival_s=self.arrival_s * time_scale)
 
     def requests(self) -> list[Request]:
-        hash_ids = self.hash_ids or ((),) * len(self)
+        hash_ids: Iterable[tuple[int, ...]] = self.hash_ids or itertools.repeat((), len(self))
         return [
             Request(float(t), int(i), int(o), h)
             for t, i, o, h in zip(
@@ -101,26 +181,33 @@ def from_columns(
     output_tokens: np.ndarray | list[int],
     *,
     source: str = "",
-    hash_ids: tuple[tuple[int, ...], ...] | None = None,
+    hash_ids: HashIds | Sequence[Sequence[int]] | None = None,
     block_tokens: int = 0,
     session_id: np.ndarray | list[str] | None = None,
 ) -> Trace:
     """A trace from raw columns: sorted by arrival (stable), rebased to start at 0."""
     arrival = np.asarray(arrival_s, dtype=np.float64)
-    order = np.argsort(arrival, kind="stable")
-    arrival = arrival[order]
+    inputs = np.asarray(input_tokens, dtype=np.int64)
+    outputs = np.asarray(output_tokens, dtype=np.int64)
+    sessions = None if session_id is None else np.asarray(session_id, dtype=str)
+    ids = hash_ids
+    if ids is not None and not isinstance(ids, HashIds):
+        ids = HashIds.from_lists(ids)
+    if not np.all(arrival[1:] >= arrival[:-1]):  # sorted input (the usual case) is kept as is
+        order = np.argsort(arrival, kind="stable")
+        arrival, inputs, outputs = arrival[order], inputs[order], outputs[order]
+        sessions = None if sessions is None else sessions[order]
+        ids = None if ids is None else ids.take(order)
     if len(arrival):
         arrival = arrival - arrival[0]
-    if hash_ids is not None:
-        hash_ids = tuple(hash_ids[i] for i in order)
     return Trace(
         arrival_s=arrival,
-        input_tokens=np.asarray(input_tokens, dtype=np.int64)[order],
-        output_tokens=np.asarray(output_tokens, dtype=np.int64)[order],
+        input_tokens=inputs,
+        output_tokens=outputs,
         source=source,
-        hash_ids=hash_ids,
+        hash_ids=ids,
         block_tokens=block_tokens,
-        session_id=None if session_id is None else np.asarray(session_id, dtype=str)[order],
+        session_id=sessions,
     )
 
 
