@@ -31,6 +31,7 @@ FAKE_SERVER = textwrap.dedent(
     config = yaml.safe_load(open(sys.argv[sys.argv.index("--config") + 1]))
     mode = os.environ.get("FAKE_MODE", "serve")
     print(f"fake vllm starting pid={os.getpid()}", config, flush=True)
+    print("multiproc method:", os.environ.get("VLLM_WORKER_MULTIPROC_METHOD"), flush=True)
     if mode == "exit":
         print("error: argument --bogus: invalid choice", flush=True)
         sys.exit(2)
@@ -140,6 +141,19 @@ def test_healthy_server_and_stop(tmp_path, fake):
     assert not engine.alive()
     assert engine.times.stop_s is not None
     assert "fake vllm starting" in engine.log_path.read_text()
+
+
+@pytest.mark.parametrize("own", [None, "spawn"])
+def test_engine_core_is_forked_unless_tuner_is_told_otherwise(tmp_path, fake, monkeypatch, own):
+    """Servers get VLLM_WORKER_MULTIPROC_METHOD=fork, unless tuner's environment sets it."""
+    if own is None:
+        monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
+    else:
+        monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", own)
+    engine = Engine("m", {}, tmp_path / "t", launcher=LAUNCHER, env=fake)
+    with engine:
+        engine.wait_healthy(timeout_s=30, poll_s=0.05)
+    assert f"multiproc method: {own or 'fork'}" in engine.log_path.read_text()
 
 
 def test_rejected_argument_fails_with_the_log_tail(tmp_path, fake):

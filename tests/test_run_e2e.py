@@ -130,6 +130,7 @@ def test_run_of_three_trials(study: Run) -> None:
     result = study.result
     assert result.returncode == 0, result.stderr[-3000:]
     assert "window: " in result.stdout and "of the trace, replayed over 4.0 s" in result.stdout
+    assert "launcher: process (auto)" in result.stdout  # the CPU build: a fresh interpreter
     assert len(study.trials) == 3
     assert all(t.state == TrialState.COMPLETE for t in study.trials)
     baseline, *searched = study.trials

