@@ -491,6 +491,43 @@ def test_study_loop_resumes_with_one_baseline(tmp_path: Path) -> None:
     assert seqs[1:3] != seqs[:2]
 
 
+def test_candidates_follow_the_baseline_once_each_in_full(tmp_path: Path) -> None:
+    spec = parse_spec(
+        SPACE_SPEC | {"candidates": [{"max-num-seqs": 16, "block-size": 32}, {"max-num-seqs": 40}]}
+    )
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    offered: list[bool] = []
+
+    def runner(args, setup, workdir, should_stop=None) -> TrialOutcome:
+        offered.append(should_stop is not None)
+        return by_seqs(args, setup, workdir)
+
+    def interrupted(args, setup, workdir, should_stop=None) -> TrialOutcome:
+        raise KeyboardInterrupt
+
+    run_study(open_study("s", storage, 0), spec, stand_in_setup(), tmp_path, 2, runner=runner)
+    with pytest.raises(KeyboardInterrupt):  # the second candidate is interrupted: run again
+        run_study(
+            open_study("s", storage, 0), spec, stand_in_setup(), tmp_path, 1, runner=interrupted
+        )
+    run_study(open_study("s", storage, 0), spec, stand_in_setup(), tmp_path, 3, runner=runner)
+    trials = load_trials(storage, "s")
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2 + [TrialState.FAIL] + [
+        TrialState.COMPLETE
+    ] * 3
+    baseline, first, _, second, *searched = trials
+    assert baseline.user_attrs["baseline"] is True
+    fixed = {"load-format": "dummy"}
+    assert first.user_attrs["engine_args"] == fixed | {"max-num-seqs": 16, "block-size": 32}
+    assert first.params == {"max-num-seqs": 16} and first.user_attrs["candidate"] == 0
+    # Outside the search space (1..32), kept as given: the sampler learns from it too.
+    assert second.user_attrs["engine_args"] == fixed | {"max-num-seqs": 40}
+    assert second.params == {"max-num-seqs": 40} and second.user_attrs["candidate"] == 1
+    assert all("candidate" not in t.user_attrs for t in searched)
+    # Only searched trials may be stopped early.
+    assert offered == [False, False, False, True, True]
+
+
 def test_study_loop_interrupted_marks_the_trial_failed(tmp_path: Path) -> None:
     spec = parse_spec(SPACE_SPEC)
     storage = f"sqlite:///{tmp_path / 's.db'}"

@@ -39,6 +39,7 @@ def test_names_are_dashed_and_values_kept():
     )
     assert spec.engine_args == {"load-format": "dummy", "max-model-len": 4096}
     assert spec.baseline == {"gpu-memory-utilization": 0.2}
+    assert spec.candidates == ()
     seqs, block, gmu, batched = spec.space
     assert (seqs.name, seqs.kind, seqs.low, seqs.high, seqs.step) == (
         "max-num-seqs",
@@ -85,6 +86,11 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"max_error_rate": 2}, "max_error_rate"),
     ({"warmup_requests": -1}, "warmup_requests"),
     ({"dummy_model": "gpt-5"}, "dummy_model"),
+    ({"candidates": {"max-num-seqs": 16}}, "candidates"),
+    ({"candidates": [{"max-num-seqs": 16}, {}]}, "candidates[1]"),
+    ({"candidates": [["max-num-seqs"]]}, "candidates[0]"),
+    ({"candidates": [{"max_num_seqs": 4, "max-num-seqs": 8}]}, "candidates[0]"),
+    ({"candidates": [{"port": 8000}]}, "port"),
 ]
 
 
@@ -94,6 +100,11 @@ def test_errors_name_the_field(data, field):
         parse_spec(data, "studies/x.yaml")
     assert field in caught.value.field
     assert str(caught.value).startswith(f"studies/x.yaml: {caught.value.field}: ")
+
+
+def test_candidates_are_dashed_engine_arguments():
+    spec = parse_spec({"candidates": [{"max_num_seqs": 16, "max-num-batched-tokens": 8192}]})
+    assert spec.candidates == ({"max-num-seqs": 16, "max-num-batched-tokens": 8192},)
 
 
 def test_not_a_mapping():

@@ -24,6 +24,7 @@ from tuner.trial import TrialOutcome, TrialSetup, run_trial
 logger = logging.getLogger(__name__)
 
 BASELINE_ATTR = "baseline"
+CANDIDATE_ATTR = "candidate"
 ARGS_ATTR = "engine_args"
 REASON_ATTR = "reason"
 LOG_ATTR = "log_tail"
@@ -121,6 +122,23 @@ def has_baseline(study: optuna.Study) -> bool:
     )
 
 
+def next_candidate(study: optuna.Study, spec: StudySpec) -> int | None:
+    """The first of the spec's candidates that no finished trial measured yet, if any."""
+    measured = {
+        t.user_attrs.get(CANDIDATE_ATTR)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    }
+    return next((i for i in range(len(spec.candidates)) if i not in measured), None)
+
+
+def _enqueue_candidate(study: optuna.Study, spec: StudySpec, index: int) -> None:
+    """Queue candidate ``index`` so that the next ``ask`` suggests its values of the space."""
+    names = {d.name for d in spec.space}
+    params = {k: v for k, v in spec.candidates[index].items() if k in names}
+    # Out-of-range values are kept (Optuna warns): the candidate is what it is.
+    study.enqueue_trial(params, user_attrs={CANDIDATE_ATTR: index})
+
+
 def record(trial: Trial, outcome: TrialOutcome) -> None:
     """Store what was measured on the trial, for the dashboard and for ``tuner`` itself."""
     for name, value in outcome.metrics.items():
@@ -162,13 +180,18 @@ def run_study(
             logger.info("time budget reached after %d trials", done)
             return done
         began = time.monotonic()
-        trial = study.ask()
         baseline = not has_baseline(study)
+        candidate = None if baseline else next_candidate(study, spec)
+        if candidate is not None:
+            _enqueue_candidate(study, spec, candidate)
+        trial = study.ask()
         if baseline:
             args = {**fixed, **spec.baseline}
             trial.set_user_attr(BASELINE_ATTR, True)
         else:
             args = {**fixed, **suggest(trial, spec.space, fixed)}
+            if candidate is not None:
+                args |= spec.candidates[candidate]
         trial.set_user_attr(ARGS_ATTR, args)
         if on_start is not None:
             on_start(trial.number, args)
@@ -177,7 +200,8 @@ def run_study(
                 args,
                 setup,
                 run_dir / f"trial-{trial.number:04d}",
-                should_stop=None if baseline else _should_stop(trial),
+                # The baseline and the candidates are reference points: measured in full.
+                should_stop=None if baseline or candidate is not None else _should_stop(trial),
             )
         except BaseException as exc:
             trial.set_user_attr(REASON_ATTR, f"interrupted: {type(exc).__name__}")

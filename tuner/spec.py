@@ -53,6 +53,9 @@ class StudySpec:
     slos: Mapping[str, float]
     weights: Mapping[str, float]
     baseline: Mapping[str, Any] = field(default_factory=dict)
+    # Configurations measured right after the baseline (e.g. what production runs today), as
+    # engine arguments over ``engine_args``; searched ones follow.
+    candidates: tuple[Mapping[str, Any], ...] = ()
     n_trials: int = 20
     window_s: float = 60.0
     time_scale: float = 1.0
@@ -70,6 +73,7 @@ DEFAULT_SPEC: dict[str, Any] = {
     "dummy_model": "cpu-demo",
     "engine_args": {"load-format": "dummy", "max-model-len": 4096},
     "baseline": {},
+    "candidates": [],
     "search_space": {
         "max-num-seqs": {"type": "int", "low": 1, "high": 32},
         "max-num-batched-tokens": {"type": "int", "low": 512, "high": 16384, "log": True},
@@ -101,6 +105,8 @@ def default_spec_text(model: str | None = None) -> str:
         "# slos: limits in seconds on client-side tails; a trial over any is infeasible.\n"
         "# objective: weights of each tail divided by its SLO; lower score is better.\n"
         "# baseline: engine arguments of trial 0 beyond engine_args ({} = vLLM's defaults).\n"
+        "# candidates: configurations measured right after the baseline, e.g. production's:\n"
+        "#   [{max-num-seqs: 16, max-num-batched-tokens: 8192}]; searched trials follow.\n"
         "# prune_factor: stop a trial once a metric is this many times its SLO, or this many\n"
         "#   times worse than the best trial at the same point (0: never); prune_after_s: not\n"
         "#   before this many seconds into the window.\n"
@@ -175,10 +181,12 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         baseline = normalize(_mapping(path, "baseline", merged["baseline"]))
     except ValueError as exc:
         raise SpecError(path, "engine_args", str(exc)) from None
+    candidates = _candidates(path, merged["candidates"])
     space_raw = _mapping(path, "search_space", merged["search_space"])
     space = tuple(_dimension(path, name, raw) for name, raw in space_raw.items())
     names = [d.name for d in space]
-    for name in set(names) | set(engine_args) | set(baseline):
+    candidate_names = {name for candidate in candidates for name in candidate}
+    for name in set(names) | set(engine_args) | set(baseline) | candidate_names:
         if name in SERVER_ONLY or name == "model":
             raise SpecError(path, name, "is set by tuner, not by the spec")
     if len(set(names)) != len(names):
@@ -215,6 +223,7 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         slos=slos,
         weights=weights,
         baseline=baseline,
+        candidates=candidates,
         n_trials=n_trials,
         window_s=_number(path, "window_s", merged["window_s"]),
         time_scale=_number(path, "time_scale", merged["time_scale"]),
@@ -226,6 +235,23 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         prune_factor=_number(path, "prune_factor", merged["prune_factor"], positive=False),
         prune_after_s=_number(path, "prune_after_s", merged["prune_after_s"], positive=False),
     )
+
+
+def _candidates(path: str, value: Any) -> tuple[dict[str, Any], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise SpecError(path, "candidates", "must be a list of engine-argument mappings")
+    out = []
+    for i, raw in enumerate(value):
+        try:
+            candidate = normalize(_mapping(path, f"candidates[{i}]", raw))
+        except ValueError as exc:
+            raise SpecError(path, f"candidates[{i}]", str(exc)) from None
+        if not candidate:
+            raise SpecError(path, f"candidates[{i}]", "sets no engine argument")
+        out.append(candidate)
+    return tuple(out)
 
 
 def _metric_map(path: str, name: str, value: Any, *, allow_zero: bool = False) -> dict[str, float]:
