@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from tuner.errors import TraceError
 from tuner.formats import PARSERS, detect_format, load_trace, parse_column_mapping
 from tuner.prompts import prompt_token_ids
+from tuner.trace import HashIds
 
 AZURE = Path("/work/shared/traces/AzureLLMInferenceTrace_code.csv")
 
@@ -97,6 +98,29 @@ def test_mooncake_milliseconds_and_shared_prefix_blocks(write_trace):
     assert one[512:600] == two[512:600]  # hash id 1 shared up to the shorter prompt
     other = prompt_token_ids(1, trace.requests()[1], 8192, trace.block_tokens)
     assert other[:512] != one[:512]  # hash ids 5, 6 share nothing with 0, 1
+
+
+def test_hash_ids_follow_sorting_and_windows_like_tuples(write_trace):
+    rows = [(t, [t % 3, t]) for t in (5000, 1000, 3000, 2000, 4000)]
+    text = jsonl(*({"timestamp": t, "input_length": 600, "output_length": 1, "hash_ids": ids}
+                   for t, ids in rows))  # fmt: skip
+    trace = load_trace(write_trace(text, "m.jsonl"))
+    expected = tuple(tuple(ids) for _, ids in sorted(rows))
+    assert isinstance(trace.hash_ids, HashIds) and trace.hash_ids == expected
+    assert trace.window(1.0, 2.0).hash_ids == expected[1:3]
+    assert [r.hash_ids for r in trace.take(3, 5).requests()] == list(expected[3:5])
+    assert trace.hash_ids[::-2] == expected[::-2] and trace.hash_ids[-1] == expected[-1]
+    assert trace.hash_ids != (*expected[:-1], (9,))
+    huge = HashIds.from_lists([(2**70, 1), ()])  # beyond int64: kept exact
+    assert list(huge.take(np.array([1, 0]))) == [(), (2**70, 1)]
+
+
+def test_line_numbers_past_blank_lines_from_the_fast_path(write_trace):
+    bad = MOONCAKE.replace('"input_length": 900', '"input_length": 0')
+    path = write_trace("\n" + MOONCAKE + "\n\n" + bad, "m.jsonl")
+    with pytest.raises(TraceError) as caught:
+        load_trace(path)
+    assert caught.value.line == 9 and "positive" in str(caught.value)
 
 
 def test_traces_without_hash_ids_share_nothing(write_trace):
