@@ -282,6 +282,20 @@ def test_resume_adds_trials_and_keeps_the_baseline(study: Run) -> None:
 
 
 @pytest.mark.vllm
+def test_zero_trials_writes_the_best_so_far_and_starts_nothing(study: Run) -> None:
+    before = load_trials(study.storage, STUDY)
+    emitted = study.config.read_text()
+    study.config.unlink()
+    result = run_tuner(*study.args(0), cwd=study.folder, timeout_s=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "adding 0" in result.stdout and "starting vLLM" not in result.stdout
+    assert len(load_trials(study.storage, STUDY)) == len(before)
+    assert study.config.exists()
+    # The study's best so far, written exactly as the run that measured it wrote it.
+    assert study.config.read_text() == emitted
+
+
+@pytest.mark.vllm
 def test_rejected_engine_argument_is_an_infeasible_trial(cpu_model: Path, tmp_path: Path) -> None:
     """vLLM refuses ``dtype: bogus``; each trial is completed infeasible and the study ends."""
     spec = cpu_spec(cpu_model, window_s=1)
@@ -491,6 +505,7 @@ def test_study_loop_resumes_with_one_baseline(tmp_path: Path) -> None:
     assert seqs[1:3] != seqs[:2]
 
 
+@pytest.mark.filterwarnings("ignore:Fixed parameter max-num-seqs with value 40 is out of range")
 def test_candidates_follow_the_baseline_once_each_in_full(tmp_path: Path) -> None:
     spec = parse_spec(
         SPACE_SPEC | {"candidates": [{"max-num-seqs": 16, "block-size": 32}, {"max-num-seqs": 40}]}

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -22,7 +23,7 @@ from tuner import concurrency, environment, from_prometheus, search, traffic, tr
 from tuner.concurrency import ClosedLoop, LengthSource, load_concurrency
 from tuner.dummy_model import write_model
 from tuner.emit import HEADLINE, Provenance, format_figure, render
-from tuner.engine import ProcessLauncher, ZygoteLauncher
+from tuner.engine import Launcher, ProcessLauncher, ZygoteLauncher
 from tuner.errors import InputError, TunerError
 from tuner.formats import (
     CONCURRENCY,
@@ -34,7 +35,7 @@ from tuner.formats import (
 )
 from tuner.replay import ReplaySettings
 from tuner.spec import StudySpec, default_spec_text, load_spec
-from tuner.trace import Request, busiest_window_start
+from tuner.trace import Request, Trace, busiest_window_start
 from tuner.trial import Objective, TrialSetup
 from tuner.workload import Workload, build_workload, model_info
 
@@ -241,109 +242,179 @@ def _check_workload(study: Any, fingerprint: Mapping[str, Any]) -> None:
         )
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    name = args.study or args.trace.stem
-    # Bad input stops here, before anything is written.
-    closed = (args.format or detect_format(args.trace)) == CONCURRENCY
-    if closed:
-        schedule = load_concurrency(args.trace)
-        lengths = _length_source(args)
-        trace = None
-    else:
-        trace = load_trace(args.trace, args.format, **trace_options(args))
+@dataclass
+class Replay:
+    """What every trial of a run replays: an open-loop window or a closed-loop schedule."""
+
+    requests: list[Request]
+    closed_loop: ClosedLoop | None
+    block_tokens: int
+    fingerprint: dict[str, Any]
+    text: str
+
+
+def _load_spec(args: argparse.Namespace, name: str) -> StudySpec:
+    """The study spec, written with the defaults when absent; its dummy model, if it has one."""
     spec_path = args.spec or Path("studies") / f"{name}.yaml"
     if not spec_path.exists():
         spec_path.parent.mkdir(parents=True, exist_ok=True)
         spec_path.write_text(default_spec_text(args.model))
         print(f"wrote a default study spec to {spec_path}")
-    spec: StudySpec = load_spec(spec_path)
+    spec = load_spec(spec_path)
     if args.model and args.model != spec.model:
         raise InputError(f"--model {args.model} differs from {spec_path}'s model {spec.model}")
     if spec.dummy_model and not Path(spec.model, "config.json").exists():
         write_model(spec.model, spec.dummy_model)
         print(f"wrote a {spec.dummy_model} dummy model to {spec.model}")
+    return spec
+
+
+def _closed_loop_replay(
+    args: argparse.Namespace, window_s: float, time_scale: float, max_model_len: int
+) -> Replay:
+    schedule = load_concurrency(args.trace)
+    lengths = _length_source(args)
+    print(f"concurrency trace {args.trace}: {len(schedule.time_s)} samples")
+    start_s = concurrency.busiest_window_start(schedule, window_s)
+    window = schedule.window(start_s, window_s).scaled(time_scale)
+    lengths_from = (
+        sha256_of(args.lengths_trace)
+        if args.lengths_trace
+        else f"{args.input_lengths} {args.output_lengths}"
+    )
+    return Replay(
+        requests=[],
+        closed_loop=ClosedLoop(window, lengths, max_model_len),
+        block_tokens=0,
+        fingerprint={"window_start_s": start_s, "closed_loop": True, "lengths": lengths_from},
+        text=(
+            f"closed loop from {start_s:.1f} s of the concurrency trace, {window.span_s:.1f} s, "
+            f"up to {int(window.concurrency.max(initial=0))} in flight (time scale {time_scale:g})"
+        ),
+    )
+
+
+def _open_loop_replay(
+    trace: Trace, window_s: float, time_scale: float, max_model_len: int
+) -> Replay:
+    workload: Workload = build_workload(trace, window_s, time_scale, max_model_len)
+    clip = workload.clipping
+    if clip.inputs_clipped or clip.outputs_clipped:
+        print(
+            f"clipped to the model's {max_model_len}-token context: "
+            f"{clip.inputs_clipped} prompts, {clip.outputs_clipped} outputs"
+        )
+    return Replay(
+        requests=workload.trace.requests(),
+        closed_loop=None,
+        block_tokens=trace.block_tokens,
+        fingerprint={"window_start_s": workload.start_s, "requests": len(workload.trace)},
+        text=workload.describe(),
+    )
+
+
+def _launcher(choice: str, log: Path) -> Launcher:
+    kind = choice
+    if kind == "auto":
+        kind = "process" if environment.is_cpu_build() else "zygote"
+    print(f"launcher: {kind}" + (" (auto)" if choice == "auto" else ""))
+    return ZygoteLauncher(log=log) if kind == "zygote" else ProcessLauncher()
+
+
+def _write_best(
+    args: argparse.Namespace, study: Any, spec: StudySpec, name: str, sha: str, replay: Replay
+) -> int:
+    """Print best against baseline and write the best configuration; 1 when none is feasible."""
+    best = search.best_trial(study)
+    baseline = search.baseline_trial(study)
+    if best is None:
+        print("no trial met the SLOs; no configuration written")
+        return 1
+    print(comparison_table(best.user_attrs, baseline.user_attrs if baseline else None))
+    provenance = Provenance(
+        tuner_version=tuner.__version__,
+        vllm_version=environment.vllm_version(),
+        device=environment.device_name(),
+        study=name,
+        trace_path=str(args.trace),
+        trace_sha256=sha,
+        window=replay.text,
+        trial_number=best.number,
+    )
+    text = render(
+        spec.model,
+        search.engine_args_of(best),
+        provenance,
+        best.user_attrs,
+        baseline.user_attrs if baseline else None,
+    )
+    args.configs.mkdir(parents=True, exist_ok=True)
+    out = args.configs / f"{name}.yaml"
+    out.write_text(text)
+    print(f"best: trial {best.number}; wrote {out} (serve: vllm serve --config {out})")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    name = args.study or args.trace.stem
+    if args.n_trials is not None and args.n_trials < 0:
+        raise InputError(f"--n-trials must be 0 or more, got {args.n_trials}")
+    # Bad input stops here, before anything is written.
+    closed = (args.format or detect_format(args.trace)) == CONCURRENCY
+    trace = None if closed else load_trace(args.trace, args.format, **trace_options(args))
+    if trace is not None:
+        print(f"trace {args.trace}: {len(trace)} requests over {trace.span_s:.0f} s")
+    spec = _load_spec(args, name)
     max_len = spec.engine_args.get("max-model-len")
     info = model_info(spec.model, int(max_len) if max_len else None)
     window_s = args.window_s or spec.window_s
     time_scale = args.time_scale or spec.time_scale
-    sha = sha256_of(args.trace)
-    closed_loop = None
     if trace is None:
-        start_s = concurrency.busiest_window_start(schedule, window_s)
-        window = schedule.window(start_s, window_s).scaled(time_scale)
-        closed_loop = ClosedLoop(window, lengths, info.max_model_len)
-        requests: list[Request] = []
-        block_tokens = 0
-        fingerprint: dict[str, Any] = {
-            "closed_loop": True,
-            "lengths": (
-                sha256_of(args.lengths_trace)
-                if args.lengths_trace
-                else f"{args.input_lengths} {args.output_lengths}"
-            ),
-        }
-        window_text = (
-            f"closed loop from {start_s:.1f} s of the concurrency trace, {window.span_s:.1f} s, "
-            f"up to {int(window.concurrency.max(initial=0))} in flight (time scale {time_scale:g})"
-        )
-        print(f"concurrency trace {args.trace}: {len(schedule.time_s)} samples")
+        replay = _closed_loop_replay(args, window_s, time_scale, info.max_model_len)
     else:
-        workload: Workload = build_workload(trace, window_s, time_scale, info.max_model_len)
-        start_s = workload.start_s
-        requests = workload.trace.requests()
-        block_tokens = trace.block_tokens
-        fingerprint = {"requests": len(workload.trace)}
-        window_text = workload.describe()
-        print(f"trace {args.trace}: {len(trace)} requests over {trace.span_s:.0f} s")
-        clip = workload.clipping
-        if clip.inputs_clipped or clip.outputs_clipped:
-            print(
-                f"clipped to the model's {info.max_model_len}-token context: "
-                f"{clip.inputs_clipped} prompts, {clip.outputs_clipped} outputs"
-            )
+        replay = _open_loop_replay(trace, window_s, time_scale, info.max_model_len)
+    print(f"window: {replay.text}")
 
-    print(f"window: {window_text}")
+    sha = sha256_of(args.trace)
     storage = args.storage or f"sqlite:///studies/{name}.db"
     study = search.open_study(name, storage, spec.seed, search.pruner_for(spec))
-    _check_workload(
-        study,
-        {
-            "trace_sha256": sha,
-            "window_start_s": start_s,
-            "window_s": window_s,
-            "time_scale": time_scale,
-            **fingerprint,
-        },
-    )
-    served_name = str(spec.engine_args.get("served-model-name", spec.model))
-    kind = args.launcher
-    if kind == "auto":
-        kind = "process" if environment.is_cpu_build() else "zygote"
-    launcher = (
-        ZygoteLauncher(log=args.runs / name / "launcher.log")
-        if kind == "zygote"
-        else ProcessLauncher()
-    )
-    print(f"launcher: {kind}" + (" (auto)" if args.launcher == "auto" else ""))
-    first_new = len(study.trials)
+    workload = {"trace_sha256": sha, "window_s": window_s, "time_scale": time_scale}
+    _check_workload(study, workload | replay.fingerprint)
+    n_trials = spec.n_trials if args.n_trials is None else args.n_trials
+    print(f"study {name!r} in {storage}: {len(study.trials)} trials so far, adding {n_trials}")
+    if n_trials:
+        _run_trials(args, study, spec, name, info.vocab_size, replay, n_trials)
+    print(f"\ndashboard: optuna-dashboard {storage}")
+    return _write_best(args, study, spec, name, sha, replay)
+
+
+def _run_trials(
+    args: argparse.Namespace,
+    study: Any,
+    spec: StudySpec,
+    name: str,
+    vocab_size: int,
+    replay: Replay,
+    n_trials: int,
+) -> None:
+    launcher = _launcher(args.launcher, args.runs / name / "launcher.log")
     setup = TrialSetup(
         model=spec.model,
-        requests=requests,
+        requests=replay.requests,
         replay=ReplaySettings(
-            model=served_name,
-            vocab_size=info.vocab_size,
-            block_tokens=block_tokens,
+            model=str(spec.engine_args.get("served-model-name", spec.model)),
+            vocab_size=vocab_size,
+            block_tokens=replay.block_tokens,
             seed=spec.seed,
         ),
         objective=Objective(spec.slos, spec.weights, spec.max_error_rate),
         health_timeout_s=spec.health_timeout_s,
-        warmup_requests=requests[: spec.warmup_requests],
+        warmup_requests=replay.requests[: spec.warmup_requests],
         launcher=launcher,
-        closed_loop=closed_loop,
+        closed_loop=replay.closed_loop,
     )
-    n_trials = args.n_trials or spec.n_trials
     space_names = [d.name for d in spec.space]
-    print(f"study {name!r} in {storage}: {len(study.trials)} trials so far, adding {n_trials}")
+    first_new = len(study.trials)
     deadline = time.monotonic() + args.time_budget_s if args.time_budget_s else None
     try:
         ran = search.run_study(
@@ -364,36 +435,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         launcher.close()
     print(overhead_summary(study, first_new))
-
-    best = search.best_trial(study)
-    baseline = search.baseline_trial(study)
-    print(f"\ndashboard: optuna-dashboard {storage}")
-    if best is None:
-        print("no trial met the SLOs; no configuration written")
-        return 1
-    print(comparison_table(best.user_attrs, baseline.user_attrs if baseline else None))
-    provenance = Provenance(
-        tuner_version=tuner.__version__,
-        vllm_version=environment.vllm_version(),
-        device=environment.device_name(),
-        study=name,
-        trace_path=str(args.trace),
-        trace_sha256=sha,
-        window=window_text,
-        trial_number=best.number,
-    )
-    text = render(
-        spec.model,
-        search.engine_args_of(best),
-        provenance,
-        best.user_attrs,
-        baseline.user_attrs if baseline else None,
-    )
-    args.configs.mkdir(parents=True, exist_ok=True)
-    out = args.configs / f"{name}.yaml"
-    out.write_text(text)
-    print(f"best: trial {best.number}; wrote {out} (serve: vllm serve --config {out})")
-    return 0
 
 
 def cmd_trace_inspect(args: argparse.Namespace) -> int:
