@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -183,6 +184,31 @@ def test_stop_kills_the_whole_group_even_when_it_ignores_sigterm(tmp_path, fake)
     assert os.getpgid(worker) == engine._server.pid  # type: ignore[union-attr]
     engine.stop(grace_s=0.5)
     assert not engine.alive()
+    deadline = time.monotonic() + 5
+    while not gone(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(worker)
+
+
+def test_a_second_interrupt_during_stop_waits_for_the_stop(tmp_path, fake):
+    """Ctrl-C while a stop is under way is acted on after it: nothing is left running."""
+    worker_pid = tmp_path / "worker.pid"
+    env = {**fake, "FAKE_STUBBORN": "1", "FAKE_WORKER_PID": str(worker_pid)}
+    engine = Engine("m", {}, tmp_path / "t", launcher=LAUNCHER, env=env)
+    engine.start()
+    engine.wait_healthy(timeout_s=30, poll_s=0.05)
+    worker = int(worker_pid.read_text())
+    server = engine._server.pid  # type: ignore[union-attr]
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        began = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            engine.stop(grace_s=1.0)  # the server ignores SIGTERM: 1 s, then SIGKILL
+        assert time.monotonic() - began >= 1.0  # raised after the stop, not 0.3 s into it
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert engine.times.stop_s is not None and gone(server)
     deadline = time.monotonic() + 5
     while not gone(worker) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -14,8 +14,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -290,13 +291,14 @@ class Engine:
         if server is None:
             return
         began = time.monotonic()
-        _signal_group(server.pid, signal.SIGTERM)
-        if server.wait(grace_s) is None:
-            logger.warning("vLLM did not stop within %.0f s; killing it", grace_s)
-        # Engine-core workers can outlive the API server; the group kill takes them too.
-        _signal_group(server.pid, signal.SIGKILL)
-        server.wait(30.0)
-        self.times.stop_s = time.monotonic() - began
+        with _signals_deferred():
+            _signal_group(server.pid, signal.SIGTERM)
+            if server.wait(grace_s) is None:
+                logger.warning("vLLM did not stop within %.0f s; killing it", grace_s)
+            # Engine-core workers can outlive the API server; the group kill takes them too.
+            _signal_group(server.pid, signal.SIGKILL)
+            server.wait(30.0)
+            self.times.stop_s = time.monotonic() - began
 
     def __enter__(self) -> Engine:
         self.start()
@@ -304,6 +306,30 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block ends, then act on the first one that came.
+
+    A stop is what an interrupt asks for: a second Ctrl-C in the middle of it must not leave
+    the server running. Only the main thread can set handlers; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {
+        sig: signal.signal(sig, lambda signum, frame: pending.append(signum)) for sig in held
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if pending:
+            signal.raise_signal(pending[0])
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
