@@ -31,7 +31,8 @@ COST = (
 def kind(t: FrozenTrial) -> str:
     if t.user_attrs.get("baseline"):
         return "defaults"
-    if t.user_attrs.get("hand_tuned"):
+    # Studies before the spec had candidates enqueued it with a "hand_tuned" attribute.
+    if t.user_attrs.get("hand_tuned") or t.user_attrs.get("candidate") == 0:
         return "hand-tuned"
     return "search"
 
@@ -80,24 +81,24 @@ def trial_table(trials: list[FrozenTrial], best: int | None) -> list[str]:
 
 
 def cost_table(trials: list[FrozenTrial], walls: list[dict[str, Any]]) -> list[str]:
+    # Studies run one ``tuner run`` per trial recorded a wall time per trial (one line each
+    # in loop.jsonl); a study run as one ``tuner run`` has one line, and its share is the
+    # study's, below.
+    per_trial = len(walls) > 1 or (len(walls) == 1 and len(trials) == 1)
     rows = [
         "| trial | engine start s | warm-up s | window s | shutdown s | trial s "
-        "| tuner process s | not measurement |",
-        "|---|---|---|---|---|---|---|---|",
+        "| not measurement |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for t, w in zip(trials, walls + [{}] * len(trials), strict=False):
+    for i, t in enumerate(trials):
         a = t.user_attrs
-        wall = w.get("wall_s")
         window = a.get("time_window_s", 0.0)
-        share = f"{1 - window / wall:.0%}" if wall else "n/a"
+        whole = walls[i].get("wall_s") if per_trial and i < len(walls) else a.get("time_trial_s")
+        share = f"{1 - window / whole:.0%}" if whole else "n/a"
         rows.append(
             f"| {t.number} | {num(a, 'time_engine_healthy_s')} | {num(a, 'time_warmup_s')} "
             f"| {num(a, 'time_window_s')} | {num(a, 'time_engine_stop_s')} "
-            f"| {num(a, 'time_trial_s')} | {wall:.1f} | {share} |"
-            if wall
-            else f"| {t.number} | {num(a, 'time_engine_healthy_s')} | {num(a, 'time_warmup_s')} "
-            f"| {num(a, 'time_window_s')} | {num(a, 'time_engine_stop_s')} "
-            f"| {num(a, 'time_trial_s')} | n/a | n/a |"
+            f"| {num(a, 'time_trial_s')} | {share} |"
         )
     if walls:
         study_s = walls[-1]["start_epoch"] + walls[-1]["wall_s"] - walls[0]["start_epoch"]
