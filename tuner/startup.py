@@ -28,7 +28,8 @@ DURATIONS: dict[str, re.Pattern[str]] = {
         r"(?:Model loading took [\d.]+ GiB(?: memory)? and|Initializing model took|"
         r"Loading weights took) ([\d.]+) s"
     ),
-    "torch_compile_s": re.compile(r"torch\.compile takes ([\d.]+) s in total"),
+    # "takes" until vLLM 0.1x, "took" in 0.26.
+    "torch_compile_s": re.compile(r"torch\.compile (?:takes|took) ([\d.]+) s in total"),
     "cuda_graph_s": re.compile(r"Graph capturing finished in ([\d.]+) sec"),
     "engine_init_s": re.compile(
         r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"
