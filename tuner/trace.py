@@ -187,9 +187,9 @@ def from_columns(
 ) -> Trace:
     """A trace from raw columns: sorted by arrival (stable), rebased to start at 0."""
     arrival = np.asarray(arrival_s, dtype=np.float64)
-    inputs = np.asarray(input_tokens, dtype=np.int64)
-    outputs = np.asarray(output_tokens, dtype=np.int64)
-    sessions = None if session_id is None else np.asarray(session_id, dtype=str)
+    inputs = np.array(input_tokens, dtype=np.int64)  # copies: the trace owns its columns
+    outputs = np.array(output_tokens, dtype=np.int64)
+    sessions = None if session_id is None else np.array(session_id, dtype=str)
     ids = hash_ids
     if ids is not None and not isinstance(ids, HashIds):
         ids = HashIds.from_lists(ids)
