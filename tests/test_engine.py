@@ -174,30 +174,34 @@ def test_never_healthy_fails_after_the_timeout(tmp_path, fake):
     assert 2 <= time.monotonic() - began < 10
 
 
-def test_stop_kills_the_whole_group_even_when_it_ignores_sigterm(tmp_path, fake):
+def stubborn_engine(tmp_path: Path, fake: dict[str, str]) -> tuple[Engine, int]:
+    """A healthy server that ignores SIGTERM, as does a worker it started; and that pid."""
     worker_pid = tmp_path / "worker.pid"
     env = {**fake, "FAKE_STUBBORN": "1", "FAKE_WORKER_PID": str(worker_pid)}
     engine = Engine("m", {}, tmp_path / "t", launcher=LAUNCHER, env=env)
     engine.start()
     engine.wait_healthy(timeout_s=30, poll_s=0.05)
-    worker = int(worker_pid.read_text())
+    return engine, int(worker_pid.read_text())
+
+
+def wait_gone(pid: int, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return gone(pid)
+
+
+def test_stop_kills_the_whole_group_even_when_it_ignores_sigterm(tmp_path, fake):
+    engine, worker = stubborn_engine(tmp_path, fake)
     assert os.getpgid(worker) == engine._server.pid  # type: ignore[union-attr]
     engine.stop(grace_s=0.5)
     assert not engine.alive()
-    deadline = time.monotonic() + 5
-    while not gone(worker) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert gone(worker)
+    assert wait_gone(worker)
 
 
 def test_a_second_interrupt_during_stop_waits_for_the_stop(tmp_path, fake):
     """Ctrl-C while a stop is under way is acted on after it: nothing is left running."""
-    worker_pid = tmp_path / "worker.pid"
-    env = {**fake, "FAKE_STUBBORN": "1", "FAKE_WORKER_PID": str(worker_pid)}
-    engine = Engine("m", {}, tmp_path / "t", launcher=LAUNCHER, env=env)
-    engine.start()
-    engine.wait_healthy(timeout_s=30, poll_s=0.05)
-    worker = int(worker_pid.read_text())
+    engine, worker = stubborn_engine(tmp_path, fake)
     server = engine._server.pid  # type: ignore[union-attr]
     previous = signal.getsignal(signal.SIGINT)
     try:
@@ -209,10 +213,7 @@ def test_a_second_interrupt_during_stop_waits_for_the_stop(tmp_path, fake):
     finally:
         signal.signal(signal.SIGINT, previous)
     assert engine.times.stop_s is not None and gone(server)
-    deadline = time.monotonic() + 5
-    while not gone(worker) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert gone(worker)
+    assert wait_gone(worker)
 
 
 def setup_for(requests, env, slos=None) -> TrialSetup:
