@@ -508,7 +508,14 @@ def test_study_loop_resumes_with_one_baseline(tmp_path: Path) -> None:
 @pytest.mark.filterwarnings("ignore:Fixed parameter max-num-seqs with value 40 is out of range")
 def test_candidates_follow_the_baseline_once_each_in_full(tmp_path: Path) -> None:
     spec = parse_spec(
-        SPACE_SPEC | {"candidates": [{"max-num-seqs": 16, "block-size": 32}, {"max-num-seqs": 40}]}
+        SPACE_SPEC
+        | {
+            "candidates": [
+                {"max-num-seqs": 16, "block-size": 32},
+                {"max-num-seqs": 40},
+                {"block-size": 16},
+            ]
+        }
     )
     storage = f"sqlite:///{tmp_path / 's.db'}"
     offered: list[bool] = []
@@ -525,12 +532,12 @@ def test_candidates_follow_the_baseline_once_each_in_full(tmp_path: Path) -> Non
         run_study(
             open_study("s", storage, 0), spec, stand_in_setup(), tmp_path, 1, runner=interrupted
         )
-    run_study(open_study("s", storage, 0), spec, stand_in_setup(), tmp_path, 3, runner=runner)
+    run_study(open_study("s", storage, 0), spec, stand_in_setup(), tmp_path, 4, runner=runner)
     trials = load_trials(storage, "s")
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 2 + [TrialState.FAIL] + [
         TrialState.COMPLETE
-    ] * 3
-    baseline, first, _, second, *searched = trials
+    ] * 4
+    baseline, first, _, second, third, *searched = trials
     assert baseline.user_attrs["baseline"] is True
     fixed = {"load-format": "dummy"}
     assert first.user_attrs["engine_args"] == fixed | {"max-num-seqs": 16, "block-size": 32}
@@ -538,9 +545,12 @@ def test_candidates_follow_the_baseline_once_each_in_full(tmp_path: Path) -> Non
     # Outside the search space (1..32), kept as given: the sampler learns from it too.
     assert second.user_attrs["engine_args"] == fixed | {"max-num-seqs": 40}
     assert second.params == {"max-num-seqs": 40} and second.user_attrs["candidate"] == 1
+    # Nothing of the search space: vLLM's default max-num-seqs, no parameter for the sampler.
+    assert third.user_attrs["engine_args"] == fixed | {"block-size": 16}
+    assert third.params == {} and third.user_attrs["candidate"] == 2
     assert all("candidate" not in t.user_attrs for t in searched)
     # Only searched trials may be stopped early.
-    assert offered == [False, False, False, True, True]
+    assert offered == [False, False, False, False, True, True]
 
 
 def test_study_loop_interrupted_marks_the_trial_failed(tmp_path: Path) -> None:

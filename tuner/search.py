@@ -188,10 +188,13 @@ def run_study(
         if baseline:
             args = {**fixed, **spec.baseline}
             trial.set_user_attr(BASELINE_ATTR, True)
+        elif candidate is not None:
+            # Only the dimensions it sets: the others stay at vLLM's defaults, as configured.
+            chosen = spec.candidates[candidate]
+            dims = tuple(d for d in spec.space if d.name in chosen)
+            args = {**fixed, **suggest(trial, dims, fixed), **chosen}
         else:
             args = {**fixed, **suggest(trial, spec.space, fixed)}
-            if candidate is not None:
-                args |= spec.candidates[candidate]
         trial.set_user_attr(ARGS_ATTR, args)
         if on_start is not None:
             on_start(trial.number, args)
