@@ -224,6 +224,54 @@ def test_closed_loop_backs_off_on_errors(server):
     assert len(result.results) <= 3 * (2.0 / 0.1 + 1)
 
 
+def test_closed_loop_stops_when_the_monitor_says_so(server):
+    """A hopeless trial costs seconds: nothing more is sent, what is in flight is cancelled."""
+    schedule = from_samples([0.0, 10.0], [3, 3])  # 10 s of 3 in flight
+    lengths = LengthSource(np.array([4]), np.array([100]))  # 1 s a request
+    seen: list[tuple[float, int]] = []
+
+    def monitor(elapsed_s, live):
+        seen.append((elapsed_s, len(live)))
+        return elapsed_s > 1.5
+
+    result = replay_closed_loop(
+        f"http://127.0.0.1:{server.server_port}",
+        schedule,
+        closed_loop_requests(lengths),
+        settings(monitor_interval_s=0.25),
+        monitor=monitor,
+    )
+    assert result.stopped_at_s is not None and 1.5 < result.stopped_at_s < 3.0
+    assert result.duration_s < 3.0
+    # The monitor saw every request sent so far, live.
+    assert seen[-1][1] == len(result.live) == len(result.results) >= 3
+    cancelled = [r for r in result.results if not r.ok]
+    assert len(cancelled) == 3  # the three in flight at the stop
+    assert all(r.error == "cancelled: the replay stopped early" for r in cancelled)
+    assert all(r.ok for r in result.results if r not in cancelled)
+    pairs = zip(result.live, result.results, strict=True)
+    assert all(live.done_s is not None for live, r in pairs if r.ok)
+
+
+def test_open_loop_stops_when_the_monitor_says_so(server):
+    """Finished requests keep their results; in flight ones are cancelled, later ones unsent."""
+    requests = [Request(0.25 * i, 4, 50) for i in range(20)]  # 5 s of arrivals, 0.5 s each
+    result = replay(
+        f"http://127.0.0.1:{server.server_port}",
+        requests,
+        settings(monitor_interval_s=0.25),
+        monitor=lambda elapsed_s, live: elapsed_s > 1.5,
+    )
+    assert result.stopped_at_s is not None and 1.5 < result.stopped_at_s < 3.0
+    errors = [r.error for r in result.results]
+    done = errors.count(None)
+    cancelled = errors.count("cancelled: the replay stopped early")
+    unsent = errors.count("not sent: the replay stopped early")
+    assert done + cancelled + unsent == 20
+    assert 3 <= done <= 8 and 1 <= cancelled <= 4 and unsent >= 8
+    assert errors == [None] * done + errors[done:]  # in order of arrival
+
+
 def test_a_wall_clock_step_during_the_window_is_reported(server, monkeypatch):
     """vLLM times requests with the wall clock; a clock set mid-window is measured and kept."""
     requests = [Request(0.1 * i, 4, 10) for i in range(5)]

@@ -304,7 +304,7 @@ async def replay_async(
                     )
                 )
             )
-        pending = set(tasks)
+        pending = {task for task in tasks if not task.done()}
         deadline = clock() + settings.drain_timeout_s
         while pending and not stopped.is_set() and (remaining := deadline - clock()) > 0:
             _, pending = await asyncio.wait(pending, timeout=min(remaining, 0.5))
@@ -359,20 +359,24 @@ async def replay_closed_loop_async(
     settings: ReplaySettings,
     clock: Clock = time.perf_counter,
     error_backoff_s: float = 0.1,
+    monitor: Monitor | None = None,
 ) -> ReplayResult:
     """Keep ``schedule.target_at(t)`` requests in flight until ``schedule.end_s``, then drain.
 
     A request is sent whenever fewer than the target are in flight: at the start, when one
     finishes, and when the target rises. When it falls, nothing new is sent until enough have
     finished. Each request's ``scheduled_s`` is its send time. A failed request holds its slot
-    for ``error_backoff_s``, so that a server refusing everything is not flooded.
+    for ``error_backoff_s``, so that a server refusing everything is not flooded. With a
+    ``monitor``, the replay stops early once it says so, as the open loop does.
     """
     async with _clients(base_url, settings) as (pools, observed):
         loop = asyncio.get_running_loop()
         wake = asyncio.Event()
+        stopped = asyncio.Event()
         in_flight: set[asyncio.Task[RequestResult]] = set()
         cooling = 0
         sent: list[tuple[Request, asyncio.Task[RequestResult]]] = []
+        live: list[LiveRequest] = []
 
         def cooled() -> None:
             nonlocal cooling
@@ -388,14 +392,25 @@ async def replay_closed_loop_async(
             else:
                 wake.set()
 
+        async def watch(check: Monitor) -> None:
+            while not stopped.is_set():
+                await asyncio.sleep(settings.monitor_interval_s)
+                if check(clock() - start, live):
+                    stopped.set()
+                    wake.set()
+
         start = clock()
-        while (now := clock() - start) < schedule.end_s:
+        watcher = None if monitor is None else asyncio.create_task(watch(monitor))
+        while (now := clock() - start) < schedule.end_s and not stopped.is_set():
             while len(in_flight) + cooling < schedule.target_at(now):
                 request = replace(next(requests), arrival_s=now)
                 body = request_body(len(sent), request, settings)
+                live.append(LiveRequest(sent_s=now))
                 # One pool: in flight here is at most the schedule's target, and a connection
                 # opened per pool would count its set-up as time in flight.
-                task = asyncio.create_task(_send(pools[0], body, request, now, start, clock))
+                task = asyncio.create_task(
+                    _send(pools[0], body, request, now, start, clock, live[-1])
+                )
                 task.add_done_callback(finished)
                 in_flight.add(task)
                 sent.append((request, task))
@@ -405,16 +420,25 @@ async def replay_closed_loop_async(
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), timeout=wait_s)
         tasks = [task for _, task in sent]
-        done, pending = (
-            await asyncio.wait(tasks, timeout=settings.drain_timeout_s) if tasks else (set(), set())
-        )
+        pending: set[asyncio.Task[RequestResult]] = {t for t in tasks if not t.done()}
+        deadline = clock() + settings.drain_timeout_s
+        while pending and not stopped.is_set() and (remaining := deadline - clock()) > 0:
+            _, pending = await asyncio.wait(pending, timeout=min(remaining, 0.5))
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         duration_s = clock() - start
-    why = f"not finished within the {settings.drain_timeout_s:g} s drain timeout"
+        stopped_at_s = duration_s if stopped.is_set() else None
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+    why = (
+        "cancelled: the replay stopped early"
+        if stopped_at_s is not None
+        else f"not finished within the {settings.drain_timeout_s:g} s drain timeout"
+    )
     results = [
-        task.result() if task in done else _unfinished(request, request.arrival_s, why)
+        task.result() if task not in pending else _unfinished(request, request.arrival_s, why)
         for request, task in sent
     ]
     logger.info("closed loop: %d requests over %.1f s", len(results), duration_s)
@@ -424,7 +448,9 @@ async def replay_closed_loop_async(
         observed.before,
         observed.after,
         observed.during,
-        wall_clock_step_s=observed.wall_clock_step_s,
+        stopped_at_s,
+        live,
+        observed.wall_clock_step_s,
     )
 
 
@@ -434,6 +460,9 @@ def replay_closed_loop(
     requests: Iterator[Request],
     settings: ReplaySettings,
     clock: Clock = time.perf_counter,
+    monitor: Monitor | None = None,
 ) -> ReplayResult:
     """Blocking wrapper around ``replay_closed_loop_async``."""
-    return asyncio.run(replay_closed_loop_async(base_url, schedule, requests, settings, clock))
+    return asyncio.run(
+        replay_closed_loop_async(base_url, schedule, requests, settings, clock, monitor=monitor)
+    )

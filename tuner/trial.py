@@ -153,6 +153,7 @@ def run_trial(
                 setup.closed_loop.schedule,
                 setup.closed_loop.requests(setup.replay.seed),
                 setup.replay,
+                monitor=monitor,
             )
         else:
             result = replay(engine.base_url, setup.requests, setup.replay, monitor=monitor)
