@@ -202,6 +202,25 @@ class _Observed:
             return 0.0
         return self.wall_offset_after_s - self.wall_offset_before_s
 
+    def result(
+        self,
+        results: list[RequestResult],
+        duration_s: float,
+        stopped_at_s: float | None,
+        live: list[LiveRequest],
+    ) -> ReplayResult:
+        """What the replay saw, with what was observed around it."""
+        return ReplayResult(
+            results,
+            duration_s,
+            self.before,
+            self.after,
+            self.during,
+            stopped_at_s,
+            live,
+            self.wall_clock_step_s,
+        )
+
 
 @contextlib.asynccontextmanager
 async def _clients(
@@ -244,11 +263,43 @@ async def _watch(
     clock: Clock,
     interval_s: float,
     stopped: asyncio.Event,
+    *wake: asyncio.Event,
 ) -> None:
+    """Ask ``monitor`` every ``interval_s``; once it says stop, set ``stopped`` and ``wake``."""
     while not stopped.is_set():
         await asyncio.sleep(interval_s)
         if monitor(clock() - start, live):
             stopped.set()
+            for event in wake:
+                event.set()
+
+
+async def _drain(
+    tasks: Sequence[asyncio.Task[RequestResult]],
+    stopped: asyncio.Event,
+    timeout_s: float,
+    clock: Clock,
+    watcher: asyncio.Task[None] | None,
+) -> set[asyncio.Task[RequestResult]]:
+    """Wait for ``tasks`` until all are done, ``timeout_s`` passes or a stop is asked for; cancel
+    the rest, stop the watcher, and return the cancelled ones."""
+    pending = {task for task in tasks if not task.done()}
+    deadline = clock() + timeout_s
+    while pending and not stopped.is_set() and (remaining := deadline - clock()) > 0:
+        _, pending = await asyncio.wait(pending, timeout=min(remaining, 0.5))
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    if watcher is not None:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+    return pending
+
+
+def _why_unfinished(stopped_early: bool, settings: ReplaySettings) -> str:
+    if stopped_early:
+        return "cancelled: the replay stopped early"
+    return f"not finished within the {settings.drain_timeout_s:g} s drain timeout"
 
 
 def _unfinished(request: Request, sent_s: float | None, why: str) -> RequestResult:
@@ -304,41 +355,19 @@ async def replay_async(
                     )
                 )
             )
-        pending = {task for task in tasks if not task.done()}
-        deadline = clock() + settings.drain_timeout_s
-        while pending and not stopped.is_set() and (remaining := deadline - clock()) > 0:
-            _, pending = await asyncio.wait(pending, timeout=min(remaining, 0.5))
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        pending = await _drain(tasks, stopped, settings.drain_timeout_s, clock, watcher)
         duration_s = clock() - start
         stopped_at_s = duration_s if stopped.is_set() else None
-        if watcher is not None:
-            watcher.cancel()
-            await asyncio.gather(watcher, return_exceptions=True)
+    why = _why_unfinished(stopped_at_s is not None, settings)
     results = []
     for i, request in enumerate(requests):
         if i >= len(tasks):
             results.append(_unfinished(request, None, "not sent: the replay stopped early"))
         elif tasks[i] in pending:
-            why = (
-                "cancelled: the replay stopped early"
-                if stopped_at_s is not None
-                else f"not finished within the {settings.drain_timeout_s:g} s drain timeout"
-            )
             results.append(_unfinished(request, live[i].sent_s, why))
         else:
             results.append(tasks[i].result())
-    return ReplayResult(
-        results,
-        duration_s,
-        observed.before,
-        observed.after,
-        observed.during,
-        stopped_at_s,
-        live,
-        observed.wall_clock_step_s,
-    )
+    return observed.result(results, duration_s, stopped_at_s, live)
 
 
 def replay(
@@ -392,15 +421,12 @@ async def replay_closed_loop_async(
             else:
                 wake.set()
 
-        async def watch(check: Monitor) -> None:
-            while not stopped.is_set():
-                await asyncio.sleep(settings.monitor_interval_s)
-                if check(clock() - start, live):
-                    stopped.set()
-                    wake.set()
-
         start = clock()
-        watcher = None if monitor is None else asyncio.create_task(watch(monitor))
+        watcher = None
+        if monitor is not None:
+            watcher = asyncio.create_task(
+                _watch(monitor, live, start, clock, settings.monitor_interval_s, stopped, wake)
+            )
         while (now := clock() - start) < schedule.end_s and not stopped.is_set():
             while len(in_flight) + cooling < schedule.target_at(now):
                 request = replace(next(requests), arrival_s=now)
@@ -420,38 +446,16 @@ async def replay_closed_loop_async(
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), timeout=wait_s)
         tasks = [task for _, task in sent]
-        pending: set[asyncio.Task[RequestResult]] = {t for t in tasks if not t.done()}
-        deadline = clock() + settings.drain_timeout_s
-        while pending and not stopped.is_set() and (remaining := deadline - clock()) > 0:
-            _, pending = await asyncio.wait(pending, timeout=min(remaining, 0.5))
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        pending = await _drain(tasks, stopped, settings.drain_timeout_s, clock, watcher)
         duration_s = clock() - start
         stopped_at_s = duration_s if stopped.is_set() else None
-        if watcher is not None:
-            watcher.cancel()
-            await asyncio.gather(watcher, return_exceptions=True)
-    why = (
-        "cancelled: the replay stopped early"
-        if stopped_at_s is not None
-        else f"not finished within the {settings.drain_timeout_s:g} s drain timeout"
-    )
+    why = _why_unfinished(stopped_at_s is not None, settings)
     results = [
         task.result() if task not in pending else _unfinished(request, request.arrival_s, why)
         for request, task in sent
     ]
     logger.info("closed loop: %d requests over %.1f s", len(results), duration_s)
-    return ReplayResult(
-        results,
-        duration_s,
-        observed.before,
-        observed.after,
-        observed.during,
-        stopped_at_s,
-        live,
-        observed.wall_clock_step_s,
-    )
+    return observed.result(results, duration_s, stopped_at_s, live)
 
 
 def replay_closed_loop(
