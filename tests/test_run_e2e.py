@@ -430,6 +430,15 @@ def test_malformed_trace_exits_2_and_writes_nothing(tmp_path: Path, defaults: bo
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prod.csv"]
 
 
+def test_concurrency_trace_without_lengths_exits_2_and_writes_nothing(tmp_path: Path) -> None:
+    trace = tmp_path / "running.csv"
+    trace.write_text("timestamp,concurrency\n0,2\n15,5\n30,3\n")
+    result = run_tuner("run", "--trace", trace, cwd=tmp_path, timeout_s=120)
+    assert result.returncode == 2, result.stderr
+    assert "is a concurrency trace: give request lengths" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["running.csv"]
+
+
 # The study loop of ``tuner run`` with a stand-in trial runner (the ``runner`` seam), in
 # milliseconds: the same properties as above, at the edges that vLLM is too slow to reach.
 

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 import tuner
 from tuner import concurrency, environment, from_prometheus, search, traffic, traffic_plot
-from tuner.concurrency import ClosedLoop, LengthSource, load_concurrency
+from tuner.concurrency import ClosedLoop, ConcurrencyTrace, LengthSource, load_concurrency
 from tuner.dummy_model import write_model
 from tuner.emit import HEADLINE, Provenance, format_figure, render
 from tuner.engine import Launcher, ProcessLauncher, ZygoteLauncher
@@ -270,11 +270,13 @@ def _load_spec(args: argparse.Namespace, name: str) -> StudySpec:
 
 
 def _closed_loop_replay(
-    args: argparse.Namespace, window_s: float, time_scale: float, max_model_len: int
+    args: argparse.Namespace,
+    schedule: ConcurrencyTrace,
+    lengths: LengthSource,
+    window_s: float,
+    time_scale: float,
+    max_model_len: int,
 ) -> Replay:
-    schedule = load_concurrency(args.trace)
-    lengths = _length_source(args)
-    print(f"concurrency trace {args.trace}: {len(schedule.time_s)} samples")
     start_s = concurrency.busiest_window_start(schedule, window_s)
     window = schedule.window(start_s, window_s).scaled(time_scale)
     lengths_from = (
@@ -360,9 +362,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.n_trials is not None and args.n_trials < 0:
         raise InputError(f"--n-trials must be 0 or more, got {args.n_trials}")
     # Bad input stops here, before anything is written.
-    closed = (args.format or detect_format(args.trace)) == CONCURRENCY
-    trace = None if closed else load_trace(args.trace, args.format, **trace_options(args))
-    if trace is not None:
+    if (args.format or detect_format(args.trace)) == CONCURRENCY:
+        trace = None
+        schedule, lengths = load_concurrency(args.trace), _length_source(args)
+        print(f"concurrency trace {args.trace}: {len(schedule.time_s)} samples")
+    else:
+        trace = load_trace(args.trace, args.format, **trace_options(args))
         print(f"trace {args.trace}: {len(trace)} requests over {trace.span_s:.0f} s")
     spec = _load_spec(args, name)
     max_len = spec.engine_args.get("max-model-len")
@@ -370,7 +375,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     window_s = args.window_s or spec.window_s
     time_scale = args.time_scale or spec.time_scale
     if trace is None:
-        replay = _closed_loop_replay(args, window_s, time_scale, info.max_model_len)
+        replay = _closed_loop_replay(
+            args, schedule, lengths, window_s, time_scale, info.max_model_len
+        )
     else:
         replay = _open_loop_replay(trace, window_s, time_scale, info.max_model_len)
     print(f"window: {replay.text}")
