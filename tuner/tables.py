@@ -392,17 +392,18 @@ def _read_jsonl_rows(
         name: np.asarray(column, dtype=str if wanted[name] == "text" else np.float64)
         for name, column in values.items()
     }
-    flat = {name: _int_lists(rows) for name, rows in list_values.items()}
+    flat = {name: int_lists(rows) for name, rows in list_values.items()}
     return Table(path, columns, lambda row: lines[row]), flat
 
 
-def _int_lists(rows: Sequence[tuple[int, ...]]) -> IntLists:
+def int_lists(rows: Sequence[Sequence[int]]) -> IntLists:
+    """``rows`` of integers, flat; ids beyond int64 are kept exact, as Python ints."""
     offsets = np.zeros(len(rows) + 1, dtype=np.int64)
     np.cumsum([len(row) for row in rows], out=offsets[1:])
     flat = list(itertools.chain.from_iterable(rows))
     try:
         return np.array(flat, dtype=np.int64), offsets
-    except OverflowError:  # ids beyond int64: kept exact, as Python ints
+    except OverflowError:
         return np.array(flat, dtype=object), offsets
 
 

@@ -15,6 +15,8 @@ from typing import overload
 
 import numpy as np
 
+from tuner.tables import int_lists
+
 
 @dataclass(frozen=True, slots=True)
 class Request:
@@ -41,15 +43,7 @@ class HashIds(Sequence[tuple[int, ...]]):
 
     @classmethod
     def from_lists(cls, lists: Iterable[Iterable[int]]) -> HashIds:
-        rows = [tuple(row) for row in lists]
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum([len(row) for row in rows], out=offsets[1:])
-        flat = list(itertools.chain.from_iterable(rows))
-        try:
-            ids = np.array(flat, dtype=np.int64)
-        except OverflowError:
-            ids = np.array(flat, dtype=object)
-        return cls(ids, offsets)
+        return cls(*int_lists([tuple(row) for row in lists]))
 
     @property
     def block_count(self) -> int:
