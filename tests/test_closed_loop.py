@@ -295,6 +295,25 @@ def test_a_wall_clock_step_during_the_window_is_reported(server, monkeypatch):
     assert stepped.wall_clock_step_s == pytest.approx(-3.0, abs=0.05)
 
 
+def test_tuner_s_own_delays_are_measured(server, caplog):
+    """A stall of tuner's own event loop is measured and warned about: its latencies include it."""
+    requests = [Request(0.1 * i, 4, 10) for i in range(5)]
+    stalls = []
+
+    def stall_once(elapsed_s, live):
+        if not stalls:
+            stalls.append(elapsed_s)
+            time.sleep(0.4)  # blocks the loop, as a starved client process would be
+        return False
+
+    url = f"http://127.0.0.1:{server.server_port}"
+    result = replay(url, requests, settings(monitor_interval_s=0.1), monitor=stall_once)
+    assert stalls and all(r.ok for r in result.results)
+    assert 0.38 <= result.client_lag_max_s < 5.0
+    assert result.client_lag_p99_s <= result.client_lag_max_s
+    assert "tuner's own event loop ran up to" in caplog.text
+
+
 @pytest.mark.vllm
 def test_closed_loop_against_vllm(tmp_path, cpu_model):
     """vLLM's own gauge follows the target: 1 in flight, then 4, then 2."""

@@ -178,11 +178,14 @@ def test_emitted_config_is_what_the_best_trial_measured(study: Run, cpu_model: P
 
 @pytest.mark.vllm
 def test_client_and_server_means_agree(study: Run) -> None:
-    """tuner's own TTFT and end-to-end means are within 10% of what vLLM measured.
+    """tuner's own TTFT and end-to-end means agree with what vLLM measured.
 
-    vLLM times requests with the wall clock and tuner with the monotonic one: a trial during
-    which the system clock was set (NTP stepping a freshly booted CI machine) cannot agree, and
-    must say so in ``wall_clock_step_s``. Those trials are left out of the comparison.
+    A request reaches tuner after vLLM stamped it done, so tuner's figure is never below vLLM's.
+    It is above by the API server's own work (within 10% here) and by any delay of tuner itself:
+    on a machine short of CPU, tuner's process can be held for seconds (``client_lag_max_s``),
+    and every request finishing then reads that much late. vLLM times requests with the wall
+    clock and tuner with the monotonic one, so a trial during which the system clock was set
+    (``wall_clock_step_s``) cannot be compared, and is left out.
     """
     steady = [t for t in study.trials if abs(t.user_attrs["wall_clock_step_s"]) < 0.05]
     if not steady:
@@ -190,15 +193,19 @@ def test_client_and_server_means_agree(study: Run) -> None:
         pytest.skip(f"the system clock was set during every trial: {steps}")
     for trial in steady:
         attrs = trial.user_attrs
+        lag_s = attrs["client_lag_max_s"]
         for client, server in (
             ("ttft_mean_s", "server_ttft_mean_s"),
             ("e2e_mean_s", "server_e2e_mean_s"),
         ):
-            assert attrs[client] == pytest.approx(attrs[server], rel=0.10), (
+            said = (
                 f"trial {trial.number}: {client} {attrs[client]:.3f} s, "
-                f"{server} {attrs[server]:.3f} s, "
-                f"wall clock step {attrs['wall_clock_step_s']:+.3f} s"
+                f"{server} {attrs[server]:.3f} s, tuner's own lag up to {lag_s:.3f} s"
             )
+            assert attrs[client] >= attrs[server] - 0.005, said
+            assert attrs[client] <= 1.10 * attrs[server] + lag_s, said
+        if lag_s > 0.1:
+            assert f"tuner's client ran up to {lag_s:.2f} s late" in study.result.stdout
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ from tuner.formats import (
     load_trace,
     parse_column_mapping,
 )
-from tuner.replay import ReplaySettings
+from tuner.replay import LOOP_LAG_WARNING_S, ReplaySettings
 from tuner.spec import StudySpec, default_spec_text, load_spec
 from tuner.trace import Request, Trace, busiest_window_start
 from tuner.trial import Objective, TrialSetup
@@ -196,6 +196,9 @@ def _trial_line(trial: Any, space_names: Sequence[str]) -> str:
         parts.append(f"score {trial.value:.3f}")
     if attrs.get(search.REASON_ATTR):
         parts.append(f"({attrs[search.REASON_ATTR][:160]})")
+    lag_s = attrs.get("client_lag_max_s", 0.0)
+    if lag_s > LOOP_LAG_WARNING_S:
+        parts.append(f"(tuner's client ran up to {lag_s:.2f} s late: latencies include that)")
     engine_s = attrs.get("time_engine_healthy_s")
     if engine_s is not None:
         parts.append(f"start {engine_s:.0f} s")

@@ -37,6 +37,12 @@ POOLS = 16
 # (a slewing NTP daemon moves it by at most 0.5 ms a second).
 WALL_CLOCK_TOLERANCE_S = 0.05
 
+# tuner's own event loop is probed this often during a window: how late a timer fires is how late
+# tuner reads what the server sent. Above the warning level, tuner's latencies include its own
+# slowness (a client short of CPU), not only the server's.
+LOOP_PROBE_INTERVAL_S = 0.01
+LOOP_LAG_WARNING_S = 0.1
+
 
 # Called every ``ReplaySettings.monitor_interval_s`` with the seconds since the window began and
 # the requests sent so far; returning True stops the replay early (the trial is hopeless).
@@ -72,6 +78,10 @@ class ReplayResult:
     # requests with the wall clock (``time.time()``), tuner with the monotonic one; a clock set
     # during the window (NTP stepping a freshly booted machine) shifts vLLM's figures, not tuner's.
     wall_clock_step_s: float = 0.0
+    # How late tuner's own event loop woke for a timer during the window: the worst, and the 99th
+    # percentile. tuner's latencies include up to this much of its own delay.
+    client_lag_max_s: float = 0.0
+    client_lag_p99_s: float = 0.0
 
 
 def request_body(index: int, request: Request, settings: ReplaySettings) -> bytes:
@@ -177,6 +187,15 @@ async def _scrape(client: httpx.AsyncClient) -> str:
     return response.text if response.status_code == 200 else ""
 
 
+async def _probe_loop(interval_s: float, into: list[float], stop: asyncio.Event) -> None:
+    """Append how late each ``interval_s`` timer fires until ``stop`` is set."""
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        due = loop.time() + interval_s
+        await asyncio.sleep(interval_s)
+        into.append(max(0.0, loop.time() - due))
+
+
 async def _sample_gauges(
     client: httpx.AsyncClient, interval_s: float, into: list[str], stop: asyncio.Event
 ) -> None:
@@ -195,6 +214,7 @@ class _Observed:
     after: str = ""
     wall_offset_before_s: float = field(default_factory=lambda: time.time() - time.monotonic())
     wall_offset_after_s: float | None = None
+    loop_lags: list[float] = field(default_factory=list)
 
     @property
     def wall_clock_step_s(self) -> float:
@@ -210,6 +230,7 @@ class _Observed:
         live: list[LiveRequest],
     ) -> ReplayResult:
         """What the replay saw, with what was observed around it."""
+        lags = sorted(self.loop_lags) or [0.0]
         return ReplayResult(
             results,
             duration_s,
@@ -219,6 +240,8 @@ class _Observed:
             stopped_at_s,
             live,
             self.wall_clock_step_s,
+            client_lag_max_s=lags[-1],
+            client_lag_p99_s=lags[min(len(lags) - 1, int(0.99 * len(lags)))],
         )
 
 
@@ -241,11 +264,12 @@ async def _clients(
         sampler = asyncio.create_task(
             _sample_gauges(pools[0], settings.gauge_interval_s, observed.during, stop)
         )
+        prober = asyncio.create_task(_probe_loop(LOOP_PROBE_INTERVAL_S, observed.loop_lags, stop))
         try:
             yield pools, observed
         finally:
             stop.set()
-            await sampler
+            await asyncio.gather(sampler, prober)
             observed.after = await _scrape(pools[0])
             observed.wall_offset_after_s = time.time() - time.monotonic()
             if abs(observed.wall_clock_step_s) > WALL_CLOCK_TOLERANCE_S:
@@ -253,6 +277,12 @@ async def _clients(
                     "the system clock moved %+.3f s against the monotonic clock during the "
                     "window: vLLM's own latency figures are off by up to that much",
                     observed.wall_clock_step_s,
+                )
+            if (worst := max(observed.loop_lags, default=0.0)) > LOOP_LAG_WARNING_S:
+                logger.warning(
+                    "tuner's own event loop ran up to %.3f s late during the window: its "
+                    "latencies include that much of its own delay (is it short of CPU?)",
+                    worst,
                 )
 
 

@@ -178,6 +178,8 @@ def run_trial(
     metrics |= summarize_server(before, after)
     metrics |= summarize_gauges([parse_scrape(text) for text in result.metrics_during])
     metrics["wall_clock_step_s"] = result.wall_clock_step_s
+    metrics["client_lag_max_s"] = result.client_lag_max_s
+    metrics["client_lag_p99_s"] = result.client_lag_p99_s
     objective = setup.objective
     trial_score = score(metrics, objective.slos, objective.weights, objective.max_error_rate)
     reason = _why_infeasible(trial_score, metrics)

@@ -1,0 +1,141 @@
+"""Does tuner's client keep up, and how far apart do its latencies and vLLM's go when it cannot?
+
+Starts one vLLM engine (the CPU demo model) and replays the shipped trace's busiest second,
+stretched ``--time-scale`` times, ``--repeats`` times with nothing else running and as many times
+with ``--busy`` processes spinning beside it. For each replay it prints tuner's TTFT and
+end-to-end means next to vLLM's (from ``/metrics``), tuner's own event-loop lag
+(``client_lag_max_s``, ``client_lag_p99_s``), and the worst lag of a separate process that only
+sleeps 10 ms at a time: whether a hold-up is tuner's own or the whole machine's.
+
+    python benchmarks/client_lag.py --repeats 3 --busy 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import multiprocessing
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Event
+from pathlib import Path
+
+from tuner.dummy_model import write_model
+from tuner.engine import Engine, ProcessLauncher
+from tuner.formats import load_trace
+from tuner.metrics import parse_scrape, summarize_client, summarize_server
+from tuner.replay import ReplaySettings, replay
+from tuner.workload import build_workload
+
+TRACE = Path(__file__).resolve().parent.parent / "traces" / "azure-conv-peak.csv"
+
+
+def spin(stop: Event) -> None:
+    while not stop.is_set():
+        for _ in range(100_000):
+            pass
+
+
+def sleeper(stop: Event, worst: Queue) -> None:  # type: ignore[type-arg]
+    """Sleep 10 ms at a time until ``stop``; put the latest wake-up seen."""
+
+    async def probe() -> float:
+        loop = asyncio.get_running_loop()
+        late = 0.0
+        while not stop.is_set():
+            due = loop.time() + 0.01
+            await asyncio.sleep(0.01)
+            late = max(late, loop.time() - due)
+        return late
+
+    worst.put(asyncio.run(probe()))
+
+
+@contextlib.contextmanager
+def beside(busy: int, into: dict[str, float]) -> Iterator[None]:
+    """``busy`` spinning processes and one sleeping probe, whose worst lag lands in ``into``."""
+    stop, worst = multiprocessing.Event(), multiprocessing.Queue()
+    procs = [multiprocessing.Process(target=spin, args=(stop,)) for _ in range(busy)]
+    procs.append(multiprocessing.Process(target=sleeper, args=(stop, worst)))
+    for proc in procs:
+        proc.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        into["sleeper_lag_max_s"] = worst.get(timeout=60)
+        for proc in procs:
+            proc.join()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--busy", type=int, default=2, help="spinning processes beside tuner")
+    parser.add_argument("--window-s", type=float, default=1.0)
+    parser.add_argument("--time-scale", type=float, default=4.0)
+    options = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="client-lag-"))
+    model = str(write_model(work / "model", "cpu-demo"))
+    args = {"load-format": "dummy", "max-model-len": 4096, "enforce-eager": True}
+    args["gpu-memory-utilization"] = 0.2
+    workload = build_workload(load_trace(TRACE), options.window_s, options.time_scale, 4096)
+    requests = workload.trace.requests()
+    settings = ReplaySettings(model=model, vocab_size=8192)
+    print(f"{workload.describe()}: {len(requests)} requests", flush=True)
+    rows: list[tuple[int, dict[str, float]]] = []
+    began = time.monotonic()
+    with Engine(model, args, work / "engine", launcher=ProcessLauncher()) as engine:
+        engine.wait_healthy(900)
+        replay(engine.base_url, requests, settings)  # a fresh engine's first requests are slow
+        print(
+            f"{'busy':>4} {'ttft':>6} {'vllm':>6} {'e2e':>6} {'vllm':>6} "
+            f"{'lag max':>8} {'lag p99':>8} {'sleeper':>8}   (seconds, means)"
+        )
+        for _ in range(options.repeats):
+            for busy in (0, options.busy):
+                sleeper_lag: dict[str, float] = {}
+                with beside(busy, sleeper_lag):
+                    result = replay(engine.base_url, requests, settings)
+                before, after = (
+                    parse_scrape(result.metrics_before),
+                    parse_scrape(result.metrics_after),
+                )
+                figures = summarize_client(result.results, result.duration_s)
+                figures |= summarize_server(before, after) | sleeper_lag
+                figures["client_lag_max_s"] = result.client_lag_max_s
+                figures["client_lag_p99_s"] = result.client_lag_p99_s
+                rows.append((busy, figures))
+                print(
+                    f"{busy:>4} {figures['ttft_mean_s']:6.2f} {figures['server_ttft_mean_s']:6.2f} "
+                    f"{figures['e2e_mean_s']:6.2f} {figures['server_e2e_mean_s']:6.2f} "
+                    f"{figures['client_lag_max_s']:8.3f} {figures['client_lag_p99_s']:8.3f} "
+                    f"{figures.get('sleeper_lag_max_s', float('nan')):8.3f}",
+                    flush=True,
+                )
+    print("\nmedians over the repeats")
+    for busy in sorted({b for b, _ in rows}):
+        group = [f for b, f in rows if b == busy]
+
+        def median(key: str, of: list[dict[str, float]] = group) -> float:
+            return statistics.median(f.get(key, float("nan")) for f in of)
+
+        gap = statistics.median(f["e2e_mean_s"] / f["server_e2e_mean_s"] - 1 for f in group)
+        print(
+            f"busy {busy}: e2e tuner/vLLM {gap:+.1%}, tuner lag max "
+            f"{median('client_lag_max_s'):.3f} s, sleeper lag max "
+            f"{median('sleeper_lag_max_s'):.3f} s"
+        )
+    print(
+        f"\ntook {time.monotonic() - began:.0f} s; rerun: python "
+        f"benchmarks/client_lag.py --repeats {options.repeats} --busy {options.busy}"
+    )
+
+
+if __name__ == "__main__":
+    main()
