@@ -222,6 +222,15 @@ class _Observed:
             return 0.0
         return self.wall_offset_after_s - self.wall_offset_before_s
 
+    @property
+    def client_lag_max_s(self) -> float:
+        return max(self.loop_lags, default=0.0)
+
+    @property
+    def client_lag_p99_s(self) -> float:
+        lags = sorted(self.loop_lags) or [0.0]
+        return lags[min(len(lags) - 1, int(0.99 * len(lags)))]
+
     def result(
         self,
         results: list[RequestResult],
@@ -230,7 +239,6 @@ class _Observed:
         live: list[LiveRequest],
     ) -> ReplayResult:
         """What the replay saw, with what was observed around it."""
-        lags = sorted(self.loop_lags) or [0.0]
         return ReplayResult(
             results,
             duration_s,
@@ -240,8 +248,8 @@ class _Observed:
             stopped_at_s,
             live,
             self.wall_clock_step_s,
-            client_lag_max_s=lags[-1],
-            client_lag_p99_s=lags[min(len(lags) - 1, int(0.99 * len(lags)))],
+            self.client_lag_max_s,
+            self.client_lag_p99_s,
         )
 
 
@@ -278,11 +286,11 @@ async def _clients(
                     "window: vLLM's own latency figures are off by up to that much",
                     observed.wall_clock_step_s,
                 )
-            if (worst := max(observed.loop_lags, default=0.0)) > LOOP_LAG_WARNING_S:
+            if observed.client_lag_max_s > LOOP_LAG_WARNING_S:
                 logger.warning(
                     "tuner's own event loop ran up to %.3f s late during the window: its "
-                    "latencies include that much of its own delay (is it short of CPU?)",
-                    worst,
+                    "latencies include that much of its own delay (is the machine short of CPU?)",
+                    observed.client_lag_max_s,
                 )
 
 
