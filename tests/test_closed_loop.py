@@ -194,7 +194,13 @@ def test_closed_loop_follows_the_target(server):
         assert time_weighted(times_s[inside], counts[inside], hi)["mean"] == pytest.approx(
             want, abs=0.3
         ), (lo, counts[inside])
-        assert counts[inside].max() == want
+    # Every send fills the target and never passes it. (Counted at the sends: when the target
+    # falls, requests sent before it may still be finishing, late on a busy machine.)
+    at_send = np.array([np.count_nonzero((sent <= s) & (done > s)) for s in sent])
+    targets = np.array([schedule.target_at(s) for s in sent])
+    assert (at_send <= targets).all(), list(zip(sent, at_send, targets, strict=True))
+    for lo, hi, want in ((0.0, 1.0, 2), (1.0, 2.0, 6), (2.0, 3.0, 1)):
+        assert at_send[(sent >= lo) & (sent < hi)].max() == want
     # Server side: what it actually held, time-weighted over each phase, on a clock that
     # starts when the first request reached it.
     began = server.samples[0][0]
