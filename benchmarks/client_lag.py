@@ -27,8 +27,8 @@ from pathlib import Path
 from tuner.dummy_model import write_model
 from tuner.engine import Engine, ProcessLauncher
 from tuner.formats import load_trace
-from tuner.metrics import parse_scrape, summarize_client, summarize_server
 from tuner.replay import ReplaySettings, replay
+from tuner.trial import replay_figures
 from tuner.workload import build_workload
 
 TRACE = Path(__file__).resolve().parent.parent / "traces" / "azure-conv-peak.csv"
@@ -102,14 +102,7 @@ def main() -> None:
                 sleeper_lag: dict[str, float] = {}
                 with beside(busy, sleeper_lag):
                     result = replay(engine.base_url, requests, settings)
-                before, after = (
-                    parse_scrape(result.metrics_before),
-                    parse_scrape(result.metrics_after),
-                )
-                figures = summarize_client(result.results, result.duration_s)
-                figures |= summarize_server(before, after) | sleeper_lag
-                figures["client_lag_max_s"] = result.client_lag_max_s
-                figures["client_lag_p99_s"] = result.client_lag_p99_s
+                figures = replay_figures(result) | sleeper_lag
                 rows.append((busy, figures))
                 print(
                     f"{busy:>4} {figures['ttft_mean_s']:6.2f} {figures['server_ttft_mean_s']:6.2f} "

@@ -123,6 +123,19 @@ def _stopped_early(
     return TrialOutcome(engine_args, trial_score, metrics, timings, reason, pruned=True)
 
 
+def replay_figures(result: ReplayResult) -> dict[str, float]:
+    """Everything a whole replay measured: tuner's figures, vLLM's over the window, the gauges,
+    and how far the wall clock and tuner's own loop were off."""
+    figures = summarize_client(result.results, result.duration_s)
+    before, after = parse_scrape(result.metrics_before), parse_scrape(result.metrics_after)
+    figures |= summarize_server(before, after)
+    figures |= summarize_gauges([parse_scrape(text) for text in result.metrics_during])
+    figures["wall_clock_step_s"] = result.wall_clock_step_s
+    figures["client_lag_max_s"] = result.client_lag_max_s
+    figures["client_lag_p99_s"] = result.client_lag_p99_s
+    return figures
+
+
 def run_trial(
     engine_args: Mapping[str, Any],
     setup: TrialSetup,
@@ -173,13 +186,7 @@ def run_trial(
     if result.stopped_at_s is not None:
         return _stopped_early(engine_args, setup, result, timings)
 
-    metrics: dict[str, float] = summarize_client(result.results, result.duration_s)
-    before, after = parse_scrape(result.metrics_before), parse_scrape(result.metrics_after)
-    metrics |= summarize_server(before, after)
-    metrics |= summarize_gauges([parse_scrape(text) for text in result.metrics_during])
-    metrics["wall_clock_step_s"] = result.wall_clock_step_s
-    metrics["client_lag_max_s"] = result.client_lag_max_s
-    metrics["client_lag_p99_s"] = result.client_lag_p99_s
+    metrics = replay_figures(result)
     objective = setup.objective
     trial_score = score(metrics, objective.slos, objective.weights, objective.max_error_rate)
     reason = _why_infeasible(trial_score, metrics)

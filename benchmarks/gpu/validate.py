@@ -29,9 +29,9 @@ from tuner.dummy_model import write_model
 from tuner.engine import Engine, EngineFailed
 from tuner.flags import SERVER_ONLY, normalize
 from tuner.formats import load_trace
-from tuner.metrics import parse_scrape, summarize_client, summarize_gauges, summarize_server
 from tuner.replay import ReplaySettings, replay
 from tuner.spec import load_spec
+from tuner.trial import replay_figures
 from tuner.workload import build_workload, model_info
 
 SHOWN = (
@@ -74,12 +74,7 @@ def measure(
     began = time.monotonic()
     result = replay(engine.base_url, requests, settings)
     window_s = time.monotonic() - began
-    figures = summarize_client(result.results, result.duration_s)
-    figures |= summarize_server(
-        parse_scrape(result.metrics_before), parse_scrape(result.metrics_after)
-    )
-    figures |= summarize_gauges([parse_scrape(t) for t in result.metrics_during])
-    return figures, window_s
+    return replay_figures(result), window_s
 
 
 def summary_rows(label: str, repeats: list[dict[str, Any]]) -> list[str]:
