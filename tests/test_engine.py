@@ -272,13 +272,27 @@ def test_interrupt_mid_trial_stops_the_server(tmp_path, fake):
     # Ctrl-C while the window replays: run_trial lets KeyboardInterrupt through, server stopped.
     slow = [Request(0.0, 8, 2), Request(30.0, 8, 2)]
     setup = setup_for(slow, fake)
+    log_path = tmp_path / "t" / "engine.log"
+
+    def interrupt_once_started() -> None:
+        # Once the server has said its pid (a slow machine may take seconds to start it), and
+        # the window has had time to begin: the alarm's handler raises in the main thread.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if log_path.exists() and "pid=" in log_path.read_text():
+                break
+            time.sleep(0.05)
+        time.sleep(1.5)
+        os.kill(os.getpid(), signal.SIGALRM)
+
     previous = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+    interrupter = threading.Thread(target=interrupt_once_started, daemon=True)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 3.0)
+        interrupter.start()
         with pytest.raises(KeyboardInterrupt):
             run_trial({}, setup, tmp_path / "t")
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        interrupter.join()
         signal.signal(signal.SIGALRM, previous)
     log = (tmp_path / "t" / "engine.log").read_text()
     assert gone(int(log.split("pid=", 1)[1].split()[0]))
