@@ -7,11 +7,16 @@ CPU demo it shows that small values queue, which is what gives a study something
 
     python benchmarks/landscape.py
     python benchmarks/landscape.py --spec studies/demo.yaml --name max-num-seqs --values 1,4,16
+    python benchmarks/landscape.py --values default,1,2,4,8,32 --time-scale 20 --repeats 2
+
+The value ``default`` leaves the argument out (vLLM's default). With ``--repeats``, the values
+are measured in turn, round after round, so a drift of the machine hits every value alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +39,7 @@ COLUMNS = (
     ("req/s", "throughput_req_per_s", 1),
     ("queue peak", "waiting_peak", 1),
     ("running peak", "running_peak", 1),
+    ("lag max s", "client_lag_max_s", 1),
 )
 
 
@@ -43,6 +49,9 @@ def main() -> None:
     parser.add_argument("--trace", type=Path, default=Path("traces/azure-conv-peak.csv"))
     parser.add_argument("--name", default="max-num-seqs")
     parser.add_argument("--values", default="1,2,4,8,16,32")
+    parser.add_argument("--time-scale", type=float, help="default: the spec's")
+    parser.add_argument("--window-s", type=float, help="default: the spec's")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds over the values")
     options = parser.parse_args()
 
     spec = load_spec(options.spec)
@@ -54,41 +63,50 @@ def main() -> None:
     max_len = spec.engine_args.get("max-model-len")
     info = model_info(model, int(max_len) if max_len else None)
     workload = build_workload(
-        load_trace(options.trace), spec.window_s, spec.time_scale, info.max_model_len
+        load_trace(options.trace),
+        options.window_s or spec.window_s,
+        options.time_scale or spec.time_scale,
+        info.max_model_len,
     )
     values = [yaml.safe_load(v) for v in options.values.split(",")]
     print(f"{options.spec}: {workload.describe()}")
     print(f"fixed: {dict(spec.engine_args) | dict(spec.baseline)}")
-    launcher = ProcessLauncher()
+    setup = TrialSetup(
+        model=model,
+        requests=workload.trace.requests(),
+        replay=ReplaySettings(model=model, vocab_size=info.vocab_size, seed=spec.seed),
+        objective=Objective(spec.slos, spec.weights, spec.max_error_rate),
+        launcher=ProcessLauncher(),
+    )
     work = Path(tempfile.mkdtemp(prefix="landscape-runs-"))
     rows = []
     began = time.monotonic()
     try:
-        for value in values:
-            args = {**spec.engine_args, **spec.baseline, options.name: value}
-            setup = TrialSetup(
-                model=model,
-                requests=workload.trace.requests(),
-                replay=ReplaySettings(model=model, vocab_size=info.vocab_size, seed=spec.seed),
-                objective=Objective(spec.slos, spec.weights, spec.max_error_rate),
-                launcher=launcher,
-            )
-            outcome = run_trial(args, setup, work / f"{options.name}-{value}")
+        for round_, value in itertools.product(range(options.repeats), values):
+            args = {**spec.engine_args, **spec.baseline}
+            if value != "default":
+                args[options.name] = value
+            outcome = run_trial(args, setup, work / f"{options.name}-{value}-{round_}")
             rows.append((value, outcome))
-            print(f"{options.name}={value}: {outcome.reason or 'meets every SLO'}", flush=True)
+            ttft_s = outcome.metrics.get("ttft_p95_s", float("nan"))
+            print(
+                f"{options.name}={value}: TTFT p95 {ttft_s * 1000:.0f} ms; "
+                f"{outcome.reason or 'meets every SLO'}",
+                flush=True,
+            )
     finally:
-        launcher.close()
+        setup.launcher.close()
     print(f"\n{options.name:>14}" + "".join(f"{c[0]:>13}" for c in COLUMNS))
-    for value, outcome in rows:
+    for value, outcome in sorted(rows, key=lambda row: values.index(row[0])):
         cells = []
         for _, key, scale in COLUMNS:
             v = outcome.metrics.get(key)
             cells.append(f"{v * scale:13.1f}" if v is not None else f"{'n/a':>13}")
         print(f"{value!s:>14}" + "".join(cells) + ("" if outcome.feasible else "  (misses SLO)"))
-    print(
-        f"\ntook {time.monotonic() - began:.0f} s; rerun: python benchmarks/landscape.py "
-        f"--spec {options.spec} --name {options.name} --values {options.values}"
+    rerun = " ".join(
+        f"--{k.replace('_', '-')} {v}" for k, v in vars(options).items() if v is not None
     )
+    print(f"\ntook {time.monotonic() - began:.0f} s; rerun: python benchmarks/landscape.py {rerun}")
 
 
 if __name__ == "__main__":

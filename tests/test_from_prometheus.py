@@ -238,12 +238,13 @@ def test_rebuilt_trace_matches_known_trace(scraped_run):
     # read by the client from /metrics, not through Prometheus), within 35 %: the gauge is
     # scraped once a second and a mean near 1 over 60 s has a sampling error near 15 %. (The
     # client's own e2e latency is not the yardstick: it adds the API server's time, during
-    # which a request is not yet running.)
+    # which a request is not yet running.) Each sample is a 5 s step's mean of the gauge, so
+    # on a fast machine (requests running 0.2 s at 3 req/s) every step can hold less than 1.
     inference = "vllm:request_inference_time_seconds"
     before, after = parse_scrape(result.metrics_before), parse_scrape(result.metrics_after)
     running_s = after.histograms[inference].sum - before.histograms[inference].sum
     loaded = rebuilt.concurrency_times_s < 60
-    assert rebuilt.concurrency.max() >= 1
+    assert running_s > 0 and rebuilt.concurrency[loaded].max() > 0
     assert rebuilt.concurrency[loaded].mean() == pytest.approx(running_s / 60, rel=0.35)
 
 
