@@ -21,6 +21,7 @@ from optuna.trial import TrialState
 from tuner.cli import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS, main
 from tuner.emit import served_config
 from tuner.formats import load_trace
+from tuner.outcome import Offered, next_steps
 from tuner.replay import ReplaySettings
 from tuner.scoring import FAILED, score
 from tuner.search import open_study, pruner_for, run_study
@@ -214,3 +215,33 @@ def test_an_empty_study_writes_nothing_and_exits_1(study: Study, capsys) -> None
     assert study.report() == EXIT_FAILED
     assert not study.configs.exists()
     assert "First failure: none; no trial has finished its window" in capsys.readouterr().err
+
+
+def test_next_steps_say_what_the_servers_figure_rests_on() -> None:
+    spec = Path("studies/x.yaml")
+    busy = {"throughput_req_per_s": 2.5, "waiting_peak": 12.0}
+    lines = next_steps(4, busy, Offered(requests=600, replay_s=60.0), spec)
+    assert lines[0].startswith(f"next: relax the SLOs in {spec} ")
+    assert "the window offers 10.00 req/s (600 requests over its 60.0 s replay)" in lines[1]
+    assert "trial 4 completed 2.50 req/s" in lines[1]
+    assert lines[2].startswith("  roughly 4 servers like trial 4 (10.00 / 2.50, rounded up")
+    assert lines[2].endswith("vLLM's waiting queue peaked at 12")
+
+
+def test_next_steps_when_one_server_keeps_up_or_nothing_queued() -> None:
+    spec = Path("s.yaml")
+    kept_up = next_steps(0, {"throughput_req_per_s": 10.5}, Offered(600, 60.0), spec)
+    assert kept_up[2].startswith("  one server like trial 0 completes the window's rate")
+    assert "(10.50 >= 10.00 req/s)" in kept_up[2]
+    idle = next_steps(
+        0, {"throughput_req_per_s": 9.0, "waiting_peak": 0.0}, Offered(600, 60.0), spec
+    )
+    assert idle[2].startswith("  roughly 2 servers like trial 0")
+    assert "vLLM queued no request" in idle[2]
+
+
+def test_next_steps_of_a_closed_loop_give_no_servers_figure() -> None:
+    lines = next_steps(2, {"throughput_req_per_s": 3.0}, None, Path("s.yaml"))
+    assert len(lines) == 2
+    assert "trial 2 completed 3.00 req/s" in lines[1]
+    assert "closed-loop" in lines[1] and "no servers figure" in lines[1]

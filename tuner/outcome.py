@@ -58,11 +58,18 @@ def next_steps(
     )
     if isinstance(served, int | float) and served > 0:
         count = servers_needed(offered.req_per_s, served)
-        text = (
-            f"  roughly {count} server{'s' if count > 1 else ''} like trial {trial_number} "
-            f"({offered.req_per_s:.2f} / {served:.2f}, rounded up: assumes the load splits evenly "
-            f"and each server completes what trial {trial_number} did)"
-        )
+        if count == 1:
+            text = (
+                f"  one server like trial {trial_number} completes the window's rate "
+                f"({served:.2f} >= {offered.req_per_s:.2f} req/s): it lacks no throughput, so "
+                "more servers would help only by giving each a lighter load"
+            )
+        else:
+            text = (
+                f"  roughly {count} servers like trial {trial_number} ({offered.req_per_s:.2f} / "
+                f"{served:.2f}, rounded up: assumes the load splits evenly and each server "
+                f"completes what trial {trial_number} did)"
+            )
         waiting = measured.get("waiting_peak")
         if waiting == 0:
             text += (
