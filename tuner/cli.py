@@ -36,6 +36,7 @@ from tuner.formats import (
     parse_column_mapping,
 )
 from tuner.outcome import Offered, next_steps
+from tuner.progress import StatusLine
 from tuner.replay import LOOP_LAG_WARNING_S, ReplaySettings
 from tuner.spec import StudySpec, default_spec_text, load_spec
 from tuner.trace import Request, Trace, busiest_window_start
@@ -450,6 +451,21 @@ def _run_trials(
     n_trials: int,
 ) -> None:
     launcher = _launcher(args.launcher, args.runs / name / "launcher.log")
+    # On a terminal, a live line shows the running trial; elsewhere, one line as each starts.
+    status = StatusLine(sys.stdout)
+    space_names = [d.name for d in spec.space]
+
+    def started(number: int, engine_args: Mapping[str, Any]) -> None:
+        params = _fmt_params(engine_args, space_names)
+        if status.live:
+            status.begin(number, params)
+        else:
+            print(f"trial {number:>3}  {params}  starting vLLM ...", flush=True)
+
+    def finished(trial: Any) -> None:
+        status.clear()
+        print(_trial_line(trial, space_names), flush=True)
+
     setup = TrialSetup(
         model=spec.model,
         requests=replay.requests,
@@ -464,10 +480,13 @@ def _run_trials(
         warmup_requests=replay.requests[: spec.warmup_requests],
         launcher=launcher,
         closed_loop=replay.closed_loop,
+        progress=status.show if status.live else None,
     )
-    space_names = [d.name for d in spec.space]
     first_new = len(study.trials)
     deadline = time.monotonic() + args.time_budget_s if args.time_budget_s else None
+    log_handlers = logging.getLogger().handlers
+    for handler in log_handlers:
+        handler.addFilter(status.before_log)
     try:
         ran = search.run_study(
             study,
@@ -475,16 +494,17 @@ def _run_trials(
             setup,
             args.runs / name,
             n_trials,
-            on_trial=lambda t: print(_trial_line(t, space_names), flush=True),
-            on_start=lambda number, engine_args: print(
-                f"trial {number:>3}  {_fmt_params(engine_args, space_names)}  starting vLLM ...",
-                flush=True,
-            ),
+            on_trial=finished,
+            on_start=started,
             deadline=deadline,
         )
         if ran < n_trials:
             print(f"time budget reached: ran {ran} of {n_trials} trials")
     finally:
+        # Interrupted: the line stays, showing where the trial was.
+        status.keep()
+        for handler in log_handlers:
+            handler.removeFilter(status.before_log)
         launcher.close()
     print(overhead_summary(study, first_new))
 
