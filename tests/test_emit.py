@@ -8,6 +8,7 @@ import yaml
 from tuner.emit import Provenance, render, served_config
 from tuner.engine import Engine, ProcessLauncher
 from tuner.flags import config_yaml, flag_name, normalize
+from tuner.scoring import Verdict, score, verdict
 
 PROVENANCE = Provenance(
     tuner_version="0.1.0",
@@ -19,6 +20,8 @@ PROVENANCE = Provenance(
     window="10 requests",
     trial_number=3,
 )
+
+MET = Verdict(meets_slos=True)
 
 # A trial's arguments as the study builds them: fixed ones first, then the searched ones.
 ARGS = {
@@ -76,7 +79,7 @@ def test_emitted_body_is_the_trial_config_less_host_and_port(tmp_path):
     measured = engine.config_path.read_text()
     assert "host: 127.0.0.1\n" in measured and f"port: {engine.port}\n" in measured
 
-    text = render("models/cpu-demo", ARGS, PROVENANCE, {"ttft_p95_s": 0.25}, None)
+    text = render("models/cpu-demo", ARGS, PROVENANCE, MET, {"ttft_p95_s": 0.25}, None)
     header, _, body = text.partition("# Serve with: vllm serve --config <this file>\n")
     assert body == served_config("models/cpu-demo", ARGS)
     assert body.encode() == without_server_lines(measured).encode()
@@ -92,7 +95,7 @@ def test_served_config_drops_host_and_port():
 def test_header_quotes_best_and_baseline():
     best = {"ttft_p95_s": 0.25, "throughput_req_per_s": 3.0}
     baseline = {"ttft_p95_s": 0.5}
-    text = render("m", ARGS, PROVENANCE, best, baseline)
+    text = render("m", ARGS, PROVENANCE, MET, best, baseline)
     lines = text.splitlines()
     ttft = next(line for line in lines if "p95 TTFT" in line)
     assert ttft.split() == ["#", "p95", "TTFT", "best", "250.0", "ms", "baseline", "500.0", "ms"]
@@ -104,5 +107,33 @@ def test_header_quotes_best_and_baseline():
 
 
 def test_header_without_baseline_has_no_baseline_column():
-    text = render("m", ARGS, PROVENANCE, {"ttft_p95_s": 0.25}, None)
+    text = render("m", ARGS, PROVENANCE, MET, {"ttft_p95_s": 0.25}, None)
     assert "baseline" not in text
+
+
+def test_header_starts_with_the_verdict():
+    met = render("m", ARGS, PROVENANCE, MET, {"ttft_p95_s": 0.25}, None)
+    assert met.splitlines()[:2] == [
+        "# meets SLOs: yes",
+        "# Tuned by tuner 0.1.0 for vLLM 0.32.0 on CPU test, 2 cores.",
+    ]
+    assert "best" in next(line for line in met.splitlines() if "p95 TTFT" in line)
+
+
+def test_header_of_a_configuration_that_misses_names_each_slo_missed():
+    slos = {"ttft_p95_s": 2.0, "tpot_p95_s": 0.05, "e2e_p99_s": 30.0}
+    measured = {"ttft_p95_s": 4.561, "tpot_p95_s": 0.0634, "e2e_p99_s": 12.0, "error_rate": 0.125}
+    judged = score(measured, slos, {"ttft_p95_s": 1.0}, max_error_rate=0.0)
+    text = render("m", ARGS, PROVENANCE, verdict(judged.constraints, measured), measured, None)
+    lines = text.splitlines()
+    assert lines[:5] == [
+        "# meets SLOs: no",
+        "#   ttft_p95_s: 4561 ms (SLO 2000 ms)",
+        "#   tpot_p95_s: 63.4 ms (SLO 50 ms)",
+        "#   error_rate: 12.5% (SLO 0.0%)",
+        "# Tuned by tuner 0.1.0 for vLLM 0.32.0 on CPU test, 2 cores.",
+    ]
+    assert "closest" in next(line for line in lines if "p95 TTFT" in line)
+    # Still exactly the trial's engine arguments under the header.
+    assert yaml.safe_load(text) == {"model": "m", **ARGS}
+    assert text.endswith(served_config("m", ARGS))

@@ -12,6 +12,8 @@ import signal
 import textwrap
 import threading
 import time
+from dataclasses import replace
+from itertools import groupby
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,16 @@ import pytest
 from tuner.engine import Engine, EngineFailed, ProcessLauncher
 from tuner.replay import ReplaySettings
 from tuner.trace import Request
-from tuner.trial import Objective, TrialSetup, run_trial
+from tuner.trial import (
+    REPLAY,
+    STARTING,
+    STOPPING,
+    WARMUP,
+    Objective,
+    TrialProgress,
+    TrialSetup,
+    run_trial,
+)
 
 FAKE_SERVER = textwrap.dedent(
     '''
@@ -243,6 +254,32 @@ def test_trial_measures_and_scores(tmp_path, fake):
     assert outcome.metrics["throughput_output_tokens_per_s"] > 0
     assert {"engine_healthy_s", "window_s", "engine_stop_s", "trial_s"} <= set(outcome.timings)
     assert outcome.score.value == pytest.approx(outcome.metrics["e2e_p99_s"] / 5.0)
+
+
+def test_trial_tells_its_phases_in_order(tmp_path, fake):
+    told: list[TrialProgress] = []
+    setup = replace(setup_for(REQUESTS, fake), warmup_requests=REQUESTS[:2], progress=told.append)
+    outcome = run_trial({}, setup, tmp_path / "t")
+    assert outcome.feasible, outcome.reason
+    assert [phase for phase, _ in groupby(t.phase for t in told)] == [
+        STARTING,
+        WARMUP,
+        REPLAY,
+        STOPPING,
+    ]
+    warmup = next(t for t in told if t.phase == WARMUP)
+    assert (warmup.total, warmup.sending_s) == (2, REQUESTS[1].arrival_s)
+    replaying = [t for t in told if t.phase == REPLAY]
+    assert replaying[0] == TrialProgress(REPLAY, sending_s=REQUESTS[-1].arrival_s, total=6)
+    done = [t.done for t in replaying]
+    assert done == sorted(done) and done[-1] <= 6
+
+
+def test_failed_start_tells_starting_then_stopping(tmp_path, fake):
+    told: list[TrialProgress] = []
+    setup = replace(setup_for(REQUESTS, {**fake, "FAKE_MODE": "exit"}), progress=told.append)
+    run_trial({}, setup, tmp_path / "t")
+    assert [phase for phase, _ in groupby(t.phase for t in told)] == [STARTING, STOPPING]
 
 
 def test_short_outputs_are_errors_and_infeasible(tmp_path, fake):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -331,7 +332,8 @@ def test_rejected_engine_argument_is_an_infeasible_trial(cpu_model: Path, tmp_pa
         timeout_s=600,
     )
     assert result.returncode == 1, result.stderr[-3000:]
-    assert "no trial met the SLOs; no configuration written" in result.stdout
+    assert "no trial served the window; nothing written" in result.stderr
+    assert "First failure: trial 0: vLLM exited with status" in result.stderr
     assert not (tmp_path / "configs").exists()
     assert best_trial(optuna.load_study(study_name="bad", storage=storage)) is None
     trials = load_trials(storage, "bad")
@@ -341,6 +343,56 @@ def test_rejected_engine_argument_is_an_infeasible_trial(cpu_model: Path, tmp_pa
         assert attrs["feasible"] is False
         assert "exited with status" in attrs["reason"]
         assert "bogus" in attrs["log_tail"]
+    assert wait_for_no_processes(marker) == []
+
+
+@pytest.mark.vllm
+def test_impossible_slos_write_the_closest_and_exit_3(cpu_model: Path, tmp_path: Path) -> None:
+    """A 1 ms TTFT SLO that no configuration meets: the one trial (the baseline) is written as
+    the closest, its header names what it missed, and tuner says what to do next, exit 3."""
+    slos = {"ttft_p95_s": 0.001, "tpot_p95_s": 5.0, "e2e_p99_s": 300.0}
+    write_spec(tmp_path / "spec.yaml", cpu_spec(cpu_model, window_s=1, slos=slos))
+    marker = uuid.uuid4().hex
+    result = run_tuner(
+        "run",
+        "--trace",
+        SHIPPED_TRACE,
+        "--study",
+        "slo",
+        "--spec",
+        tmp_path / "spec.yaml",
+        "--storage",
+        f"sqlite:///{tmp_path / 'slo.db'}",
+        "--n-trials",
+        "1",
+        "--configs",
+        tmp_path / "configs",
+        "--runs",
+        tmp_path / "runs",
+        cwd=tmp_path,
+        env={MARKER: marker},
+        timeout_s=600,
+    )
+    assert result.returncode == 3, result.stdout[-3000:] + result.stderr[-3000:]
+    text = (tmp_path / "configs" / "slo.yaml").read_text()
+    lines = text.splitlines()
+    assert lines[0] == "# meets SLOs: no"
+    assert re.fullmatch(r"#   ttft_p95_s: [\d.]+ ms \(SLO 1 ms\)", lines[1]), lines[1]
+    assert lines[2].startswith("# Tuned by tuner ")
+    body = text.split("# Serve with: vllm serve --config <this file>\n", 1)[1]
+    engine_yaml = tmp_path / "runs" / "slo" / "trial-0000" / "engine.yaml"
+    assert body.encode() == without_server_lines(engine_yaml.read_text()).encode()
+    out = result.stdout
+    assert "no trial met the SLOs; wrote the closest, trial 0, to " in out
+    assert "    ttft_p95_s: " in out and "relax the SLOs in " in out
+    assert "the window offers " in out and "trial 0 completed " in out
+    assert re.search(r"(roughly \d+ servers|one server) like trial 0", out), out[-2000:]
+    # Not a terminal: one line as the trial starts, one as it ends, and no live status line.
+    trial_lines = [line for line in out.splitlines() if line.startswith("trial   0")]
+    assert len(trial_lines) == 2, trial_lines
+    assert trial_lines[0].endswith("starting vLLM ...")
+    assert "[infeasible, baseline]" in trial_lines[1]
+    assert "\r" not in out
     assert wait_for_no_processes(marker) == []
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.scoring import FAILED, FAILED_SCORE, score
+from tuner.scoring import FAILED, FAILED_SCORE, Miss, Verdict, score, verdict
 
 SLOS = {"ttft_p95_s": 2.0, "e2e_p99_s": 20.0}
 WEIGHTS = {"ttft_p95_s": 1.0, "e2e_p99_s": 2.0}
@@ -77,3 +77,26 @@ def test_a_zero_weight_constrains_but_does_not_score():
 def test_failed_engine_score_is_infeasible():
     assert not FAILED.feasible
     assert FAILED.value == FAILED_SCORE
+
+
+def test_verdict_of_a_feasible_trial_meets_the_slos():
+    metrics = {"ttft_p95_s": 1.0, "e2e_p99_s": 10.0, "error_rate": 0.0}
+    assert verdict(score(metrics, SLOS, WEIGHTS).constraints, metrics) == Verdict(True, ())
+
+
+def test_verdict_recovers_each_missed_slo_it_was_judged_by():
+    metrics = {"ttft_p95_s": 4.561, "e2e_p99_s": 10.0, "error_rate": 0.25}
+    judged = score(metrics, SLOS, WEIGHTS, max_error_rate=0.1)
+    result = verdict(judged.constraints, metrics)
+    assert not result.meets_slos
+    ttft, errors = result.misses
+    assert ttft.metric == "ttft_p95_s" and ttft.measured == 4.561
+    assert ttft.limit == pytest.approx(2.0)
+    assert errors.metric == "error_rate" and errors.measured == 0.25
+    assert errors.limit == pytest.approx(0.1)
+
+
+def test_verdict_of_an_unmeasured_metric_and_a_failed_engine():
+    judged = score({"e2e_p99_s": 10.0, "error_rate": 0.0}, SLOS, WEIGHTS)
+    assert verdict(judged.constraints, {}).misses == (Miss("ttft_p95_s", None, None),)
+    assert verdict(FAILED.constraints, {}) == Verdict(False, (Miss("failed", None, None),))

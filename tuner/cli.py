@@ -1,7 +1,9 @@
 """The ``tuner`` command line: builds the study from its inputs and reports what it found.
 
-Only this module prints and chooses exit codes: 0 done, 1 a failure of the tool, 2 bad input
-or usage, 130 interrupted.
+Only this module prints and chooses exit codes. ``tuner run`` exits 0 when it wrote a
+configuration that meets the SLOs, 3 when it wrote the one that came closest but misses them,
+1 when no trial served the window (nothing written) or the tool failed, 2 on bad input or usage,
+130 when interrupted. The other commands exit 0, 1 or 2 alike.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import tuner
-from tuner import concurrency, environment, from_prometheus, search, traffic, traffic_plot
+from tuner import concurrency, environment, from_prometheus, scoring, search, traffic, traffic_plot
 from tuner.concurrency import ClosedLoop, ConcurrencyTrace, LengthSource, load_concurrency
 from tuner.dummy_model import write_model
-from tuner.emit import HEADLINE, Provenance, format_figure, render
+from tuner.emit import HEADLINE, Provenance, format_figure, render, verdict_lines
 from tuner.engine import Launcher, ProcessLauncher, ZygoteLauncher
 from tuner.errors import InputError, TunerError
 from tuner.formats import (
@@ -33,6 +35,8 @@ from tuner.formats import (
     load_trace,
     parse_column_mapping,
 )
+from tuner.outcome import Offered, next_steps
+from tuner.progress import StatusLine
 from tuner.replay import LOOP_LAG_WARNING_S, ReplaySettings
 from tuner.spec import StudySpec, default_spec_text, load_spec
 from tuner.trace import Request, Trace, busiest_window_start
@@ -42,6 +46,14 @@ from tuner.workload import Workload, build_workload, model_info
 logger = logging.getLogger("tuner")
 
 WORKLOAD_ATTR = "workload"
+
+# Exit codes. ``tuner run``: a configuration was written that meets the SLOs, or one that misses
+# them (the closest trial), or nothing was written. Then bad input, and Ctrl-C or SIGTERM.
+EXIT_MEETS_SLOS = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_MISSES_SLOS = 3
+EXIT_INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -226,11 +238,13 @@ def overhead_summary(study: Any, first: int) -> str:
     return text
 
 
-def comparison_table(best: Mapping[str, Any], baseline: Mapping[str, Any] | None) -> str:
-    rows = [f"{'':<16} {'best':>14} {'baseline':>14}"]
-    for label, key, scale, unit in HEADLINE:
+def comparison_table(
+    chosen: Mapping[str, Any], baseline: Mapping[str, Any] | None, label: str = "best"
+) -> str:
+    rows = [f"{'':<16} {label:>14} {'baseline':>14}"]
+    for name, key, scale, unit in HEADLINE:
         base = format_figure(baseline, key, scale, unit) if baseline else "n/a"
-        rows.append(f"{label:<16} {format_figure(best, key, scale, unit):>14} {base:>14}")
+        rows.append(f"{name:<16} {format_figure(chosen, key, scale, unit):>14} {base:>14}")
     return "\n".join(rows)
 
 
@@ -254,11 +268,17 @@ class Replay:
     block_tokens: int
     fingerprint: dict[str, Any]
     text: str
+    # What an open-loop window asks of a server; None for a closed loop.
+    offered: Offered | None = None
+
+
+def _spec_path(args: argparse.Namespace, name: str) -> Path:
+    return args.spec or Path("studies") / f"{name}.yaml"
 
 
 def _load_spec(args: argparse.Namespace, name: str) -> StudySpec:
     """The study spec, written with the defaults when absent; its dummy model, if it has one."""
-    spec_path = args.spec or Path("studies") / f"{name}.yaml"
+    spec_path = _spec_path(args, name)
     if not spec_path.exists():
         spec_path.parent.mkdir(parents=True, exist_ok=True)
         spec_path.write_text(default_spec_text(args.model))
@@ -315,6 +335,7 @@ def _open_loop_replay(
         block_tokens=trace.block_tokens,
         fingerprint={"window_start_s": workload.start_s, "requests": len(workload.trace)},
         text=workload.describe(),
+        offered=Offered(len(workload.trace), workload.replay_s),
     )
 
 
@@ -326,16 +347,31 @@ def _launcher(choice: str, log: Path) -> Launcher:
     return ZygoteLauncher(log=log) if kind == "zygote" else ProcessLauncher()
 
 
-def _write_best(
+def _write_result(
     args: argparse.Namespace, study: Any, spec: StudySpec, name: str, sha: str, replay: Replay
 ) -> int:
-    """Print best against baseline and write the best configuration; 1 when none is feasible."""
-    best = search.best_trial(study)
+    """Write the best trial that met the SLOs, else the closest that served; say which.
+
+    Exit 0 (meets the SLOs), 3 (written, misses them) or 1 (no trial served: nothing written).
+    """
+    chosen = search.best_trial(study) or search.closest_trial(study)
+    if chosen is None:
+        failed = search.first_failure(study)
+        why = (
+            f"trial {failed.number}: {failed.user_attrs.get(search.REASON_ATTR, 'no reason kept')}"
+            if failed is not None
+            else "none; no trial has finished its window"
+        )
+        print(
+            f"tuner: no trial served the window; nothing written. First failure: {why}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    verdict = scoring.verdict(search.constraints_of(chosen), chosen.user_attrs)
     baseline = search.baseline_trial(study)
-    if best is None:
-        print("no trial met the SLOs; no configuration written")
-        return 1
-    print(comparison_table(best.user_attrs, baseline.user_attrs if baseline else None))
+    baseline_attrs = baseline.user_attrs if baseline else None
+    label = "best" if verdict.meets_slos else "closest"
+    print(comparison_table(chosen.user_attrs, baseline_attrs, label))
     provenance = Provenance(
         tuner_version=tuner.__version__,
         vllm_version=environment.vllm_version(),
@@ -344,20 +380,27 @@ def _write_best(
         trace_path=str(args.trace),
         trace_sha256=sha,
         window=replay.text,
-        trial_number=best.number,
+        trial_number=chosen.number,
     )
     text = render(
         spec.model,
-        search.engine_args_of(best),
+        search.engine_args_of(chosen),
         provenance,
-        best.user_attrs,
-        baseline.user_attrs if baseline else None,
+        verdict,
+        chosen.user_attrs,
+        baseline_attrs,
     )
     args.configs.mkdir(parents=True, exist_ok=True)
     out = args.configs / f"{name}.yaml"
     out.write_text(text)
-    print(f"best: trial {best.number}; wrote {out} (serve: vllm serve --config {out})")
-    return 0
+    if verdict.meets_slos:
+        print(f"best: trial {chosen.number}; wrote {out} (serve: vllm serve --config {out})")
+        return EXIT_MEETS_SLOS
+    print(f"\nno trial met the SLOs; wrote the closest, trial {chosen.number}, to {out}:")
+    print("\n".join(f"  {line}" for line in verdict_lines(verdict)))
+    steps = next_steps(chosen.number, chosen.user_attrs, replay.offered, _spec_path(args, name))
+    print("\n".join(steps))
+    return EXIT_MISSES_SLOS
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -395,7 +438,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if n_trials:
         _run_trials(args, study, spec, name, info.vocab_size, replay, n_trials)
     print(f"\ndashboard: optuna-dashboard {storage}")
-    return _write_best(args, study, spec, name, sha, replay)
+    return _write_result(args, study, spec, name, sha, replay)
 
 
 def _run_trials(
@@ -408,6 +451,21 @@ def _run_trials(
     n_trials: int,
 ) -> None:
     launcher = _launcher(args.launcher, args.runs / name / "launcher.log")
+    # On a terminal, a live line shows the running trial; elsewhere, one line as each starts.
+    status = StatusLine(sys.stdout)
+    space_names = [d.name for d in spec.space]
+
+    def started(number: int, engine_args: Mapping[str, Any]) -> None:
+        params = _fmt_params(engine_args, space_names)
+        if status.live:
+            status.begin(number, params)
+        else:
+            print(f"trial {number:>3}  {params}  starting vLLM ...", flush=True)
+
+    def finished(trial: Any) -> None:
+        status.clear()
+        print(_trial_line(trial, space_names), flush=True)
+
     setup = TrialSetup(
         model=spec.model,
         requests=replay.requests,
@@ -422,10 +480,13 @@ def _run_trials(
         warmup_requests=replay.requests[: spec.warmup_requests],
         launcher=launcher,
         closed_loop=replay.closed_loop,
+        progress=status.show if status.live else None,
     )
-    space_names = [d.name for d in spec.space]
     first_new = len(study.trials)
     deadline = time.monotonic() + args.time_budget_s if args.time_budget_s else None
+    log_handlers = logging.getLogger().handlers
+    for handler in log_handlers:
+        handler.addFilter(status.before_log)
     try:
         ran = search.run_study(
             study,
@@ -433,16 +494,17 @@ def _run_trials(
             setup,
             args.runs / name,
             n_trials,
-            on_trial=lambda t: print(_trial_line(t, space_names), flush=True),
-            on_start=lambda number, engine_args: print(
-                f"trial {number:>3}  {_fmt_params(engine_args, space_names)}  starting vLLM ...",
-                flush=True,
-            ),
+            on_trial=finished,
+            on_start=started,
             deadline=deadline,
         )
         if ran < n_trials:
             print(f"time budget reached: ran {ran} of {n_trials} trials")
     finally:
+        # Interrupted: the line stays, showing where the trial was.
+        status.keep()
+        for handler in log_handlers:
+            handler.removeFilter(status.before_log)
         launcher.close()
     print(overhead_summary(study, first_new))
 
@@ -503,13 +565,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_run(args)
     except InputError as exc:
         print(f"tuner: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except TunerError as exc:
         print(f"tuner: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("\ntuner: interrupted; the study keeps its finished trials", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

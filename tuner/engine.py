@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -239,8 +239,16 @@ class Engine:
             ["--config", str(self.config_path)], self.log_path, server_env(self.env)
         )
 
-    def wait_healthy(self, timeout_s: float, poll_s: float = 0.25) -> float:
-        """Block until ``/health`` answers 200; return the seconds since start."""
+    def wait_healthy(
+        self,
+        timeout_s: float,
+        poll_s: float = 0.25,
+        on_poll: Callable[[float], None] | None = None,
+    ) -> float:
+        """Block until ``/health`` answers 200; return the seconds since start.
+
+        ``on_poll`` is told the seconds since start after each unanswered poll.
+        """
         assert self._server is not None, "start() first"
         deadline = self.times.start_s + timeout_s
         seen_at_s: dict[str, float] = {}
@@ -262,6 +270,8 @@ class Engine:
                     raise EngineFailed(
                         f"vLLM was not healthy within {timeout_s:g} s", tail(self.log_path)
                     )
+                if on_poll is not None:
+                    on_poll(time.monotonic() - self.times.start_s)
                 time.sleep(poll_s)
         self.times.healthy_s = time.monotonic() - self.times.start_s
         self._note_markers(seen_at_s)

@@ -62,6 +62,18 @@ def provisional(now_s: float, live: Sequence[LiveRequest]) -> dict[str, float]:
     return percentiles(ttft, "ttft") | percentiles(e2e, "e2e")
 
 
+def so_far(live: Sequence[LiveRequest]) -> tuple[int, float | None]:
+    """Requests finished so far, and the TTFT p95 of those that have their first token."""
+    done = 0
+    ttfts = []
+    for r in live:
+        if r.first_token_s is not None:
+            ttfts.append(r.first_token_s - r.sent_s)
+        if r.done_s is not None:
+            done += 1
+    return done, float(np.percentile(ttfts, 95)) if ttfts else None
+
+
 def percentiles(values: Sequence[float], prefix: str, unit: str = "_s") -> dict[str, float]:
     """``{prefix_mean_s, prefix_p50_s, ...}``; empty when there are no values."""
     if not values:

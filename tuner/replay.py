@@ -44,8 +44,10 @@ LOOP_PROBE_INTERVAL_S = 0.01
 LOOP_LAG_WARNING_S = 0.1
 
 
-# Called every ``ReplaySettings.monitor_interval_s`` with the seconds since the window began and
-# the requests sent so far; returning True stops the replay early (the trial is hopeless).
+# Called every ``ReplaySettings.monitor_interval_s`` (1 s: a progress display's tick; the pruner
+# keeps its own, slower cadence) with the seconds since the window began and the requests sent so
+# far; returning True stops the replay early (the trial is hopeless). It runs on the replay's
+# event loop, so it must be quick.
 Monitor = Callable[[float, Sequence[LiveRequest]], bool]
 
 
@@ -60,7 +62,7 @@ class ReplaySettings:
     request_timeout_s: float = 600.0
     drain_timeout_s: float = 600.0
     gauge_interval_s: float = 1.0
-    monitor_interval_s: float = 5.0
+    monitor_interval_s: float = 1.0
 
 
 @dataclass

@@ -58,3 +58,47 @@ def worst_slo_ratio(metrics: Mapping[str, float], slos: Mapping[str, float]) -> 
 
 # The score of a trial whose engine failed outright.
 FAILED = Score(FAILED_SCORE, {"failed": 1.0})
+
+
+@dataclass(frozen=True)
+class Miss:
+    """One constraint a trial missed: the metric, what was measured and the limit it was held to.
+
+    ``measured`` is None where the trial has no such figure, ``limit`` where it cannot be told.
+    """
+
+    metric: str
+    measured: float | None
+    limit: float | None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a trial met every SLO, and each one it missed."""
+
+    meets_slos: bool
+    misses: tuple[Miss, ...] = ()
+
+
+def verdict(constraints: Mapping[str, float], metrics: Mapping[str, float]) -> Verdict:
+    """The verdict of a recorded trial, from the constraints it was judged by when measured.
+
+    Each limit is recovered from its constraint (``score`` set ``(value - limit) / limit``, and
+    ``error_rate - max_error_rate``), so it is the SLO the trial was held to even if the spec
+    has changed since. The SLOs come first, then the error rate, then anything else.
+    """
+    slos, errors, others = [], [], []
+    for name, excess in constraints.items():
+        if excess <= 0:
+            continue
+        if name.startswith("slo_"):
+            metric = name.removeprefix("slo_")
+            value = metrics.get(metric)
+            slos.append(Miss(metric, value, None if value is None else value / (1.0 + excess)))
+        elif name == "error_rate":
+            rate = metrics.get("error_rate", 1.0)
+            errors.append(Miss(name, rate, rate - excess))
+        else:
+            others.append(Miss(name, None, None))
+    misses = (*slos, *errors, *others)
+    return Verdict(not misses, misses)

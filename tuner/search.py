@@ -18,6 +18,7 @@ import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tuner.flags import flag_name
+from tuner.scoring import FAILED_SCORE
 from tuner.spec import Dimension, StudySpec
 from tuner.trial import TrialOutcome, TrialSetup, run_trial
 
@@ -237,6 +238,20 @@ def engine_args_of(trial: FrozenTrial) -> dict[str, Any]:
     return dict(trial.user_attrs[ARGS_ATTR])
 
 
+def constraints_of(trial: FrozenTrial) -> dict[str, float]:
+    """The constraints the trial was judged by when it was measured (above 0: missed)."""
+    return dict(trial.constraints)
+
+
+def served(trial: FrozenTrial) -> bool:
+    """Whether the trial measured its whole window with figures to score.
+
+    Not: a pruned, interrupted or running trial, nor one scored ``FAILED_SCORE`` (its engine
+    failed, or it measured nothing usable, such as every request failing).
+    """
+    return trial.state == TrialState.COMPLETE and trial.value not in (None, FAILED_SCORE)
+
+
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
     """The best feasible completed trial, or None."""
     try:
@@ -244,6 +259,25 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
     except ValueError:
         return None
     return best if best.user_attrs.get(FEASIBLE_ATTR) else None
+
+
+def closest_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The served trial with the lowest score, feasible or not; None if none served."""
+    trials = [t for t in study.get_trials(deepcopy=False) if served(t)]
+    return min(trials, key=lambda t: (t.value, t.number), default=None)
+
+
+def first_failure(study: optuna.Study) -> FrozenTrial | None:
+    """The first trial that failed: completed without serving (its engine failed), or
+    interrupted. Pruned trials served until they were stopped: not failures."""
+    return next(
+        (
+            t
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+            if not served(t)
+        ),
+        None,
+    )
 
 
 def baseline_trial(study: optuna.Study) -> FrozenTrial | None:

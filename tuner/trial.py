@@ -2,7 +2,8 @@
 
 Whatever the configuration does (vLLM rejects an argument, runs out of memory, crashes, never
 becomes healthy, errors on requests) comes back as a ``TrialOutcome``; only a bug in tuner, or
-the user's Ctrl-C, escapes as an exception.
+the user's Ctrl-C, escapes as an exception. While it runs, a trial tells ``TrialSetup.progress``
+(if set) where it is, for a person watching.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from tuner.metrics import (
     LiveRequest,
     parse_scrape,
     provisional,
+    so_far,
     summarize_client,
     summarize_gauges,
     summarize_server,
@@ -29,6 +31,33 @@ from tuner.scoring import FAILED, Score, score, worst_slo_ratio
 from tuner.trace import Request
 
 logger = logging.getLogger(__name__)
+
+# A trial's phases, in the order it goes through them (the warm-up only if the spec asks).
+STARTING = "starting vLLM"
+WARMUP = "warm-up"
+REPLAY = "replay"
+STOPPING = "stopping vLLM"
+
+# How often a pruned trial's partial score goes to the pruner; progress is told every tick of
+# the replay's monitor (``ReplaySettings.monitor_interval_s``).
+PRUNE_INTERVAL_S = 5.0
+
+
+@dataclass(frozen=True)
+class TrialProgress:
+    """Where a running trial is: its phase and the seconds into it; in a warm-up or replay, also
+    how long it sends requests for, requests done (of how many, when known beforehand) and the
+    TTFT p95 of the first tokens received so far."""
+
+    phase: str
+    elapsed_s: float = 0.0
+    sending_s: float | None = None
+    done: int = 0
+    total: int | None = None
+    ttft_p95_s: float | None = None
+
+
+OnProgress = Callable[[TrialProgress], None]
 
 
 @dataclass(frozen=True)
@@ -54,6 +83,8 @@ class TrialSetup:
     # Set for a concurrency trace: replayed closed-loop instead of ``requests`` (not pruned).
     closed_loop: ClosedLoop | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    # Told where the trial is: each phase as it begins, then about once a second.
+    progress: OnProgress | None = None
 
 
 @dataclass(frozen=True)
@@ -92,14 +123,37 @@ def _why_infeasible(outcome_score: Score, metrics: Mapping[str, float]) -> str |
 ShouldStop = Callable[[int, float], bool]
 
 
-def _monitor(objective: Objective, should_stop: ShouldStop) -> Monitor:
+def _monitor(
+    objective: Objective,
+    should_stop: ShouldStop | None,
+    progress: OnProgress | None,
+    start: TrialProgress,
+) -> Monitor | None:
+    """The replay's hook: progress at every tick, the pruner every ``PRUNE_INTERVAL_S``."""
+    if should_stop is None and progress is None:
+        return None
+    due_s = PRUNE_INTERVAL_S
+
     def monitor(elapsed_s: float, live: Sequence[LiveRequest]) -> bool:
-        if not live:
+        nonlocal due_s
+        if progress is not None:
+            done, ttft_p95_s = so_far(live)
+            progress(replace(start, elapsed_s=elapsed_s, done=done, ttft_p95_s=ttft_p95_s))
+        if should_stop is None or not live or elapsed_s < due_s:
             return False
+        while due_s <= elapsed_s:
+            due_s += PRUNE_INTERVAL_S
         value = worst_slo_ratio(provisional(elapsed_s, live), objective.slos)
         return should_stop(round(elapsed_s), value)
 
     return monitor
+
+
+def _sending(phase: str, requests: Sequence[Request]) -> TrialProgress:
+    """The start of an open-loop replay of ``requests``: how long it sends for, and how many."""
+    return TrialProgress(
+        phase, sending_s=requests[-1].arrival_s if requests else 0.0, total=len(requests)
+    )
 
 
 def _stopped_early(
@@ -147,32 +201,51 @@ def run_trial(
     With ``should_stop``, the window's worst SLO ratio is offered every few seconds and the trial
     ends early when it answers True (a hopeless queue costs seconds, not the whole window).
     """
-    monitor = None if should_stop is None else _monitor(setup.objective, should_stop)
+    progress = setup.progress
     engine = Engine(setup.model, engine_args, workdir, launcher=setup.launcher, env=setup.env)
     timings: dict[str, float] = {}
     began = time.monotonic()
+
+    def tell(phase: TrialProgress) -> None:
+        if progress is not None:
+            progress(phase)
+
+    def starting(elapsed_s: float) -> None:
+        tell(TrialProgress(STARTING, elapsed_s))
+
     try:
+        tell(TrialProgress(STARTING))
         engine.start()
-        timings["engine_healthy_s"] = engine.wait_healthy(setup.health_timeout_s)
+        timings["engine_healthy_s"] = engine.wait_healthy(setup.health_timeout_s, on_poll=starting)
         timings |= {f"startup_{k}": v for k, v in engine.times.startup.items()}
         if setup.warmup_requests:
+            warmup = _sending(WARMUP, setup.warmup_requests)
+            tell(warmup)
             started = time.monotonic()
-            replay(engine.base_url, setup.warmup_requests, setup.replay)
+            watch = _monitor(setup.objective, None, progress, warmup)
+            replay(engine.base_url, setup.warmup_requests, setup.replay, monitor=watch)
             timings["warmup_s"] = time.monotonic() - started
         started = time.monotonic()
         if setup.closed_loop is not None:
+            window = TrialProgress(REPLAY, sending_s=setup.closed_loop.schedule.end_s)
+            tell(window)
             result = replay_closed_loop(
                 engine.base_url,
                 setup.closed_loop.schedule,
                 setup.closed_loop.requests(setup.replay.seed),
                 setup.replay,
-                monitor=monitor,
+                monitor=_monitor(setup.objective, should_stop, progress, window),
             )
         else:
-            result = replay(engine.base_url, setup.requests, setup.replay, monitor=monitor)
+            window = _sending(REPLAY, setup.requests)
+            tell(window)
+            watch = _monitor(setup.objective, should_stop, progress, window)
+            result = replay(engine.base_url, setup.requests, setup.replay, monitor=watch)
         timings["window_s"] = time.monotonic() - started
         crashed = not engine.alive()
+        tell(TrialProgress(STOPPING))
     except EngineFailed as exc:
+        tell(TrialProgress(STOPPING))
         engine.stop()
         timings["engine_stop_s"] = engine.times.stop_s or 0.0
         timings["trial_s"] = time.monotonic() - began

@@ -50,13 +50,22 @@ class Workload:
     time_scale: float
     clipping: Clipping
 
+    @property
+    def replay_s(self) -> float:
+        """How long the window lasts when replayed."""
+        return self.window_s * self.time_scale
+
+    @property
+    def offered_req_per_s(self) -> float:
+        """The rate the replay sends at: the window's requests over its replayed seconds."""
+        return len(self.trace) / self.replay_s if self.replay_s else 0.0
+
     def describe(self) -> str:
-        n = len(self.trace)
-        replay_s = self.window_s * self.time_scale
         return (
-            f"{n} requests from {self.start_s:.1f} s to {self.start_s + self.window_s:.1f} s "
-            f"of the trace, replayed over {replay_s:.1f} s (time scale {self.time_scale:g}, "
-            f"{n / replay_s if replay_s else 0:.2f} req/s)"
+            f"{len(self.trace)} requests from {self.start_s:.1f} s to "
+            f"{self.start_s + self.window_s:.1f} s of the trace, replayed over "
+            f"{self.replay_s:.1f} s (time scale {self.time_scale:g}, "
+            f"{self.offered_req_per_s:.2f} req/s)"
         )
 
 
