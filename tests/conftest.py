@@ -7,6 +7,7 @@ the rest in seconds.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,22 @@ SHIPPED_TRACE = REPO / "traces" / "azure-conv-peak.csv"
 # Engine arguments that make the CPU build start in about half a minute.
 CPU_ENGINE_ARGS = {"load-format": "dummy", "max-model-len": 4096, "enforce-eager": True}
 CPU_BASELINE = {"gpu-memory-utilization": 0.2}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ctrl_c_raises():
+    """Ctrl-C raises KeyboardInterrupt here and in every process the tests start.
+
+    A job that a shell without job control starts in the background (``cmd &`` in a script,
+    ``nohup cmd &``) inherits SIGINT ignored, and Python then leaves it ignored: the tests of
+    Ctrl-C would see none. A handler, unlike an ignored signal, is reset to the default by
+    ``exec``, so the tuner processes the tests start get Python's own handler too.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if previous == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture
