@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 import tuner
 from tuner import (
+    compile_key,
     concurrency,
     environment,
     from_prometheus,
@@ -103,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
         "build (see README)",
     )
     _add_trace_commands(commands)
+    keys = commands.add_parser(
+        "compile-key",
+        help="which searched engine arguments change vLLM's compile key (the installed vLLM's)",
+    )
+    keys.add_argument("--spec", type=Path, required=True, help="study spec")
     return parser
 
 
@@ -246,6 +252,10 @@ def overhead_summary(study: Any, first: int) -> str:
     )
     if starts:
         text += f"; engine start median {starts[len(starts) // 2]:.1f} s (min {starts[0]:.1f} s)"
+    hits = [t.user_attrs.get("compile_cache_hit") for t in trials]
+    hits = [hit for hit in hits if hit is not None]
+    if hits:
+        text += f"; vLLM's compile cache hit in {sum(hits)} of {len(hits)} starts"
     return text
 
 
@@ -570,6 +580,30 @@ def cmd_trace_from_prometheus(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compile_key(args: argparse.Namespace) -> int:
+    """Hash each searched dimension's values with vLLM's own config hashing, as the searched
+    trials run them (with the pinned capture range, if any), and without the pin."""
+    spec = load_spec(args.spec)
+    if spec.dummy_model and not Path(spec.model, "config.json").exists():
+        write_model(spec.model, spec.dummy_model)
+    pinned = capture_pin(spec, environment.is_cpu_build())
+    variants = {"searched trials": {**spec.engine_args, **pinned}}
+    if pinned:
+        pins = ", ".join(f"{k}={v}" for k, v in pinned.items())
+        variants = {f"searched trials ({pins})": variants["searched trials"]}
+        variants["without the pin"] = dict(spec.engine_args)
+    found = compile_key.key_dependence(spec.model, list(variants.values()), spec.space)
+    print(f"vLLM {environment.vllm_version()}: VllmConfig.compute_hash() at each dimension's ends")
+    for label, dependences in zip(variants, found, strict=True):
+        print(f"{label}:")
+        for dep in dependences:
+            verdict = "changes the key" if dep.changes_key else "same key"
+            values = ", ".join("default" if v is None else str(v) for v in dep.values)
+            keys = ", ".join(k[:10] for k in dep.keys)
+            print(f"  {dep.name:<46} {verdict:<16} {values}: {keys}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -583,6 +617,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.trace_command == "inspect":
                 return cmd_trace_inspect(args)
             return cmd_trace_from_prometheus(args)
+        if args.command == "compile-key":
+            return cmd_compile_key(args)
         return cmd_run(args)
     except InputError as exc:
         print(f"tuner: {exc}", file=sys.stderr)
