@@ -9,6 +9,7 @@ from typing import Any
 import optuna
 import pytest
 import yaml
+from conftest import CPU_ENGINE_ARGS, SHIPPED_TRACE, cpu_spec, run_tuner, write_spec
 
 from tuner.flags import MAX_CAPTURE_SIZE, config_yaml, flag_name, nest, sets_capture_range
 from tuner.replay import ReplaySettings
@@ -171,3 +172,43 @@ def test_breakdown_shows_compile_capture_and_the_rest_of_engine_init():
     assert phases["cuda_graph_s"] == 7.0
     assert phases["engine_init_s"] == pytest.approx(54.74)
     assert phases["init_rest_s"] == pytest.approx(54.74 - 28.91 - 7.0)
+
+
+# On the CPU build of vLLM: the dimension reaches a real server and the emitted config.
+
+
+@pytest.mark.vllm
+def test_a_searched_capture_range_reaches_vllm_and_the_emitted_config(
+    cpu_model: Path, tmp_path: Path
+) -> None:
+    """One served trial: the baseline is refused by vLLM at once (``dtype: bogus``, a few
+    seconds of imports), so the only trial that serves is the one that drew the range."""
+    spec = cpu_spec(
+        cpu_model,
+        window_s=1,
+        engine_args={**CPU_ENGINE_ARGS, "gpu-memory-utilization": 0.2},
+        baseline={"dtype": "bogus"},
+        search_space={MAX_CAPTURE_SIZE: {"type": "categorical", "choices": [48, 64]}},
+    )
+    write_spec(tmp_path / "spec.yaml", spec)
+    storage = f"sqlite:///{tmp_path / 'cap.db'}"
+    result = run_tuner(
+        "run", "--trace", SHIPPED_TRACE, "--study", "cap", "--spec", tmp_path / "spec.yaml",
+        "--storage", storage, "--n-trials", "2", "--configs", tmp_path / "configs",
+        "--runs", tmp_path / "runs", cwd=tmp_path, timeout_s=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    baseline, searched = optuna.load_study(study_name="cap", storage=storage).trials
+    assert baseline.user_attrs["feasible"] is False
+    drawn = searched.params[MAX_CAPTURE_SIZE]
+    assert drawn in (48, 64)
+    assert searched.user_attrs["feasible"] is True, searched.user_attrs.get("reason")
+    trial_dir = tmp_path / "runs" / "cap" / "trial-0001"
+    engine_config = yaml.safe_load((trial_dir / "engine.yaml").read_text())
+    assert engine_config["compilation-config"] == {"max_cudagraph_capture_size": drawn}
+    # vLLM read it: its compilation config, as it logs it, carries the value.
+    log = (trial_dir / "engine.log").read_text(errors="replace")
+    assert f"'max_cudagraph_capture_size': {drawn}" in log
+    emitted = yaml.safe_load((tmp_path / "configs" / "cap.yaml").read_text())
+    assert emitted["compilation-config"] == {"max_cudagraph_capture_size": drawn}
+    assert f"{MAX_CAPTURE_SIZE}={drawn}" in result.stdout
