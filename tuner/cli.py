@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import tuner
-from tuner import concurrency, environment, from_prometheus, scoring, search, traffic, traffic_plot
+from tuner import (
+    compile_key,
+    concurrency,
+    environment,
+    from_prometheus,
+    scoring,
+    search,
+    traffic,
+    traffic_plot,
+)
 from tuner.concurrency import ClosedLoop, ConcurrencyTrace, LengthSource, load_concurrency
 from tuner.dummy_model import write_model
 from tuner.emit import HEADLINE, Provenance, format_figure, render, verdict_lines
@@ -38,7 +47,7 @@ from tuner.formats import (
 from tuner.outcome import Offered, next_steps
 from tuner.progress import StatusLine
 from tuner.replay import LOOP_LAG_WARNING_S, ReplaySettings
-from tuner.spec import StudySpec, default_spec_text, load_spec
+from tuner.spec import StudySpec, capture_pin, default_spec_text, load_spec
 from tuner.trace import Request, Trace, busiest_window_start
 from tuner.trial import Objective, TrialSetup
 from tuner.workload import Workload, build_workload, model_info
@@ -95,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
         "build (see README)",
     )
     _add_trace_commands(commands)
+    keys = commands.add_parser(
+        "compile-key",
+        help="which searched engine arguments change vLLM's compile key (the installed vLLM's)",
+    )
+    keys.add_argument("--spec", type=Path, required=True, help="study spec")
     return parser
 
 
@@ -174,7 +188,10 @@ def _interrupt(signum: int, frame: object) -> NoReturn:
 
 def _fmt_params(args: Mapping[str, Any], space_names: Sequence[str]) -> str:
     shown = {k: v for k, v in args.items() if k in space_names} or {"(vLLM defaults)": ""}
-    return " ".join(f"{k}={v}" if v != "" else k for k, v in shown.items())
+    # None: left to vLLM's default (a field of a nested config such as the capture range).
+    return " ".join(
+        f"{k}={'default' if v is None else v}" if v != "" else k for k, v in shown.items()
+    )
 
 
 # What a trial's progress line shows: label, user attribute, scale, decimals, unit.
@@ -235,6 +252,10 @@ def overhead_summary(study: Any, first: int) -> str:
     )
     if starts:
         text += f"; engine start median {starts[len(starts) // 2]:.1f} s (min {starts[0]:.1f} s)"
+    hits = [t.user_attrs.get("compile_cache_hit") for t in trials]
+    hits = [hit for hit in hits if hit is not None]
+    if hits:
+        text += f"; vLLM's compile cache hit in {sum(hits)} of {len(hits)} starts"
     return text
 
 
@@ -276,12 +297,18 @@ def _spec_path(args: argparse.Namespace, name: str) -> Path:
     return args.spec or Path("studies") / f"{name}.yaml"
 
 
-def _load_spec(args: argparse.Namespace, name: str) -> StudySpec:
-    """The study spec, written with the defaults when absent; its dummy model, if it has one."""
+def _load_spec(args: argparse.Namespace, name: str, trace: Trace | None) -> StudySpec:
+    """The study spec, written with the defaults when absent; its dummy model, if it has one.
+
+    Off vLLM's CPU build, the defaults search the CUDA-graph capture range, over values that
+    cover the trace's prompt lengths.
+    """
     spec_path = _spec_path(args, name)
     if not spec_path.exists():
         spec_path.parent.mkdir(parents=True, exist_ok=True)
-        spec_path.write_text(default_spec_text(args.model))
+        prompts = None if trace is None else [int(n) for n in trace.input_tokens]
+        gpu = not environment.is_cpu_build()
+        spec_path.write_text(default_spec_text(args.model, gpu=gpu, prompt_tokens=prompts))
         print(f"wrote a default study spec to {spec_path}")
     spec = load_spec(spec_path)
     if args.model and args.model != spec.model:
@@ -415,7 +442,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         trace = load_trace(args.trace, args.format, **trace_options(args))
         print(f"trace {args.trace}: {len(trace)} requests over {trace.span_s:.0f} s")
-    spec = _load_spec(args, name)
+    spec = _load_spec(args, name, trace)
     max_len = spec.engine_args.get("max-model-len")
     info = model_info(spec.model, int(max_len) if max_len else None)
     window_s = args.window_s or spec.window_s
@@ -484,6 +511,9 @@ def _run_trials(
     )
     first_new = len(study.trials)
     deadline = time.monotonic() + args.time_budget_s if args.time_budget_s else None
+    pinned = capture_pin(spec, environment.is_cpu_build())
+    for key, value in pinned.items():
+        print(f"pinned after trial 0, so that trials share vLLM's compiles: {key}={value}")
     log_handlers = logging.getLogger().handlers
     for handler in log_handlers:
         handler.addFilter(status.before_log)
@@ -497,6 +527,7 @@ def _run_trials(
             on_trial=finished,
             on_start=started,
             deadline=deadline,
+            pinned=pinned,
         )
         if ran < n_trials:
             print(f"time budget reached: ran {ran} of {n_trials} trials")
@@ -549,6 +580,30 @@ def cmd_trace_from_prometheus(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compile_key(args: argparse.Namespace) -> int:
+    """Hash each searched dimension's values with vLLM's own config hashing, as the searched
+    trials run them (with the pinned capture range, if any), and without the pin."""
+    spec = load_spec(args.spec)
+    if spec.dummy_model and not Path(spec.model, "config.json").exists():
+        write_model(spec.model, spec.dummy_model)
+    pinned = capture_pin(spec, environment.is_cpu_build())
+    variants = {"searched trials": {**spec.engine_args, **pinned}}
+    if pinned:
+        pins = ", ".join(f"{k}={v}" for k, v in pinned.items())
+        variants = {f"searched trials ({pins})": variants["searched trials"]}
+        variants["without the pin"] = dict(spec.engine_args)
+    found = compile_key.key_dependence(spec.model, list(variants.values()), spec.space)
+    print(f"vLLM {environment.vllm_version()}: VllmConfig.compute_hash() at each dimension's ends")
+    for label, dependences in zip(variants, found, strict=True):
+        print(f"{label}:")
+        for dep in dependences:
+            verdict = "changes the key" if dep.changes_key else "same key"
+            values = ", ".join("default" if v is None else str(v) for v in dep.values)
+            keys = ", ".join(k[:10] for k in dep.keys)
+            print(f"  {dep.name:<46} {verdict:<16} {values}: {keys}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -562,6 +617,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.trace_command == "inspect":
                 return cmd_trace_inspect(args)
             return cmd_trace_from_prometheus(args)
+        if args.command == "compile-key":
+            return cmd_compile_key(args)
         return cmd_run(args)
     except InputError as exc:
         print(f"tuner: {exc}", file=sys.stderr)

@@ -279,6 +279,10 @@ class Engine:
         logger.info("vLLM healthy after %.1f s", self.times.healthy_s)
         return self.times.healthy_s
 
+    def compile_cache(self) -> dict[str, str | bool]:
+        """The compile key and whether vLLM's compile cache held it, as far as its log says."""
+        return startup.compile_cache(self._log_text())
+
     def _log_text(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")

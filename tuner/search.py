@@ -146,6 +146,8 @@ def record(trial: Trial, outcome: TrialOutcome) -> None:
         trial.set_user_attr(name, value)
     for name, value in outcome.timings.items():
         trial.set_user_attr(f"time_{name}", value)
+    for fact, said in outcome.compile_cache.items():
+        trial.set_user_attr(fact, said)
     trial.set_user_attr(FEASIBLE_ATTR, outcome.feasible)
     if outcome.reason:
         trial.set_user_attr(REASON_ATTR, outcome.reason)
@@ -165,8 +167,13 @@ def run_study(
     runner: TrialRunner = run_trial,
     on_start: OnStart | None = None,
     deadline: float | None = None,
+    pinned: Mapping[str, Any] | None = None,
 ) -> int:
     """Run ``n_trials`` more trials, the baseline first if the study has none yet; return how many.
+
+    ``pinned`` engine arguments (``spec.capture_pin``: the CUDA-graph capture range) go into
+    every searched trial, under what the trial draws; not into the baseline, which stays vLLM's
+    defaults, nor into the spec's candidates, which are measured as given.
 
     With a ``deadline`` (``time.monotonic()`` seconds), no trial is started that would end after
     it, going by the longest trial so far in this run.
@@ -175,6 +182,7 @@ def run_study(
     the running trial FAIL with the reason, so the storage never keeps a trial RUNNING.
     """
     fixed = dict(spec.engine_args)
+    pinned = dict(pinned or {})
     longest_s = 0.0
     for done in range(n_trials):
         if deadline is not None and done and time.monotonic() + longest_s > deadline:
@@ -195,7 +203,7 @@ def run_study(
             dims = tuple(d for d in spec.space if d.name in chosen)
             args = {**fixed, **suggest(trial, dims, fixed), **chosen}
         else:
-            args = {**fixed, **suggest(trial, spec.space, fixed)}
+            args = {**fixed, **pinned, **suggest(trial, spec.space, fixed)}
         trial.set_user_attr(ARGS_ATTR, args)
         if on_start is not None:
             on_start(trial.number, args)

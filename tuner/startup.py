@@ -37,6 +37,14 @@ DURATIONS: dict[str, re.Pattern[str]] = {
 }
 
 
+# The folder of vLLM's torch.compile cache, named by its hash of the compile key (the config's
+# hash, the traced code, the compiler and the environment): the same folder, the same compile.
+COMPILE_KEY = re.compile(r"torch_compile_cache/([0-9a-f]+)/rank_")
+# A compile served from that folder, and one compiled afresh (and then saved there).
+CACHE_HIT = re.compile(r"Directly load the compiled graph")
+CACHE_MISS = re.compile(r"Compiling a graph for")
+
+
 def find_markers(text: str) -> set[str]:
     return {name for name, pattern in MARKERS.items() if pattern.search(text)}
 
@@ -51,13 +59,29 @@ def reported_durations(text: str) -> dict[str, float]:
     return out
 
 
+def compile_cache(text: str) -> dict[str, str | bool]:
+    """``compile_key`` (vLLM's cache folder name) and ``compile_cache_hit``, as far as the log
+    says: nothing when the engine did not compile (``enforce-eager``, or no log yet)."""
+    out: dict[str, str | bool] = {}
+    key = COMPILE_KEY.search(text)
+    if key:
+        out["compile_key"] = key.group(1)
+    if CACHE_MISS.search(text):
+        out["compile_cache_hit"] = False
+    elif CACHE_HIT.search(text):
+        out["compile_cache_hit"] = True
+    return out
+
+
 def breakdown(seen_at_s: Mapping[str, float], log_text: str, healthy_s: float) -> dict[str, float]:
     """Start-up phases in seconds: the timeline from the markers, then vLLM's own durations.
 
     ``server_start_s``: launch until the API server has imported vLLM; ``engine_spawn_s``: from
     there until the engine-core process logs (its interpreter start and imports when spawned);
     ``engine_ready_s``: from there until the HTTP server listens (model load, profiling, KV
-    cache, compile, graph capture); ``http_ready_s``: until ``/health`` answers.
+    cache, compile, graph capture); ``http_ready_s``: until ``/health`` answers. Then vLLM's
+    own figures: ``model_load_s``, ``torch_compile_s``, ``cuda_graph_s`` (the capture),
+    ``engine_init_s`` and, from those, ``init_rest_s`` (profiling, KV cache and warm-up).
     """
     phases: dict[str, float] = {"healthy_s": healthy_s}
     previous = 0.0
@@ -71,4 +95,12 @@ def breakdown(seen_at_s: Mapping[str, float], log_text: str, healthy_s: float) -
             previous = seen_at_s[marker]
     phases["http_ready_s"] = healthy_s - previous
     phases |= reported_durations(log_text)
+    parts = ("engine_init_s", "torch_compile_s", "cuda_graph_s")
+    if all(p in phases for p in parts):
+        # What vLLM's "init engine" took beyond compiling and capturing: profiling, the KV
+        # cache and warm-up runs, which vLLM does not time apart (on the H100 mostly a warm-up
+        # after the capture, itself cached per compile key). The capture is logged in whole
+        # seconds, so this is good to about a second.
+        init_s, compile_s, capture_s = (phases[p] for p in parts)
+        phases["init_rest_s"] = max(0.0, init_s - compile_s - capture_s)
     return phases

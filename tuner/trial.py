@@ -97,6 +97,8 @@ class TrialOutcome:
     log_tail: str = ""
     # Stopped early by the study's pruner; the metrics are then the provisional ones.
     pruned: bool = False
+    # What the engine's log says of its compile: ``compile_key``, ``compile_cache_hit``.
+    compile_cache: Mapping[str, str | bool] = field(default_factory=dict)
 
     @property
     def feasible(self) -> bool:
@@ -218,6 +220,7 @@ def run_trial(
         engine.start()
         timings["engine_healthy_s"] = engine.wait_healthy(setup.health_timeout_s, on_poll=starting)
         timings |= {f"startup_{k}": v for k, v in engine.times.startup.items()}
+        compiled = engine.compile_cache()
         if setup.warmup_requests:
             warmup = _sending(WARMUP, setup.warmup_requests)
             tell(warmup)
@@ -250,14 +253,22 @@ def run_trial(
         timings["engine_stop_s"] = engine.times.stop_s or 0.0
         timings["trial_s"] = time.monotonic() - began
         logger.info("trial failed: %s", exc.reason)
-        return TrialOutcome(engine_args, FAILED, {}, timings, exc.reason, exc.log_tail)
+        return TrialOutcome(
+            engine_args,
+            FAILED,
+            {},
+            timings,
+            exc.reason,
+            exc.log_tail,
+            compile_cache=engine.compile_cache(),
+        )
     finally:
         # Also on Ctrl-C: the engine never outlives its trial.
         engine.stop()
     timings["engine_stop_s"] = engine.times.stop_s or 0.0
     timings["trial_s"] = time.monotonic() - began
     if result.stopped_at_s is not None:
-        return _stopped_early(engine_args, setup, result, timings)
+        return replace(_stopped_early(engine_args, setup, result, timings), compile_cache=compiled)
 
     metrics = replay_figures(result)
     objective = setup.objective
@@ -270,4 +281,6 @@ def run_trial(
     errors = [r.error for r in result.results if r.error]
     if errors:
         reason = f"{reason or 'some requests failed'}; first error: {errors[0]}"
-    return TrialOutcome(engine_args, trial_score, metrics, timings, reason, log_tail)
+    return TrialOutcome(
+        engine_args, trial_score, metrics, timings, reason, log_tail, compile_cache=compiled
+    )
