@@ -24,12 +24,14 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
-from tuner.dummy_model import write_model
-from tuner.engine import Engine, ProcessLauncher
-from tuner.formats import load_trace
-from tuner.replay import ReplaySettings, replay
-from tuner.trial import replay_figures
-from tuner.workload import build_workload
+from tuner.engine.dummy_model import write_model
+from tuner.engine.launchers import ProcessLauncher
+from tuner.engine.process import Engine
+from tuner.load.http import ReplaySettings
+from tuner.load.open_loop import replay
+from tuner.study.trial import replay_figures
+from tuner.traces.formats import load_trace
+from tuner.traces.workload import build_workload
 
 TRACE = Path(__file__).resolve().parent.parent / "traces" / "azure-conv-peak.csv"
 

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import yaml
 
-from tuner.dummy_model import write_model
-from tuner.engine import ProcessLauncher
-from tuner.formats import load_trace
-from tuner.replay import ReplaySettings
-from tuner.spec import load_spec
-from tuner.trial import Objective, TrialSetup, run_trial
-from tuner.workload import build_workload, model_info
+from tuner.engine.dummy_model import write_model
+from tuner.engine.launchers import ProcessLauncher
+from tuner.load.http import ReplaySettings
+from tuner.study.spec import load_spec
+from tuner.study.trial import Objective, TrialSetup, run_trial
+from tuner.traces.formats import load_trace
+from tuner.traces.workload import build_workload, model_info
 
 COLUMNS = (
     ("TTFT p50 ms", "ttft_p50_s", 1000),

@@ -1,8 +1,8 @@
-"""Replay fidelity: how late ``tuner.replay`` sends each request against its schedule.
+"""Replay fidelity: how late ``tuner.load.open_loop`` sends each request against its schedule.
 
 Starts a throw-away streaming ``/v1/completions`` server that answers at once (raw asyncio, its
 own process on 127.0.0.1), replays Poisson arrivals at 50, 200 and 500 req/s through
-``tuner.replay.replay``, and reports p50 and p99 of the ``send_lag`` it records (actual send
+``tuner.load.open_loop.replay``, and reports p50 and p99 of the ``send_lag`` it records (actual send
 time minus scheduled time), as medians over repeats. Target: p99 <= 5 ms at 200 req/s.
 
     python benchmarks/replay_fidelity.py            # the full run, about a minute
@@ -28,8 +28,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tuner.replay import ReplaySettings, replay
-from tuner.trace import Request
+from tuner.load.http import ReplaySettings
+from tuner.load.open_loop import replay
+from tuner.traces.model import Request
 
 TARGET_RATE_PER_S = 200
 TARGET_P99_MS = 5.0

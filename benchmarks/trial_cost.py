@@ -23,12 +23,12 @@ from typing import Any
 
 import yaml
 
-from tuner.dummy_model import write_model
-from tuner.engine import Launcher, ProcessLauncher, ZygoteLauncher
-from tuner.formats import load_trace
-from tuner.replay import ReplaySettings
-from tuner.trial import Objective, TrialOutcome, TrialSetup, run_trial
-from tuner.workload import build_workload, model_info
+from tuner.engine.dummy_model import write_model
+from tuner.engine.launchers import Launcher, ProcessLauncher, ZygoteLauncher
+from tuner.load.http import ReplaySettings
+from tuner.study.trial import Objective, TrialOutcome, TrialSetup, run_trial
+from tuner.traces.formats import load_trace
+from tuner.traces.workload import build_workload, model_info
 
 TIMINGS = (
     "engine_healthy_s",

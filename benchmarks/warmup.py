@@ -18,10 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from tuner.dummy_model import write_model
-from tuner.engine import Engine, ProcessLauncher
-from tuner.replay import ReplaySettings, replay
-from tuner.trace import Request
+from tuner.engine.dummy_model import write_model
+from tuner.engine.launchers import ProcessLauncher
+from tuner.engine.process import Engine
+from tuner.load.http import ReplaySettings
+from tuner.load.open_loop import replay
+from tuner.traces.model import Request
 
 
 def settle_index(series: list[float], tolerance: float) -> tuple[int, float]:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tuner.dummy_model import write_model
+from tuner.engine.dummy_model import write_model
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_TRACE = REPO / "traces" / "azure-conv-peak.csv"

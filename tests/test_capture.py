@@ -11,20 +11,20 @@ import pytest
 import yaml
 from conftest import CPU_ENGINE_ARGS, SHIPPED_TRACE, cpu_spec, run_tuner, write_spec
 
+from tuner.engine.startup import breakdown, compile_cache
 from tuner.flags import MAX_CAPTURE_SIZE, config_yaml, flag_name, nest, sets_capture_range
-from tuner.replay import ReplaySettings
-from tuner.scoring import score
-from tuner.search import open_study, run_study
-from tuner.spec import (
+from tuner.load.http import ReplaySettings
+from tuner.study.scoring import score
+from tuner.study.search import open_study, run_study
+from tuner.study.space import (
     CAPTURE_SIZE_CEILING,
     PINNED_CAPTURE_SIZE,
     capture_choices,
     capture_pin,
     default_spec_text,
-    parse_spec,
 )
-from tuner.startup import breakdown, compile_cache
-from tuner.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.spec import parse_spec
+from tuner.study.trial import Objective, TrialOutcome, TrialSetup
 
 H100_RESULTS = Path(__file__).parent.parent / "benchmarks/results"
 # Engine logs of vLLM 0.26.0 on the H100: a start that compiled, one served from the cache.

@@ -17,7 +17,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from tuner.concurrency import (
+from tuner.engine.process import Engine
+from tuner.errors import InputError, TraceError
+from tuner.load.closed_loop import replay_closed_loop
+from tuner.load.http import ReplaySettings
+from tuner.load.metrics import measured_in_flight
+from tuner.load.open_loop import replay
+from tuner.traces.concurrency import (
     LengthSource,
     busiest_window_start,
     closed_loop_requests,
@@ -25,12 +31,9 @@ from tuner.concurrency import (
     from_samples,
     load_concurrency,
 )
-from tuner.engine import Engine
-from tuner.errors import InputError, TraceError
-from tuner.formats import load_trace
-from tuner.replay import ReplaySettings, replay, replay_closed_loop
-from tuner.trace import Request
-from tuner.traffic import in_flight, measured_in_flight, time_weighted
+from tuner.traces.formats import load_trace
+from tuner.traces.model import Request
+from tuner.traces.profile import in_flight, time_weighted
 
 TOKEN_S = 0.01
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tuner.compile_key import key_dependence, probe_values
 from tuner.flags import MAX_CAPTURE_SIZE
-from tuner.spec import Dimension
+from tuner.study.compile_key import key_dependence, probe_values
+from tuner.study.spec import Dimension
 
 
 def test_probe_values_are_the_ends_or_every_choice():

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tuner.emit import Provenance, render, served_config
-from tuner.engine import Engine, ProcessLauncher
+from tuner.engine.launchers import ProcessLauncher
+from tuner.engine.process import Engine
 from tuner.flags import config_yaml, flag_name, normalize
-from tuner.scoring import Verdict, score, verdict
+from tuner.study.emit import Provenance, render, served_config
+from tuner.study.scoring import Verdict, score, verdict
 
 PROVENANCE = Provenance(
     tuner_version="0.1.0",

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tuner.engine import Engine, EngineFailed, ProcessLauncher
-from tuner.replay import ReplaySettings
-from tuner.trace import Request
-from tuner.trial import (
+from tuner.engine.launchers import EngineFailed, ProcessLauncher
+from tuner.engine.process import Engine
+from tuner.load.http import ReplaySettings
+from tuner.study.trial import (
     REPLAY,
     STARTING,
     STOPPING,
@@ -31,6 +31,7 @@ from tuner.trial import (
     TrialSetup,
     run_trial,
 )
+from tuner.traces.model import Request
 
 FAKE_SERVER = textwrap.dedent(
     '''

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tuner.errors import TraceError
-from tuner.formats import PARSERS, detect_format, load_trace, parse_column_mapping
-from tuner.prompts import prompt_token_ids
-from tuner.trace import HashIds
+from tuner.load.prompts import prompt_token_ids
+from tuner.traces.formats import PARSERS, detect_format, load_trace, parse_column_mapping
+from tuner.traces.model import HashIds
 
 AZURE = Path("/work/shared/traces/AzureLLMInferenceTrace_code.csv")
 

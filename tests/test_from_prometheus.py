@@ -34,20 +34,20 @@ import numpy as np
 import pytest
 from conftest import run_tuner
 
-from tuner.engine import Engine, free_port
-from tuner.formats import load_trace
-from tuner.from_prometheus import (
+from tuner.engine.process import Engine, free_port
+from tuner.load.http import ReplaySettings
+from tuner.load.metrics import parse_scrape
+from tuner.load.open_loop import replay
+from tuner.traces.formats import load_trace
+from tuner.traces.from_prometheus import (
     Histogram,
     Scraped,
     arrivals_from_rate,
-    fetch,
-    rate_from_counters,
     rebuild,
     sample_lengths,
 )
-from tuner.metrics import parse_scrape
-from tuner.replay import ReplaySettings, replay
-from tuner.trace import from_columns
+from tuner.traces.model import from_columns
+from tuner.traces.prometheus import fetch, rate_from_counters
 
 STEP_S = 5.0
 RANK_POINTS = 3  # percentile ranks: bucket shares survive up to rounding and the count error

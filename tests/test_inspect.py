@@ -9,10 +9,16 @@ import numpy as np
 import pytest
 from conftest import run_tuner
 
-from tuner.cli import main
-from tuner.concurrency import from_samples
-from tuner.trace import from_columns
-from tuner.traffic import ServiceModel, in_flight, profile_concurrency, profile_trace, time_weighted
+from tuner.cli.main import main
+from tuner.traces.concurrency import from_samples
+from tuner.traces.model import from_columns
+from tuner.traces.profile import (
+    ServiceModel,
+    in_flight,
+    profile_concurrency,
+    profile_trace,
+    time_weighted,
+)
 
 AZURE_CODE = Path("/work/shared/traces/AzureLLMInferenceTrace_code.csv")
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tuner.metrics import (
+from tuner.load.metrics import (
     Histogram,
     RequestResult,
     parse_scrape,

@@ -18,16 +18,17 @@ import yaml
 from conftest import write_spec
 from optuna.trial import TrialState
 
-from tuner.cli import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS, main
-from tuner.emit import served_config
-from tuner.formats import load_trace
-from tuner.outcome import Offered, next_steps
-from tuner.replay import ReplaySettings
-from tuner.scoring import FAILED, score
-from tuner.search import open_study, pruner_for, run_study
-from tuner.spec import parse_spec
-from tuner.trial import Objective, TrialOutcome, TrialSetup
-from tuner.workload import build_workload
+from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
+from tuner.cli.main import main
+from tuner.load.http import ReplaySettings
+from tuner.study.emit import served_config
+from tuner.study.outcome import Offered, next_steps
+from tuner.study.scoring import FAILED, score
+from tuner.study.search import open_study, pruner_for, run_study
+from tuner.study.spec import parse_spec
+from tuner.study.trial import Objective, TrialOutcome, TrialSetup
+from tuner.traces.formats import load_trace
+from tuner.traces.workload import build_workload
 
 STUDY = "s"
 

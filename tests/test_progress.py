@@ -7,9 +7,9 @@ import io
 
 import pytest
 
-from tuner.metrics import LiveRequest
-from tuner.progress import ERASE_LINE, StatusLine, describe
-from tuner.trial import (
+from tuner.cli.progress import ERASE_LINE, StatusLine, describe
+from tuner.load.metrics import LiveRequest
+from tuner.study.trial import (
     PRUNE_INTERVAL_S,
     REPLAY,
     STARTING,

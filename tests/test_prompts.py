@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tuner.prompts import prompt_token_ids
-from tuner.replay import ReplaySettings, request_body
-from tuner.trace import Request
+from tuner.load.http import ReplaySettings, request_body
+from tuner.load.prompts import prompt_token_ids
+from tuner.traces.model import Request
 
 VOCAB = 8192
 

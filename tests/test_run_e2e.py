@@ -33,12 +33,12 @@ from conftest import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.engine import free_port
-from tuner.replay import ReplaySettings
-from tuner.scoring import FAILED, score
-from tuner.search import best_trial, open_study, run_study
-from tuner.spec import parse_spec
-from tuner.trial import Objective, TrialOutcome, TrialSetup
+from tuner.engine.process import free_port
+from tuner.load.http import ReplaySettings
+from tuner.study.scoring import FAILED, score
+from tuner.study.search import best_trial, open_study, run_study
+from tuner.study.spec import parse_spec
+from tuner.study.trial import Objective, TrialOutcome, TrialSetup
 
 MARKER = "TUNER_TEST_RUN"
 STUDY = "azure-slice"

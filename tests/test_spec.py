@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from tuner.errors import SpecError
-from tuner.spec import DEFAULT_SPEC, default_spec_text, load_spec, parse_spec
+from tuner.study.space import default_spec_text
+from tuner.study.spec import DEFAULT_SPEC, load_spec, parse_spec
 
 
 def test_default_spec_text_parses_to_the_defaults():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.startup import breakdown, find_markers, reported_durations
+from tuner.engine.startup import breakdown, find_markers, reported_durations
 
 # An engine log of vLLM 0.26.0 on the H100, kept from a benchmark run (forked engine core).
 H100_LOG = Path(__file__).parent.parent / "benchmarks/results/h100-fork/fork-1.engine.log"

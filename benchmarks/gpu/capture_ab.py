@@ -24,14 +24,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tuner.dummy_model import write_model
-from tuner.engine import Engine, EngineFailed, ZygoteLauncher
+from tuner.engine.dummy_model import write_model
+from tuner.engine.launchers import EngineFailed, ZygoteLauncher
+from tuner.engine.process import Engine
 from tuner.flags import MAX_CAPTURE_SIZE
-from tuner.formats import load_trace
-from tuner.replay import ReplaySettings, replay
-from tuner.spec import PINNED_CAPTURE_SIZE, load_spec
-from tuner.trial import replay_figures
-from tuner.workload import build_workload, model_info
+from tuner.load.http import ReplaySettings
+from tuner.load.open_loop import replay
+from tuner.study.space import PINNED_CAPTURE_SIZE
+from tuner.study.spec import load_spec
+from tuner.study.trial import replay_figures
+from tuner.traces.formats import load_trace
+from tuner.traces.workload import build_workload, model_info
 
 KEPT = (
     "ttft_p50_s",

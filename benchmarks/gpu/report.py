@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     best = min(feasible, key=lambda t: t.value or 0.0).number if feasible else None
     slos: dict[str, float] = {}
     if args.spec:
-        from tuner.spec import load_spec
+        from tuner.study.spec import load_spec
 
         slos = dict(load_spec(args.spec).slos)
     lines = [f"### Trials of study `{args.name}`", "", *trial_table(trials, best), ""]

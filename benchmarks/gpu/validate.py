@@ -25,14 +25,16 @@ from typing import Any
 
 import yaml
 
-from tuner.dummy_model import write_model
-from tuner.engine import Engine, EngineFailed
+from tuner.engine.dummy_model import write_model
+from tuner.engine.launchers import EngineFailed
+from tuner.engine.process import Engine
 from tuner.flags import SERVER_ONLY, normalize
-from tuner.formats import load_trace
-from tuner.replay import ReplaySettings, replay
-from tuner.spec import load_spec
-from tuner.trial import replay_figures
-from tuner.workload import build_workload, model_info
+from tuner.load.http import ReplaySettings
+from tuner.load.open_loop import replay
+from tuner.study.spec import load_spec
+from tuner.study.trial import replay_figures
+from tuner.traces.formats import load_trace
+from tuner.traces.workload import build_workload, model_info
 
 SHOWN = (
     ("ttft_p50_s", 1000, "TTFT p50 ms"),

@@ -1,0 +1,88 @@
+"""The package's layout: one folder per stage, imports flowing one way, no cycle, no long module.
+
+Read from the code itself (each module's imports, ``TYPE_CHECKING`` ones included), so the
+README's picture of the stages cannot drift from what the code does.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "tuner"
+
+# The stages, top floor first. A module may import from its own stage and from stages on a
+# lower floor; never from a stage on its own floor or above.
+FLOORS = {"cli": 4, "study": 3, "load": 2, "engine": 1, "traces": 1, "": 0}
+MAX_LINES = 350
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def stage(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in FLOORS) else ""
+
+
+def tuner_imports(path: Path) -> set[str]:
+    """The tuner modules ``path`` imports, whatever the form."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tuner"):
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                found.add(candidate if candidate in MODULES else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("tuner"))
+    return found
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+GRAPH = {name: tuner_imports(path) & MODULES.keys() for name, path in MODULES.items()}
+
+
+def test_every_stage_is_a_folder():
+    assert {stage(m) for m in MODULES} == set(FLOORS)
+    top_level = sorted(m for m in MODULES if stage(m) == "")
+    assert top_level == ["tuner", "tuner.errors", "tuner.flags"]
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_run_down_the_stages(module):
+    here = stage(module)
+    wrong = [
+        target
+        for target in GRAPH[module]
+        if stage(target) != here and FLOORS[stage(target)] >= FLOORS[here]
+    ]
+    assert not wrong, f"{module} ({here or 'root'}) imports {wrong}"
+
+
+def test_no_import_cycle():
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        if module in path:
+            cycle = (*path[path.index(module) :], module)
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+        if module in done:
+            return
+        for target in GRAPH[module]:
+            # A package's face (its __init__) importing its own modules is not a cycle.
+            if target != module and module != target.rsplit(".", 1)[0]:
+                visit(target, (*path, module))
+        done.add(module)
+
+    for module in MODULES:
+        visit(module, ())
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_modules_stay_short(module):
+    lines = len(MODULES[module].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{module} has {lines} lines; split it by what it does"

@@ -1,0 +1,5 @@
+"""The ``tuner`` command line: ``tuner run``, ``tuner trace``, ``tuner compile-key``."""
+
+from tuner.cli.main import main
+
+__all__ = ["main"]

@@ -1,0 +1,36 @@
+"""``tuner compile-key``: which searched engine arguments change vLLM's compile key."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tuner.engine import environment
+from tuner.engine.dummy_model import write_model
+from tuner.study import compile_key
+from tuner.study.space import capture_pin
+from tuner.study.spec import load_spec
+
+
+def cmd_compile_key(args: argparse.Namespace) -> int:
+    """Hash each searched dimension's values with vLLM's own config hashing, as the searched
+    trials run them (with the pinned capture range, if any), and without the pin."""
+    spec = load_spec(args.spec)
+    if spec.dummy_model and not Path(spec.model, "config.json").exists():
+        write_model(spec.model, spec.dummy_model)
+    pinned = capture_pin(spec, environment.is_cpu_build())
+    variants = {"searched trials": {**spec.engine_args, **pinned}}
+    if pinned:
+        pins = ", ".join(f"{k}={v}" for k, v in pinned.items())
+        variants = {f"searched trials ({pins})": variants["searched trials"]}
+        variants["without the pin"] = dict(spec.engine_args)
+    found = compile_key.key_dependence(spec.model, list(variants.values()), spec.space)
+    print(f"vLLM {environment.vllm_version()}: VllmConfig.compute_hash() at each dimension's ends")
+    for label, dependences in zip(variants, found, strict=True):
+        print(f"{label}:")
+        for dep in dependences:
+            verdict = "changes the key" if dep.changes_key else "same key"
+            values = ", ".join("default" if v is None else str(v) for v in dep.values)
+            keys = ", ".join(k[:10] for k in dep.keys)
+            print(f"  {dep.name:<46} {verdict:<16} {values}: {keys}")
+    return 0

@@ -1,0 +1,53 @@
+"""The ``tuner`` command line: builds the study from its inputs and reports what it found.
+
+Only this package prints and chooses exit codes (``tuner.cli.exits``). ``tuner run`` exits 0
+when it wrote a configuration that meets the SLOs, 3 when it wrote the one that came closest but
+misses them, 1 when no trial served the window (nothing written) or the tool failed, 2 on bad
+input or usage, 130 when interrupted. The other commands exit 0, 1 or 2 alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from tuner.cli.compile_key import cmd_compile_key
+from tuner.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
+from tuner.cli.parser import build_parser
+from tuner.cli.run import cmd_run
+from tuner.cli.trace import cmd_trace_from_prometheus, cmd_trace_inspect
+from tuner.errors import InputError, TunerError
+
+
+def _interrupt(signum: int, frame: object) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        if args.command == "trace":
+            if args.trace_command == "inspect":
+                return cmd_trace_inspect(args)
+            return cmd_trace_from_prometheus(args)
+        if args.command == "compile-key":
+            return cmd_compile_key(args)
+        return cmd_run(args)
+    except InputError as exc:
+        print(f"tuner: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except TunerError as exc:
+        print(f"tuner: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("\ntuner: interrupted; the study keeps its finished trials", file=sys.stderr)
+        return EXIT_INTERRUPTED

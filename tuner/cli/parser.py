@@ -1,0 +1,111 @@
+"""The ``tuner`` command line's arguments: one parser, the trace options shared by commands."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import tuner
+from tuner.traces.formats import (
+    PARSERS,
+    parse_column_mapping,
+)
+from tuner.traces.parsers import TIME_UNITS_PER_S
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tuner", description=tuner.__doc__)
+    parser.add_argument("--version", action="version", version=f"tuner {tuner.__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log tuner's steps")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="tune vLLM against a replayed trace")
+    run.add_argument("--trace", required=True, type=Path, help="trace file (CSV)")
+    add_trace_options(run)
+    run.add_argument("--study", help="study name (default: the trace file's stem)")
+    run.add_argument("--spec", type=Path, help="study spec (default: studies/NAME.yaml)")
+    run.add_argument("--model", help="model folder, written into a new spec")
+    run.add_argument("--n-trials", type=int, help="trials to add in this run (default: spec)")
+    run.add_argument("--storage", help="Optuna storage URL (default: sqlite:///studies/NAME.db)")
+    run.add_argument(
+        "--time-budget-s",
+        type=float,
+        help="start no trial that would end later than this many seconds from now",
+    )
+    run.add_argument("--window-s", type=float, help="replay window in trace seconds")
+    run.add_argument("--time-scale", type=float, help="multiply arrival times (< 1 is faster)")
+    run.add_argument("--configs", type=Path, default=Path("configs"), help="output folder")
+    run.add_argument("--runs", type=Path, default=Path("runs"), help="trial logs folder")
+    run.add_argument(
+        "--lengths-trace", type=Path, help="request trace whose lengths a concurrency trace draws"
+    )
+    run.add_argument(
+        "--input-lengths", help="prompt lengths for a concurrency trace: uniform:10:200"
+    )
+    run.add_argument("--output-lengths", help="output lengths for a concurrency trace")
+    run.add_argument(
+        "--launcher",
+        choices=("auto", "process", "zygote"),
+        default="auto",
+        help="process: a fresh interpreter per trial; zygote: import vLLM's server once and "
+        "fork one per trial (faster starts); auto (default): zygote, except on vLLM's CPU "
+        "build (see README)",
+    )
+    add_trace_commands(commands)
+    keys = commands.add_parser(
+        "compile-key",
+        help="which searched engine arguments change vLLM's compile key (the installed vLLM's)",
+    )
+    keys.add_argument("--spec", type=Path, required=True, help="study spec")
+    return parser
+
+
+def add_trace_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=sorted(PARSERS), help="trace format (default: detect)")
+    parser.add_argument(
+        "--columns",
+        type=column_mapping,
+        help="columns of any CSV/JSONL: timestamp=ts,input_tokens=in,output_tokens=out",
+    )
+    parser.add_argument(
+        "--time-unit", choices=sorted(TIME_UNITS_PER_S), default="s", help="of --columns timestamps"
+    )
+    parser.add_argument("--trace-model", help="keep only this model's rows (BurstGPT)")
+
+
+def column_mapping(text: str) -> dict[str, str]:
+    try:
+        return parse_column_mapping(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def trace_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of ``load_trace`` that the trace options give."""
+    return {"columns": args.columns, "time_unit": args.time_unit, "model": args.trace_model}
+
+
+def add_trace_commands(commands: Any) -> None:
+    trace = commands.add_parser("trace", help="look at a trace, or rebuild one from Prometheus")
+    sub = trace.add_subparsers(dest="trace_command", required=True)
+    inspect = sub.add_parser("inspect", help="the shape of a trace's traffic")
+    inspect.add_argument("file", type=Path, help="request trace or concurrency trace")
+    add_trace_options(inspect)
+    inspect.add_argument("--json", action="store_true", help="print the figures as JSON")
+    inspect.add_argument("--png", type=Path, help="plot file (default: STEM-inspect.png)")
+    inspect.add_argument("--no-png", action="store_true", help="write no plot")
+    inspect.add_argument("--window-s", type=float, default=60.0, help="tuner run's window")
+    inspect.add_argument("--tpot-ms", type=float, default=30.0, help="service model: decode")
+    inspect.add_argument(
+        "--prefill-tokens-per-s", type=float, default=8000.0, help="service model: prefill"
+    )
+    rebuild = sub.add_parser("from-prometheus", help="rebuild a trace from vLLM's metrics")
+    rebuild.add_argument("--url", required=True, help="Prometheus base URL")
+    rebuild.add_argument("--start", required=True, help="epoch seconds or ISO 8601 (UTC)")
+    rebuild.add_argument("--end", required=True, help="epoch seconds or ISO 8601 (UTC)")
+    rebuild.add_argument("--selector", default="", help='label matchers, e.g. job="vllm"')
+    rebuild.add_argument("--step-s", type=float, default=15.0, help="query resolution")
+    rebuild.add_argument("--seed", type=int, default=0, help="for arrivals and lengths")
+    rebuild.add_argument("--out", type=Path, default=Path("prometheus-trace.csv"))
+    rebuild.add_argument("--concurrency-out", type=Path, help="default: OUT.concurrency.csv")

@@ -1,0 +1,181 @@
+"""``tuner run``: measure configurations against the replayed trace, write the best."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tuner.cli.parser import trace_options
+from tuner.cli.progress import StatusLine
+from tuner.cli.report import fmt_params, overhead_summary, trial_line, write_result
+from tuner.cli.workload import (
+    Replay,
+    check_workload,
+    closed_loop_replay,
+    length_source,
+    open_loop_replay,
+    sha256_of,
+    spec_path,
+)
+from tuner.engine import environment
+from tuner.engine.dummy_model import write_model
+from tuner.engine.launchers import Launcher, ProcessLauncher, ZygoteLauncher
+from tuner.errors import InputError
+from tuner.load.http import ReplaySettings
+from tuner.study import search
+from tuner.study.space import capture_pin, default_spec_text
+from tuner.study.spec import StudySpec, load_spec
+from tuner.study.trial import Objective, TrialSetup
+from tuner.traces.concurrency import load_concurrency
+from tuner.traces.formats import (
+    CONCURRENCY,
+    detect_format,
+    load_trace,
+)
+from tuner.traces.model import Trace
+from tuner.traces.workload import model_info
+
+
+def load_study_spec(args: argparse.Namespace, name: str, trace: Trace | None) -> StudySpec:
+    """The study spec, written with the defaults when absent; its dummy model, if it has one.
+
+    Off vLLM's CPU build, the defaults search the CUDA-graph capture range, over values that
+    cover the trace's prompt lengths.
+    """
+    path = spec_path(args, name)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        prompts = None if trace is None else [int(n) for n in trace.input_tokens]
+        gpu = not environment.is_cpu_build()
+        path.write_text(default_spec_text(args.model, gpu=gpu, prompt_tokens=prompts))
+        print(f"wrote a default study spec to {path}")
+    spec = load_spec(path)
+    if args.model and args.model != spec.model:
+        raise InputError(f"--model {args.model} differs from {path}'s model {spec.model}")
+    if spec.dummy_model and not Path(spec.model, "config.json").exists():
+        write_model(spec.model, spec.dummy_model)
+        print(f"wrote a {spec.dummy_model} dummy model to {spec.model}")
+    return spec
+
+
+def launcher_for(choice: str, log: Path) -> Launcher:
+    kind = choice
+    if kind == "auto":
+        kind = "process" if environment.is_cpu_build() else "zygote"
+    print(f"launcher: {kind}" + (" (auto)" if choice == "auto" else ""))
+    return ZygoteLauncher(log=log) if kind == "zygote" else ProcessLauncher()
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    name = args.study or args.trace.stem
+    if args.n_trials is not None and args.n_trials < 0:
+        raise InputError(f"--n-trials must be 0 or more, got {args.n_trials}")
+    # Bad input stops here, before anything is written.
+    if (args.format or detect_format(args.trace)) == CONCURRENCY:
+        trace = None
+        schedule, lengths = load_concurrency(args.trace), length_source(args)
+        print(f"concurrency trace {args.trace}: {len(schedule.time_s)} samples")
+    else:
+        trace = load_trace(args.trace, args.format, **trace_options(args))
+        print(f"trace {args.trace}: {len(trace)} requests over {trace.span_s:.0f} s")
+    spec = load_study_spec(args, name, trace)
+    max_len = spec.engine_args.get("max-model-len")
+    info = model_info(spec.model, int(max_len) if max_len else None)
+    window_s = args.window_s or spec.window_s
+    time_scale = args.time_scale or spec.time_scale
+    if trace is None:
+        replay = closed_loop_replay(
+            args, schedule, lengths, window_s, time_scale, info.max_model_len
+        )
+    else:
+        replay = open_loop_replay(trace, window_s, time_scale, info.max_model_len)
+    print(f"window: {replay.text}")
+
+    sha = sha256_of(args.trace)
+    storage = args.storage or f"sqlite:///studies/{name}.db"
+    study = search.open_study(name, storage, spec.seed, search.pruner_for(spec))
+    workload = {"trace_sha256": sha, "window_s": window_s, "time_scale": time_scale}
+    check_workload(study, workload | replay.fingerprint)
+    n_trials = spec.n_trials if args.n_trials is None else args.n_trials
+    print(f"study {name!r} in {storage}: {len(study.trials)} trials so far, adding {n_trials}")
+    if n_trials:
+        _run_trials(args, study, spec, name, info.vocab_size, replay, n_trials)
+    print(f"\ndashboard: optuna-dashboard {storage}")
+    return write_result(args, study, spec, name, sha, replay)
+
+
+def _run_trials(
+    args: argparse.Namespace,
+    study: Any,
+    spec: StudySpec,
+    name: str,
+    vocab_size: int,
+    replay: Replay,
+    n_trials: int,
+) -> None:
+    launcher = launcher_for(args.launcher, args.runs / name / "launcher.log")
+    # On a terminal, a live line shows the running trial; elsewhere, one line as each starts.
+    status = StatusLine(sys.stdout)
+    space_names = [d.name for d in spec.space]
+
+    def started(number: int, engine_args: Mapping[str, Any]) -> None:
+        params = fmt_params(engine_args, space_names)
+        if status.live:
+            status.begin(number, params)
+        else:
+            print(f"trial {number:>3}  {params}  starting vLLM ...", flush=True)
+
+    def finished(trial: Any) -> None:
+        status.clear()
+        print(trial_line(trial, space_names), flush=True)
+
+    setup = TrialSetup(
+        model=spec.model,
+        requests=replay.requests,
+        replay=ReplaySettings(
+            model=str(spec.engine_args.get("served-model-name", spec.model)),
+            vocab_size=vocab_size,
+            block_tokens=replay.block_tokens,
+            seed=spec.seed,
+        ),
+        objective=Objective(spec.slos, spec.weights, spec.max_error_rate),
+        health_timeout_s=spec.health_timeout_s,
+        warmup_requests=replay.requests[: spec.warmup_requests],
+        launcher=launcher,
+        closed_loop=replay.closed_loop,
+        progress=status.show if status.live else None,
+    )
+    first_new = len(study.trials)
+    deadline = time.monotonic() + args.time_budget_s if args.time_budget_s else None
+    pinned = capture_pin(spec, environment.is_cpu_build())
+    for key, value in pinned.items():
+        print(f"pinned after trial 0, so that trials share vLLM's compiles: {key}={value}")
+    log_handlers = logging.getLogger().handlers
+    for handler in log_handlers:
+        handler.addFilter(status.before_log)
+    try:
+        ran = search.run_study(
+            study,
+            spec,
+            setup,
+            args.runs / name,
+            n_trials,
+            on_trial=finished,
+            on_start=started,
+            deadline=deadline,
+            pinned=pinned,
+        )
+        if ran < n_trials:
+            print(f"time budget reached: ran {ran} of {n_trials} trials")
+    finally:
+        # Interrupted: the line stays, showing where the trial was.
+        status.keep()
+        for handler in log_handlers:
+            handler.removeFilter(status.before_log)
+        launcher.close()
+    print(overhead_summary(study, first_new))

@@ -1,0 +1,58 @@
+"""``tuner trace inspect`` and ``tuner trace from-prometheus``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tuner.cli.parser import trace_options
+from tuner.errors import InputError
+from tuner.traces import from_prometheus, plot, profile, prometheus
+from tuner.traces.concurrency import load_concurrency
+from tuner.traces.formats import (
+    CONCURRENCY,
+    detect_format,
+    load_trace,
+)
+from tuner.traces.model import busiest_window_start
+
+
+def cmd_trace_inspect(args: argparse.Namespace) -> int:
+    service = profile.ServiceModel(args.prefill_tokens_per_s, args.tpot_ms / 1000)
+    if service.prefill_tokens_per_s <= 0 or service.tpot_s <= 0 or args.window_s <= 0:
+        raise InputError("--window-s, --tpot-ms and --prefill-tokens-per-s must be positive")
+    fmt = args.format or (None if args.columns else detect_format(args.file))
+    png = None if args.no_png else args.png or Path(f"{args.file.stem}-inspect.png")
+    if fmt == CONCURRENCY:
+        schedule = load_concurrency(args.file)
+        figures = profile.profile_concurrency(schedule)
+        if png:
+            plot.plot_concurrency(schedule, png)
+    else:
+        trace = load_trace(args.file, fmt, **trace_options(args))
+        figures = profile.profile_trace(trace, args.window_s, service)
+        if png:
+            window = (busiest_window_start(trace, args.window_s), args.window_s)
+            plot.plot_trace(trace, png, window, service)
+    if args.json:
+        print(json.dumps(figures | {"png": str(png) if png else None}, indent=2))
+    else:
+        print(profile.format_profile(figures))
+        if png:
+            print(f"{'plot':<18} {png}")
+    return 0
+
+
+def cmd_trace_from_prometheus(args: argparse.Namespace) -> int:
+    start_s = prometheus.parse_time(args.start)
+    end_s = prometheus.parse_time(args.end)
+    scraped = prometheus.fetch(args.url, start_s, end_s, args.step_s, args.selector)
+    rebuilt = from_prometheus.rebuild(scraped, args.seed)
+    concurrency_out = args.concurrency_out or args.out.with_suffix(".concurrency.csv")
+    from_prometheus.write_trace(args.out, rebuilt)
+    from_prometheus.write_concurrency(concurrency_out, rebuilt)
+    trace = rebuilt.trace
+    print(f"wrote {args.out}: {len(trace)} requests over {trace.span_s:.0f} s")
+    print(f"wrote {concurrency_out}: {len(rebuilt.concurrency)} samples of the running requests")
+    return 0

@@ -1,0 +1,117 @@
+"""What every trial of a run replays, built from the trace and the spec, and its fingerprint."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import InputError
+from tuner.study.outcome import Offered
+from tuner.traces import concurrency
+from tuner.traces.concurrency import ClosedLoop, ConcurrencyTrace, LengthSource
+from tuner.traces.formats import (
+    load_trace,
+)
+from tuner.traces.model import Request, Trace
+from tuner.traces.workload import Workload, build_workload
+
+WORKLOAD_ATTR = "workload"
+
+
+def length_source(args: argparse.Namespace) -> LengthSource:
+    """Where a closed-loop replay draws its request lengths from."""
+    if args.lengths_trace:
+        return LengthSource.from_trace(load_trace(args.lengths_trace))
+    if args.input_lengths and args.output_lengths:
+        return LengthSource.from_distributions(args.input_lengths, args.output_lengths)
+    raise InputError(
+        f"{args.trace} is a concurrency trace: give request lengths with --lengths-trace FILE "
+        "or --input-lengths and --output-lengths (fixed:N, uniform:LO:HI, lognormal:MEDIAN:SIGMA)"
+    )
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_workload(study: Any, fingerprint: Mapping[str, Any]) -> None:
+    recorded = study.user_attrs.get(WORKLOAD_ATTR)
+    if recorded is None:
+        study.set_user_attr(WORKLOAD_ATTR, dict(fingerprint))
+    elif recorded != dict(fingerprint):
+        raise InputError(
+            f"study {study.study_name!r} was measured on another workload "
+            f"({recorded}); use a new --study name"
+        )
+
+
+@dataclass
+class Replay:
+    """What every trial of a run replays: an open-loop window or a closed-loop schedule."""
+
+    requests: list[Request]
+    closed_loop: ClosedLoop | None
+    block_tokens: int
+    fingerprint: dict[str, Any]
+    text: str
+    # What an open-loop window asks of a server; None for a closed loop.
+    offered: Offered | None = None
+
+
+def spec_path(args: argparse.Namespace, name: str) -> Path:
+    return args.spec or Path("studies") / f"{name}.yaml"
+
+
+def closed_loop_replay(
+    args: argparse.Namespace,
+    schedule: ConcurrencyTrace,
+    lengths: LengthSource,
+    window_s: float,
+    time_scale: float,
+    max_model_len: int,
+) -> Replay:
+    start_s = concurrency.busiest_window_start(schedule, window_s)
+    window = schedule.window(start_s, window_s).scaled(time_scale)
+    lengths_from = (
+        sha256_of(args.lengths_trace)
+        if args.lengths_trace
+        else f"{args.input_lengths} {args.output_lengths}"
+    )
+    return Replay(
+        requests=[],
+        closed_loop=ClosedLoop(window, lengths, max_model_len),
+        block_tokens=0,
+        fingerprint={"window_start_s": start_s, "closed_loop": True, "lengths": lengths_from},
+        text=(
+            f"closed loop from {start_s:.1f} s of the concurrency trace, {window.span_s:.1f} s, "
+            f"up to {int(window.concurrency.max(initial=0))} in flight (time scale {time_scale:g})"
+        ),
+    )
+
+
+def open_loop_replay(
+    trace: Trace, window_s: float, time_scale: float, max_model_len: int
+) -> Replay:
+    workload: Workload = build_workload(trace, window_s, time_scale, max_model_len)
+    clip = workload.clipping
+    if clip.inputs_clipped or clip.outputs_clipped:
+        print(
+            f"clipped to the model's {max_model_len}-token context: "
+            f"{clip.inputs_clipped} prompts, {clip.outputs_clipped} outputs"
+        )
+    return Replay(
+        requests=workload.trace.requests(),
+        closed_loop=None,
+        block_tokens=trace.block_tokens,
+        fingerprint={"window_start_s": workload.start_s, "requests": len(workload.trace)},
+        text=workload.describe(),
+        offered=Offered(len(workload.trace), workload.replay_s),
+    )

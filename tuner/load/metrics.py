@@ -1,0 +1,258 @@
+"""Measurements of one replay: client-side request timings and vLLM's own ``/metrics``.
+
+Pure: parses and summarises what a replay (``tuner.load``) collected. Names carry units: ``_s`` for
+seconds, ``_per_s`` for rates, ``_tokens`` for counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+
+from tuner.traces.profile import in_flight, time_weighted
+
+QUANTILES = (50, 95, 99)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestResult:
+    """One replayed request as the client saw it; times in seconds from the replay's start."""
+
+    scheduled_s: float
+    sent_s: float
+    input_tokens: int
+    output_tokens: int
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    tokens_received: int = 0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.e2e_s is not None
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Decode time per output token after the first one."""
+        if not self.ok or self.ttft_s is None or self.output_tokens < 2:
+            return None
+        assert self.e2e_s is not None
+        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+
+
+@dataclass(slots=True)
+class LiveRequest:
+    """What is known of a request while the window runs; times in seconds from its start."""
+
+    sent_s: float
+    first_token_s: float | None = None
+    done_s: float | None = None
+
+
+def provisional(now_s: float, live: Sequence[LiveRequest]) -> dict[str, float]:
+    """TTFT and end-to-end figures so far, a request still waiting counting with its wait so far.
+
+    For each request these are lower bounds of what it will measure; a queue that is blowing up
+    shows in them within seconds.
+    """
+    ttft = [(r.first_token_s if r.first_token_s is not None else now_s) - r.sent_s for r in live]
+    e2e = [(r.done_s if r.done_s is not None else now_s) - r.sent_s for r in live]
+    return percentiles(ttft, "ttft") | percentiles(e2e, "e2e")
+
+
+def so_far(live: Sequence[LiveRequest]) -> tuple[int, float | None]:
+    """Requests finished so far, and the TTFT p95 of those that have their first token."""
+    done = 0
+    ttfts = []
+    for r in live:
+        if r.first_token_s is not None:
+            ttfts.append(r.first_token_s - r.sent_s)
+        if r.done_s is not None:
+            done += 1
+    return done, float(np.percentile(ttfts, 95)) if ttfts else None
+
+
+def percentiles(values: Sequence[float], prefix: str, unit: str = "_s") -> dict[str, float]:
+    """``{prefix_mean_s, prefix_p50_s, ...}``; empty when there are no values."""
+    if not values:
+        return {}
+    array = np.asarray(values, dtype=np.float64)
+    out = {f"{prefix}_mean{unit}": float(array.mean())}
+    for q in QUANTILES:
+        out[f"{prefix}_p{q}{unit}"] = float(np.percentile(array, q))
+    return out
+
+
+def summarize_client(results: Sequence[RequestResult], duration_s: float) -> dict[str, float]:
+    """Client-side figures of one replay: latency percentiles, throughput and errors."""
+    ok = [r for r in results if r.ok]
+    summary: dict[str, float] = {
+        "requests": float(len(results)),
+        "requests_ok": float(len(ok)),
+        "requests_failed": float(len(results) - len(ok)),
+        "error_rate": (len(results) - len(ok)) / len(results) if results else 0.0,
+        "duration_s": duration_s,
+    }
+    summary |= percentiles([r.ttft_s for r in ok if r.ttft_s is not None], "ttft")
+    summary |= percentiles([t for r in ok if (t := r.tpot_s) is not None], "tpot")
+    summary |= percentiles([r.e2e_s for r in ok if r.e2e_s is not None], "e2e")
+    summary |= percentiles([r.sent_s - r.scheduled_s for r in results], "send_lag")
+    if duration_s > 0:
+        summary["throughput_req_per_s"] = len(ok) / duration_s
+        summary["throughput_output_tokens_per_s"] = sum(r.output_tokens for r in ok) / duration_s
+    return summary
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Cumulative bucket counts by upper bound, with their sum and count."""
+
+    buckets: tuple[tuple[float, float], ...]
+    sum: float
+    count: float
+
+    def minus(self, earlier: Histogram) -> Histogram:
+        before = dict(earlier.buckets)
+        return Histogram(
+            buckets=tuple((le, c - before.get(le, 0.0)) for le, c in self.buckets),
+            sum=self.sum - earlier.sum,
+            count=self.count - earlier.count,
+        )
+
+    @property
+    def mean(self) -> float | None:
+        return self.sum / self.count if self.count > 0 else None
+
+    def quantile(self, q: float) -> float | None:
+        """Linear interpolation inside the bucket, as Prometheus' ``histogram_quantile``."""
+        if self.count <= 0:
+            return None
+        rank = q * self.count
+        lower_bound, lower_count = 0.0, 0.0
+        for upper_bound, count in self.buckets:
+            if count >= rank:
+                if math.isinf(upper_bound):
+                    return lower_bound
+                if count == lower_count:
+                    return upper_bound
+                return lower_bound + (upper_bound - lower_bound) * (rank - lower_count) / (
+                    count - lower_count
+                )
+            lower_bound, lower_count = upper_bound, count
+        return lower_bound
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One read of vLLM's ``/metrics``: counters, gauges and histograms summed over labels."""
+
+    values: Mapping[str, float] = field(default_factory=dict)
+    histograms: Mapping[str, Histogram] = field(default_factory=dict)
+
+
+def parse_scrape(text: str) -> Scrape:
+    """Parse Prometheus text exposition, keeping the ``vllm:`` families, summed over labels."""
+    values: dict[str, float] = {}
+    buckets: dict[str, dict[float, float]] = {}
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith("vllm:"):
+            continue
+        for sample in family.samples:
+            name = sample.name
+            if family.type == "histogram":
+                if name.endswith("_bucket"):
+                    le = float(sample.labels["le"])
+                    per_le = buckets.setdefault(family.name, {})
+                    per_le[le] = per_le.get(le, 0.0) + sample.value
+                elif name.endswith("_sum"):
+                    sums[family.name] = sums.get(family.name, 0.0) + sample.value
+                elif name.endswith("_count"):
+                    counts[family.name] = counts.get(family.name, 0.0) + sample.value
+            elif not name.endswith("_created"):
+                values[name] = values.get(name, 0.0) + sample.value
+    histograms = {
+        name: Histogram(
+            buckets=tuple(sorted(per_le.items())),
+            sum=sums.get(name, 0.0),
+            count=counts.get(name, 0.0),
+        )
+        for name, per_le in buckets.items()
+    }
+    return Scrape(values=values, histograms=histograms)
+
+
+# vLLM's histogram families, and the prefix each gets in a summary. Later vLLM releases renamed
+# a few; the first name present wins.
+SERVER_HISTOGRAMS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("server_ttft", ("vllm:time_to_first_token_seconds",)),
+    ("server_itl", ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")),
+    ("server_queue", ("vllm:request_queue_time_seconds",)),
+    ("server_e2e", ("vllm:e2e_request_latency_seconds",)),
+    ("server_prefill", ("vllm:request_prefill_time_seconds",)),
+    ("server_decode", ("vllm:request_decode_time_seconds",)),
+)
+SERVER_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("server_preemptions", "vllm:num_preemptions_total"),
+    ("server_prompt_tokens", "vllm:prompt_tokens_total"),
+    ("server_generation_tokens", "vllm:generation_tokens_total"),
+    ("server_requests_succeeded", "vllm:request_success_total"),
+)
+GAUGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("running", ("vllm:num_requests_running",)),
+    ("waiting", ("vllm:num_requests_waiting",)),
+    ("kv_cache_usage", ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")),
+)
+
+
+def summarize_server(before: Scrape, after: Scrape) -> dict[str, float]:
+    """What the server measured between two scrapes: histogram means and quantiles, counters."""
+    summary: dict[str, float] = {}
+    for prefix, names in SERVER_HISTOGRAMS:
+        name = next((n for n in names if n in after.histograms), None)
+        if name is None:
+            continue
+        delta = after.histograms[name]
+        if name in before.histograms:
+            delta = delta.minus(before.histograms[name])
+        if (mean := delta.mean) is not None:
+            summary[f"{prefix}_mean_s"] = mean
+        for q in QUANTILES:
+            if (value := delta.quantile(q / 100)) is not None:
+                summary[f"{prefix}_p{q}_s"] = value
+    for prefix, name in SERVER_COUNTERS:
+        if name in after.values:
+            summary[prefix] = after.values[name] - before.values.get(name, 0.0)
+    return summary
+
+
+def gauge(scrape: Scrape, names: Iterable[str]) -> float | None:
+    return next((scrape.values[n] for n in names if n in scrape.values), None)
+
+
+def summarize_gauges(samples: Sequence[Scrape]) -> dict[str, float]:
+    """Peak and mean of the running, waiting and KV-cache gauges sampled during the window."""
+    summary: dict[str, float] = {}
+    for prefix, names in GAUGES:
+        values = [v for s in samples if (v := gauge(s, names)) is not None]
+        if values:
+            summary[f"{prefix}_peak"] = max(values)
+            summary[f"{prefix}_mean"] = sum(values) / len(values)
+    return summary
+
+
+def measured_in_flight(results: Sequence[RequestResult]) -> dict[str, Any]:
+    """The in-flight distribution a replay actually produced, from send to last token.
+
+    Requests that failed before finishing count until they were sent only; none are dropped.
+    """
+    sent_s = np.array([r.sent_s for r in results], dtype=np.float64)
+    end_s = sent_s + np.array([r.e2e_s or 0.0 for r in results], dtype=np.float64)
+    times_s, counts = in_flight(sent_s, end_s)
+    return {"estimated": False, **time_weighted(times_s, counts, float(end_s.max(initial=0.0)))}

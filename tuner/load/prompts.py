@@ -1,0 +1,41 @@
+"""Prompts as token-id lists, of a trace's lengths, with the trace's prefix sharing.
+
+Pure and deterministic: the same trace and seed give the same prompts, so every trial of a
+study replays identical requests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tuner.traces.model import Request
+
+# Token 0 is the dummy tokenizer's end of sequence; prompts use 1 .. vocab_size - 1.
+_FIRST_TOKEN = 1
+
+
+def _tokens(seed: int, stream: int, key: int, count: int, vocab_size: int) -> list[int]:
+    rng = np.random.default_rng([seed, stream, key])
+    return rng.integers(_FIRST_TOKEN, vocab_size, size=count).tolist()
+
+
+def prompt_token_ids(
+    index: int, request: Request, vocab_size: int, block_tokens: int = 0, seed: int = 0
+) -> list[int]:
+    """The prompt of request ``index``: exactly ``request.input_tokens`` ids.
+
+    Requests with ``hash_ids`` begin with one block of ``block_tokens`` ids per hash id, equal
+    ids giving equal blocks, so vLLM's prefix cache sees the sharing the trace recorded. The
+    rest of every prompt is drawn for that request alone and shares nothing.
+    """
+    if vocab_size <= _FIRST_TOKEN:
+        raise ValueError("vocab_size too small for prompts")
+    ids: list[int] = []
+    if request.hash_ids and block_tokens > 0:
+        for hash_id in request.hash_ids:
+            if len(ids) >= request.input_tokens:
+                break
+            ids += _tokens(seed, 1, hash_id, block_tokens, vocab_size)
+    ids = ids[: request.input_tokens]
+    ids += _tokens(seed, 2, index, request.input_tokens - len(ids), vocab_size)
+    return ids

@@ -1,0 +1,107 @@
+"""The emitted configuration: the chosen trial's engine arguments as a ``vllm serve --config`` YAML.
+
+The chosen trial is the best one that met the SLOs, else the one that came closest; the header's
+first line says which (``# meets SLOs: yes`` or ``no``, then each SLO missed).
+
+Pure: builds text. The arguments go through ``tuner.flags.config_yaml``, the same function that
+wrote each trial's config, so what is emitted is byte for byte what was measured (less host and
+port, which tuner chose per trial).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.flags import SERVER_ONLY, config_yaml
+from tuner.study.scoring import Miss, Verdict
+
+# The measured figures quoted in the header, with how a person reads them.
+HEADLINE: tuple[tuple[str, str, float, str], ...] = (
+    ("p95 TTFT", "ttft_p95_s", 1000.0, "ms"),
+    ("p95 TPOT", "tpot_p95_s", 1000.0, "ms"),
+    ("p99 end-to-end", "e2e_p99_s", 1000.0, "ms"),
+    ("throughput", "throughput_req_per_s", 1.0, "req/s"),
+    ("output tokens", "throughput_output_tokens_per_s", 1.0, "tok/s"),
+)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a configuration came from, for its header."""
+
+    tuner_version: str
+    vllm_version: str
+    device: str
+    study: str
+    trace_path: str
+    trace_sha256: str
+    window: str
+    trial_number: int
+
+
+def served_config(model: str, engine_args: Mapping[str, Any]) -> str:
+    """The YAML body: the model and the trial's engine arguments, without host and port."""
+    args = {k: v for k, v in engine_args.items() if k not in SERVER_ONLY}
+    return config_yaml({"model": model, **args})
+
+
+def format_figure(metrics: Mapping[str, Any], key: str, scale: float, unit: str) -> str:
+    value = metrics.get(key)
+    if not isinstance(value, int | float):
+        return "n/a"
+    return f"{value * scale:.1f} {unit}"
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1000
+    return f"{ms:.0f} ms" if ms >= 100 else f"{ms:.3g} ms"
+
+
+def describe_miss(miss: Miss) -> str:
+    """``ttft_p95_s: 4561 ms (SLO 2000 ms)``, ``error_rate: 12.5% (SLO 0%)``."""
+    if miss.metric == "error_rate":
+        measured = "not measured" if miss.measured is None else f"{miss.measured:.1%}"
+        limit = "" if miss.limit is None else f" (SLO {miss.limit:.1%})"
+    elif miss.metric.endswith("_s"):
+        measured = "not measured" if miss.measured is None else _ms(miss.measured)
+        limit = "" if miss.limit is None else f" (SLO {_ms(miss.limit)})"
+    else:
+        return miss.metric
+    return f"{miss.metric}: {measured}{limit}"
+
+
+def verdict_lines(verdict: Verdict) -> list[str]:
+    """``meets SLOs: yes``, or ``no`` and one indented line per SLO missed."""
+    if verdict.meets_slos:
+        return ["meets SLOs: yes"]
+    return ["meets SLOs: no", *(f"  {describe_miss(m)}" for m in verdict.misses)]
+
+
+def render(
+    model: str,
+    engine_args: Mapping[str, Any],
+    provenance: Provenance,
+    verdict: Verdict,
+    chosen: Mapping[str, Any],
+    baseline: Mapping[str, Any] | None,
+) -> str:
+    """The whole file: a comment header, then the config ``vllm serve --config`` reads."""
+    p = provenance
+    chosen_label = "best" if verdict.meets_slos else "closest"
+    lines = [f"# {line}" for line in verdict_lines(verdict)]
+    lines += [
+        f"# Tuned by tuner {p.tuner_version} for vLLM {p.vllm_version} on {p.device}.",
+        f"# Study {p.study!r}, trial {p.trial_number}.",
+        f"# Trace: {p.trace_path} (sha256 {p.trace_sha256})",
+        f"# Window: {p.window}",
+        "# Measured on that window:",
+    ]
+    for label, key, scale, unit in HEADLINE:
+        row = f"#   {label:<16} {chosen_label} {format_figure(chosen, key, scale, unit):>14}"
+        if baseline is not None:
+            row += f"   baseline {format_figure(baseline, key, scale, unit):>14}"
+        lines.append(row)
+    lines.append("# Serve with: vllm serve --config <this file>")
+    return "\n".join(lines) + "\n" + served_config(model, engine_args)

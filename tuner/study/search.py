@@ -1,0 +1,295 @@
+"""The study: Optuna asks for configurations, ``run_trial`` measures them. The only Optuna code.
+
+Trial 0 of a study is the baseline, vLLM's own defaults (plus the spec's fixed and baseline
+arguments). Every measured figure becomes a user attribute, every SLO a constraint set with
+``Trial.set_constraint``, so optuna-dashboard shows them and TPE learns the infeasible region.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from tuner.flags import flag_name
+from tuner.study.scoring import FAILED_SCORE
+from tuner.study.spec import Dimension, StudySpec
+from tuner.study.trial import TrialOutcome, TrialSetup, run_trial
+
+logger = logging.getLogger(__name__)
+
+BASELINE_ATTR = "baseline"
+CANDIDATE_ATTR = "candidate"
+ARGS_ATTR = "engine_args"
+REASON_ATTR = "reason"
+LOG_ATTR = "log_tail"
+FEASIBLE_ATTR = "feasible"
+
+MAX_NUM_SEQS = flag_name("max_num_seqs")
+MAX_BATCHED_TOKENS = flag_name("max_num_batched_tokens")
+
+TrialRunner = Callable[..., TrialOutcome]
+OnTrial = Callable[[FrozenTrial], None]
+OnStart = Callable[[int, Mapping[str, Any]], None]
+
+
+class FarOffPruner(optuna.pruners.BasePruner):
+    """Stops a trial that is already far off, from its worst metric-to-SLO ratio so far.
+
+    Far off: the ratio is above ``factor`` (a metric at ``factor`` times its SLO), or above
+    ``factor`` times what the best feasible trial showed at the same point of its window. A
+    request still waiting for its first token counts with its wait so far, so a queue that is
+    blowing up crosses the line within seconds. Nothing is pruned before ``after_step``.
+    """
+
+    def __init__(self, factor: float, after_step: int) -> None:
+        self.factor = factor
+        self.after_step = after_step
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        step = trial.last_step
+        if self.factor <= 0 or step is None or step < self.after_step:
+            return False
+        value = trial.intermediate_values[step]
+        if value > self.factor:
+            return True
+        best = best_trial(study)
+        if best is None:
+            return False
+        earlier = [s for s in best.intermediate_values if s <= step]
+        return bool(earlier) and value > self.factor * best.intermediate_values[max(earlier)]
+
+
+def open_study(
+    name: str, storage: str, seed: int, pruner: optuna.pruners.BasePruner | None = None
+) -> optuna.Study:
+    """Create the study or load it to add trials; the sampler's seed moves on with each trial.
+
+    A resumed study re-seeded with the same number would replay the same random start-up
+    suggestions, so the seed is offset by the trials already there.
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    existing = 0
+    with contextlib.suppress(KeyError):
+        existing = len(optuna.load_study(study_name=name, storage=storage).trials)
+    sampler = optuna.samplers.TPESampler(seed=seed + existing, multivariate=True)
+    return optuna.create_study(
+        study_name=name,
+        storage=storage,
+        sampler=sampler,
+        pruner=pruner or optuna.pruners.NopPruner(),
+        direction="minimize",
+        load_if_exists=True,
+    )
+
+
+def suggest(trial: Trial, space: tuple[Dimension, ...], fixed: Mapping[str, Any]) -> dict[str, Any]:
+    """Engine arguments for this trial, drawn from the space in the spec's order.
+
+    max-num-batched-tokens is never drawn below max-num-seqs (vLLM rejects that).
+    """
+    args: dict[str, Any] = {}
+    for dim in space:
+        if dim.kind == "categorical":
+            args[dim.name] = trial.suggest_categorical(dim.name, dim.choices)
+            continue
+        assert dim.low is not None and dim.high is not None
+        low = dim.low
+        if dim.name == MAX_BATCHED_TOKENS:
+            seqs = args.get(MAX_NUM_SEQS, fixed.get(MAX_NUM_SEQS))
+            if isinstance(seqs, int | float):
+                low = max(low, seqs)
+        if dim.kind == "int":
+            args[dim.name] = trial.suggest_int(
+                dim.name, int(low), int(dim.high), step=int(dim.step or 1), log=dim.log
+            )
+        else:
+            value = trial.suggest_float(dim.name, low, dim.high, step=dim.step, log=dim.log)
+            # Keep stepped floats free of binary noise (0.30000000000000004) in the YAML.
+            args[dim.name] = round(value, 10)
+    return args
+
+
+def has_baseline(study: optuna.Study) -> bool:
+    return any(
+        t.user_attrs.get(BASELINE_ATTR) and t.state == TrialState.COMPLETE
+        for t in study.get_trials(deepcopy=False)
+    )
+
+
+def next_candidate(study: optuna.Study, spec: StudySpec) -> int | None:
+    """The first of the spec's candidates that no finished trial measured yet, if any."""
+    measured = {
+        t.user_attrs.get(CANDIDATE_ATTR)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    }
+    return next((i for i in range(len(spec.candidates)) if i not in measured), None)
+
+
+def _enqueue_candidate(study: optuna.Study, spec: StudySpec, index: int) -> None:
+    """Queue candidate ``index`` so that the next ``ask`` suggests its values of the space."""
+    names = {d.name for d in spec.space}
+    params = {k: v for k, v in spec.candidates[index].items() if k in names}
+    # Out-of-range values are kept (Optuna warns): the candidate is what it is.
+    study.enqueue_trial(params, user_attrs={CANDIDATE_ATTR: index})
+
+
+def record(trial: Trial, outcome: TrialOutcome) -> None:
+    """Store what was measured on the trial, for the dashboard and for ``tuner`` itself."""
+    for name, value in outcome.metrics.items():
+        trial.set_user_attr(name, value)
+    for name, value in outcome.timings.items():
+        trial.set_user_attr(f"time_{name}", value)
+    for fact, said in outcome.compile_cache.items():
+        trial.set_user_attr(fact, said)
+    trial.set_user_attr(FEASIBLE_ATTR, outcome.feasible)
+    if outcome.reason:
+        trial.set_user_attr(REASON_ATTR, outcome.reason)
+    if outcome.log_tail:
+        trial.set_user_attr(LOG_ATTR, outcome.log_tail[-4000:])
+    for name, value in outcome.score.constraints.items():
+        trial.set_constraint(name, value)
+
+
+def run_study(
+    study: optuna.Study,
+    spec: StudySpec,
+    setup: TrialSetup,
+    run_dir: Path,
+    n_trials: int,
+    on_trial: OnTrial | None = None,
+    runner: TrialRunner = run_trial,
+    on_start: OnStart | None = None,
+    deadline: float | None = None,
+    pinned: Mapping[str, Any] | None = None,
+) -> int:
+    """Run ``n_trials`` more trials, the baseline first if the study has none yet; return how many.
+
+    ``pinned`` engine arguments (``spec.capture_pin``: the CUDA-graph capture range) go into
+    every searched trial, under what the trial draws; not into the baseline, which stays vLLM's
+    defaults, nor into the spec's candidates, which are measured as given.
+
+    With a ``deadline`` (``time.monotonic()`` seconds), no trial is started that would end after
+    it, going by the longest trial so far in this run.
+
+    A configuration that fails is a completed, infeasible trial. Ctrl-C (or any escape) marks
+    the running trial FAIL with the reason, so the storage never keeps a trial RUNNING.
+    """
+    fixed = dict(spec.engine_args)
+    pinned = dict(pinned or {})
+    longest_s = 0.0
+    for done in range(n_trials):
+        if deadline is not None and done and time.monotonic() + longest_s > deadline:
+            logger.info("time budget reached after %d trials", done)
+            return done
+        began = time.monotonic()
+        baseline = not has_baseline(study)
+        candidate = None if baseline else next_candidate(study, spec)
+        if candidate is not None:
+            _enqueue_candidate(study, spec, candidate)
+        trial = study.ask()
+        if baseline:
+            args = {**fixed, **spec.baseline}
+            trial.set_user_attr(BASELINE_ATTR, True)
+        elif candidate is not None:
+            # Only the dimensions it sets: the others stay at vLLM's defaults, as configured.
+            chosen = spec.candidates[candidate]
+            dims = tuple(d for d in spec.space if d.name in chosen)
+            args = {**fixed, **suggest(trial, dims, fixed), **chosen}
+        else:
+            args = {**fixed, **pinned, **suggest(trial, spec.space, fixed)}
+        trial.set_user_attr(ARGS_ATTR, args)
+        if on_start is not None:
+            on_start(trial.number, args)
+        try:
+            outcome = runner(
+                args,
+                setup,
+                run_dir / f"trial-{trial.number:04d}",
+                # The baseline and the candidates are reference points: measured in full.
+                should_stop=None if baseline or candidate is not None else _should_stop(trial),
+            )
+        except BaseException as exc:
+            trial.set_user_attr(REASON_ATTR, f"interrupted: {type(exc).__name__}")
+            study.tell(trial, state=TrialState.FAIL)
+            raise
+        record(trial, outcome)
+        if outcome.pruned:
+            frozen = study.tell(trial, state=TrialState.PRUNED)
+        else:
+            frozen = study.tell(trial, outcome.score.value)
+        if on_trial is not None:
+            on_trial(frozen)
+        longest_s = max(longest_s, time.monotonic() - began)
+    return n_trials
+
+
+def _should_stop(trial: Trial) -> Callable[[int, float], bool]:
+    def should_stop(step: int, value: float) -> bool:
+        trial.report(value, step)
+        return trial.should_prune()
+
+    return should_stop
+
+
+def pruner_for(spec: StudySpec) -> FarOffPruner:
+    return FarOffPruner(factor=spec.prune_factor, after_step=round(spec.prune_after_s))
+
+
+def engine_args_of(trial: FrozenTrial) -> dict[str, Any]:
+    return dict(trial.user_attrs[ARGS_ATTR])
+
+
+def constraints_of(trial: FrozenTrial) -> dict[str, float]:
+    """The constraints the trial was judged by when it was measured (above 0: missed)."""
+    return dict(trial.constraints)
+
+
+def served(trial: FrozenTrial) -> bool:
+    """Whether the trial measured its whole window with figures to score.
+
+    Not: a pruned, interrupted or running trial, nor one scored ``FAILED_SCORE`` (its engine
+    failed, or it measured nothing usable, such as every request failing).
+    """
+    return trial.state == TrialState.COMPLETE and trial.value not in (None, FAILED_SCORE)
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The best feasible completed trial, or None."""
+    try:
+        best = study.best_trial
+    except ValueError:
+        return None
+    return best if best.user_attrs.get(FEASIBLE_ATTR) else None
+
+
+def closest_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The served trial with the lowest score, feasible or not; None if none served."""
+    trials = [t for t in study.get_trials(deepcopy=False) if served(t)]
+    return min(trials, key=lambda t: (t.value, t.number), default=None)
+
+
+def first_failure(study: optuna.Study) -> FrozenTrial | None:
+    """The first trial that failed: completed without serving (its engine failed), or
+    interrupted. Pruned trials served until they were stopped: not failures."""
+    return next(
+        (
+            t
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+            if not served(t)
+        ),
+        None,
+    )
+
+
+def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.user_attrs.get(BASELINE_ATTR):
+            return t
+    return None

@@ -1,0 +1,126 @@
+"""The search space tuner offers when a study names none, and the capture range it pins.
+
+On vLLM's CPU build, the defaults of ``tuner.study.spec``. On a GPU, max-num-batched-tokens is
+offered as a few levels (each compiles once) and the CUDA-graph capture range is searched over
+values that cover the trace's prompt lengths; where it is not searched, it is pinned after trial
+0 so that searched trials share vLLM's compiles.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import yaml
+
+from tuner.flags import MAX_CAPTURE_SIZE, sets_capture_range
+from tuner.study.spec import DEFAULT_SPEC, StudySpec
+
+# max-num-batched-tokens as a few levels on a GPU: vLLM's compile key covers it, so each level
+# compiles once (the GPU README's measurements: 55 to 80 s) and every later trial at that level
+# reuses the compile.
+GPU_BATCHED_TOKENS_LEVELS = [2048, 4096, 8192, 16384]
+# The largest capture size offered: vLLM captures one graph per size (steps of 16 above 256),
+# so capture time and memory grow with the range.
+CAPTURE_SIZE_CEILING = 2048
+# The largest capture size tuner pins across trials where the range is not searched: vLLM's own
+# default ceiling on a GPU before Blackwell, reached by default at max-num-seqs 256.
+PINNED_CAPTURE_SIZE = 512
+
+
+def _pow2_at_least(n: float) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(n, 1))))
+
+
+def capture_choices(prompt_tokens: list[int] | None, max_num_seqs: int) -> list[int | None]:
+    """Values of the capture-range dimension: None (vLLM's default, min(2 x max-num-seqs, 512)),
+    then powers of two covering the token counts the workload's steps carry.
+
+    A step that admits a prompt carries that prompt (or its chunk) beside up to ``max_num_seqs``
+    decodes: the range runs from the step of a median prompt to the step of two 99th-percentile
+    prompts arriving together, at most ``CAPTURE_SIZE_CEILING``. Without prompt lengths (a
+    concurrency trace), up to vLLM's default ceiling.
+    """
+    if prompt_tokens:
+        ordered = sorted(prompt_tokens)
+        median = ordered[len(ordered) // 2]
+        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+        low = _pow2_at_least(median + max_num_seqs)
+        high = _pow2_at_least(2 * p99 + max_num_seqs)
+    else:
+        low = high = PINNED_CAPTURE_SIZE
+    high = min(high, CAPTURE_SIZE_CEILING)
+    low = min(low, high)
+    sizes: list[int | None] = [None]
+    size = low
+    while size <= high:
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def gpu_search_space(prompt_tokens: list[int] | None) -> dict[str, Any]:
+    """The default search space on a GPU: max-num-batched-tokens as compile levels, and the
+    CUDA-graph capture range."""
+    space = dict(DEFAULT_SPEC["search_space"])
+    seqs_high = int(space["max-num-seqs"]["high"])
+    space["max-num-batched-tokens"] = {
+        "type": "categorical",
+        "choices": list(GPU_BATCHED_TOKENS_LEVELS),
+    }
+    space[MAX_CAPTURE_SIZE] = {
+        "type": "categorical",
+        "choices": capture_choices(prompt_tokens, seqs_high),
+    }
+    return space
+
+
+def capture_pin(spec: StudySpec, cpu_build: bool) -> dict[str, Any]:
+    """Engine arguments that pin the capture range across searched trials, or none.
+
+    vLLM's default range follows max-num-seqs, and the range is part of vLLM's compile key, so
+    by default every new max-num-seqs recompiles. Pinned (to ``PINNED_CAPTURE_SIZE``), trials
+    that differ in max-num-seqs or gpu-memory-utilization can share one compile. Nothing is
+    pinned where the range is searched or set by the spec, where graphs are off
+    (``enforce-eager``), or on vLLM's CPU build (no CUDA graphs).
+    """
+    if cpu_build or spec.engine_args.get("enforce-eager") is True:
+        return {}
+    searched = {d.name: 0 for d in spec.space}
+    if sets_capture_range({**spec.engine_args, **searched}):
+        return {}
+    return {MAX_CAPTURE_SIZE: PINNED_CAPTURE_SIZE}
+
+
+def default_spec_text(
+    model: str | None = None, gpu: bool = False, prompt_tokens: list[int] | None = None
+) -> str:
+    """The spec ``tuner run`` writes when there is none. With ``gpu`` (not vLLM's CPU build),
+    the search space adds the CUDA-graph capture range, its values from the trace's
+    ``prompt_tokens``, and offers max-num-batched-tokens as a few levels."""
+    spec = dict(DEFAULT_SPEC)
+    if model is not None:
+        spec["model"] = model
+    if gpu:
+        spec["search_space"] = gpu_search_space(prompt_tokens)
+    header = (
+        "# tuner study spec. Engine arguments use vLLM's names (dashes or underscores).\n"
+        "# search_space: type int | float | categorical; low, high, step, log, choices.\n"
+        "# slos: limits in seconds on client-side tails; a trial over any is infeasible.\n"
+        "# objective: weights of each tail divided by its SLO; lower score is better.\n"
+        "# baseline: engine arguments of trial 0 beyond engine_args ({} = vLLM's defaults).\n"
+        "# candidates: configurations measured right after the baseline, e.g. production's:\n"
+        "#   [{max-num-seqs: 16, max-num-batched-tokens: 8192}]; searched trials follow.\n"
+        "# prune_factor: stop a trial once a metric is this many times its SLO, or this many\n"
+        "#   times worse than the best trial at the same point (0: never); prune_after_s: not\n"
+        "#   before this many seconds into the window.\n"
+        "# dummy_model: a shape tuner writes at `model` when that folder is absent (random\n"
+        "#   weights, with load-format dummy); null for a real model folder.\n"
+    )
+    if gpu:
+        header += (
+            "# compilation-config.max_cudagraph_capture_size: the largest step (in tokens) vLLM\n"
+            "#   runs as a CUDA graph; null is vLLM's default, min(2 x max-num-seqs, 512). Where\n"
+            "#   it is not searched, tuner pins it to 512 after trial 0 so trials share compiles.\n"
+        )
+    return header + yaml.safe_dump(spec, sort_keys=False)

@@ -1,0 +1,267 @@
+"""The study spec: one validated, frozen object built from ``studies/NAME.yaml``.
+
+Everything a study needs that is not the trace: the model, fixed engine arguments, the search
+space, SLOs, objective weights, the number of trials and the replay window.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tuner.engine.dummy_model import SHAPES
+from tuner.errors import SpecError
+from tuner.flags import (
+    SERVER_ONLY,
+    flag_name,
+    nest,
+    normalize,
+)
+
+# Metrics a spec may name in SLOs and objective weights: client-side tails, in seconds.
+SCORED_METRICS = (
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "ttft_p99_s",
+    "tpot_p50_s",
+    "tpot_p95_s",
+    "tpot_p99_s",
+    "e2e_p50_s",
+    "e2e_p95_s",
+    "e2e_p99_s",
+)
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One searched engine argument."""
+
+    name: str
+    kind: str  # "int", "float" or "categorical"
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    model: str
+    engine_args: Mapping[str, Any]
+    space: tuple[Dimension, ...]
+    slos: Mapping[str, float]
+    weights: Mapping[str, float]
+    baseline: Mapping[str, Any] = field(default_factory=dict)
+    # Configurations measured right after the baseline (e.g. what production runs today), as
+    # engine arguments over ``engine_args``; searched ones follow.
+    candidates: tuple[Mapping[str, Any], ...] = ()
+    n_trials: int = 20
+    window_s: float = 60.0
+    time_scale: float = 1.0
+    seed: int = 0
+    max_error_rate: float = 0.0
+    health_timeout_s: float = 900.0
+    warmup_requests: int = 0
+    dummy_model: str | None = None
+    prune_factor: float = 3.0
+    prune_after_s: float = 10.0
+
+
+DEFAULT_SPEC: dict[str, Any] = {
+    "model": "models/cpu-demo",
+    "dummy_model": "cpu-demo",
+    "engine_args": {"load-format": "dummy", "max-model-len": 4096},
+    "baseline": {},
+    "candidates": [],
+    "search_space": {
+        "max-num-seqs": {"type": "int", "low": 1, "high": 32},
+        "max-num-batched-tokens": {"type": "int", "low": 512, "high": 16384, "log": True},
+        "gpu-memory-utilization": {"type": "float", "low": 0.3, "high": 0.95, "step": 0.05},
+    },
+    "slos": {"ttft_p95_s": 2.0, "tpot_p95_s": 0.2, "e2e_p99_s": 60.0},
+    "objective": {"ttft_p95_s": 1.0, "tpot_p95_s": 1.0, "e2e_p99_s": 1.0},
+    "n_trials": 20,
+    "window_s": 60.0,
+    "time_scale": 1.0,
+    "seed": 0,
+    "max_error_rate": 0.0,
+    "health_timeout_s": 900.0,
+    "warmup_requests": 0,
+    "prune_factor": 3.0,
+    "prune_after_s": 10.0,
+}
+
+_TOP_LEVEL = set(DEFAULT_SPEC)
+
+
+def _number(path: str, name: str, value: Any, *, positive: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise SpecError(path, name, f"must be a number, got {value!r}")
+    if positive and value <= 0:
+        raise SpecError(path, name, f"must be positive, got {value!r}")
+    return float(value)
+
+
+def _mapping(path: str, name: str, value: Any) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(path, name, f"must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _dimension(path: str, raw_name: str, raw: Any) -> Dimension:
+    name = flag_name(raw_name)
+    where = f"search_space.{raw_name}"
+    raw = _mapping(path, where, raw)
+    kind = raw.get("type")
+    unknown = set(raw) - {"type", "low", "high", "step", "log", "choices"}
+    if unknown:
+        raise SpecError(path, f"{where}.{sorted(unknown)[0]}", "unknown key")
+    if kind == "categorical":
+        choices = raw.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise SpecError(path, f"{where}.choices", "must be a non-empty list")
+        return Dimension(name, kind, choices=tuple(choices))
+    if kind not in ("int", "float"):
+        raise SpecError(path, f"{where}.type", f"must be int, float or categorical, got {kind!r}")
+    if "low" not in raw or "high" not in raw:
+        raise SpecError(path, where, "needs low and high")
+    low = _number(path, f"{where}.low", raw["low"], positive=False)
+    high = _number(path, f"{where}.high", raw["high"], positive=False)
+    if low > high:
+        raise SpecError(path, f"{where}.low", f"{low:g} is above high {high:g}")
+    step = raw.get("step")
+    if step is not None:
+        step = _number(path, f"{where}.step", step)
+    log = raw.get("log", False)
+    if not isinstance(log, bool):
+        raise SpecError(path, f"{where}.log", "must be true or false")
+    if log and (low <= 0 or step not in (None, 1)):
+        raise SpecError(path, f"{where}.log", "needs low > 0 and no step")
+    if kind == "int" and not all(float(v).is_integer() for v in (low, high, step or 1)):
+        raise SpecError(path, where, "an int dimension needs whole low, high and step")
+    return Dimension(name, kind, low, high, step, log)
+
+
+def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
+    """Validate a loaded YAML document; an error names the field."""
+    data = _mapping(path, "<top level>", data)
+    unknown = set(data) - _TOP_LEVEL
+    if unknown:
+        raise SpecError(path, sorted(unknown)[0], f"unknown field; known: {sorted(_TOP_LEVEL)}")
+    merged = {**DEFAULT_SPEC, **data}
+    model = merged["model"]
+    if not isinstance(model, str) or not model:
+        raise SpecError(path, "model", "must be a model name or folder")
+    try:
+        engine_args = normalize(_mapping(path, "engine_args", merged["engine_args"]))
+        baseline = normalize(_mapping(path, "baseline", merged["baseline"]))
+    except ValueError as exc:
+        raise SpecError(path, "engine_args", str(exc)) from None
+    candidates = _candidates(path, merged["candidates"])
+    space_raw = _mapping(path, "search_space", merged["search_space"])
+    space = tuple(_dimension(path, name, raw) for name, raw in space_raw.items())
+    names = [d.name for d in space]
+    candidate_names = {name for candidate in candidates for name in candidate}
+    for name in set(names) | set(engine_args) | set(baseline) | candidate_names:
+        if name in SERVER_ONLY or name == "model":
+            raise SpecError(path, name, "is set by tuner, not by the spec")
+    if len(set(names)) != len(names):
+        raise SpecError(path, "search_space", "an argument appears twice")
+    both = set(names) & set(engine_args)
+    if both:
+        raise SpecError(path, f"engine_args.{sorted(both)[0]}", "is also in search_space")
+    try:
+        nest({**engine_args, **{name: 0 for name in names}})
+    except ValueError as exc:
+        raise SpecError(path, "search_space", str(exc)) from None
+    slos = _metric_map(path, "slos", merged["slos"])
+    weights = _metric_map(path, "objective", merged["objective"], allow_zero=True)
+    missing = set(weights) - set(slos)
+    if missing:
+        raise SpecError(path, f"objective.{sorted(missing)[0]}", "has a weight but no SLO")
+    n_trials = merged["n_trials"]
+    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
+        raise SpecError(path, "n_trials", f"must be a whole number >= 1, got {n_trials!r}")
+    warmup = merged["warmup_requests"]
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise SpecError(path, "warmup_requests", f"must be a whole number >= 0, got {warmup!r}")
+    seed = merged["seed"]
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise SpecError(path, "seed", f"must be a whole number, got {seed!r}")
+    dummy_model = merged["dummy_model"]
+    if dummy_model is not None and dummy_model not in SHAPES:
+        raise SpecError(
+            path, "dummy_model", f"unknown shape {dummy_model!r}; known: {list(SHAPES)}"
+        )
+    max_error_rate = _number(path, "max_error_rate", merged["max_error_rate"], positive=False)
+    if not 0 <= max_error_rate <= 1:
+        raise SpecError(path, "max_error_rate", "must be between 0 and 1")
+    return StudySpec(
+        model=model,
+        engine_args=engine_args,
+        space=space,
+        slos=slos,
+        weights=weights,
+        baseline=baseline,
+        candidates=candidates,
+        n_trials=n_trials,
+        window_s=_number(path, "window_s", merged["window_s"]),
+        time_scale=_number(path, "time_scale", merged["time_scale"]),
+        seed=seed,
+        max_error_rate=max_error_rate,
+        health_timeout_s=_number(path, "health_timeout_s", merged["health_timeout_s"]),
+        warmup_requests=warmup,
+        dummy_model=dummy_model,
+        prune_factor=_number(path, "prune_factor", merged["prune_factor"], positive=False),
+        prune_after_s=_number(path, "prune_after_s", merged["prune_after_s"], positive=False),
+    )
+
+
+def _candidates(path: str, value: Any) -> tuple[dict[str, Any], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise SpecError(path, "candidates", "must be a list of engine-argument mappings")
+    out = []
+    for i, raw in enumerate(value):
+        try:
+            candidate = normalize(_mapping(path, f"candidates[{i}]", raw))
+        except ValueError as exc:
+            raise SpecError(path, f"candidates[{i}]", str(exc)) from None
+        if not candidate:
+            raise SpecError(path, f"candidates[{i}]", "sets no engine argument")
+        out.append(candidate)
+    return tuple(out)
+
+
+def _metric_map(path: str, name: str, value: Any, *, allow_zero: bool = False) -> dict[str, float]:
+    raw = _mapping(path, name, value)
+    out = {}
+    for metric, limit in raw.items():
+        if metric not in SCORED_METRICS:
+            raise SpecError(path, f"{name}.{metric}", f"unknown metric; known: {SCORED_METRICS}")
+        out[metric] = _number(path, f"{name}.{metric}", limit, positive=not allow_zero)
+        if out[metric] < 0:
+            raise SpecError(path, f"{name}.{metric}", "must not be negative")
+    if not out:
+        raise SpecError(path, name, "must name at least one metric")
+    return out
+
+
+def load_spec(path: str | Path) -> StudySpec:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise SpecError(str(path), "<file>", exc.strerror or str(exc)) from None
+    except yaml.YAMLError as exc:
+        raise SpecError(str(path), "<yaml>", str(exc).replace("\n", " ")) from None
+    return parse_spec(data, str(path))

@@ -1,0 +1,290 @@
+"""One trial: one engine configuration, started, measured on the replay window, and stopped.
+
+Whatever the configuration does (vLLM rejects an argument, runs out of memory, crashes, never
+becomes healthy, errors on requests) comes back as a ``TrialOutcome``; only a bug in tuner, or
+the user's Ctrl-C, escapes as an exception. While it runs, a trial tells ``TrialSetup.progress``
+(if set) where it is, for a person watching.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tuner.engine.launchers import EngineFailed, Launcher, ProcessLauncher, tail
+from tuner.engine.process import Engine
+from tuner.load.closed_loop import replay_closed_loop
+from tuner.load.http import ReplaySettings
+from tuner.load.metrics import (
+    LiveRequest,
+    parse_scrape,
+    provisional,
+    so_far,
+    summarize_client,
+    summarize_gauges,
+    summarize_server,
+)
+from tuner.load.open_loop import replay
+from tuner.load.window import Monitor, ReplayResult
+from tuner.study.scoring import FAILED, Score, score, worst_slo_ratio
+from tuner.traces.concurrency import ClosedLoop
+from tuner.traces.model import Request
+
+logger = logging.getLogger(__name__)
+
+# A trial's phases, in the order it goes through them (the warm-up only if the spec asks).
+STARTING = "starting vLLM"
+WARMUP = "warm-up"
+REPLAY = "replay"
+STOPPING = "stopping vLLM"
+
+# How often a pruned trial's partial score goes to the pruner; progress is told every tick of
+# the replay's monitor (``ReplaySettings.monitor_interval_s``).
+PRUNE_INTERVAL_S = 5.0
+
+
+@dataclass(frozen=True)
+class TrialProgress:
+    """Where a running trial is: its phase and the seconds into it; in a warm-up or replay, also
+    how long it sends requests for, requests done (of how many, when known beforehand) and the
+    TTFT p95 of the first tokens received so far."""
+
+    phase: str
+    elapsed_s: float = 0.0
+    sending_s: float | None = None
+    done: int = 0
+    total: int | None = None
+    ttft_p95_s: float | None = None
+
+
+OnProgress = Callable[[TrialProgress], None]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """How a trial is judged: SLOs in seconds, weights, and the errors it may have."""
+
+    slos: Mapping[str, float]
+    weights: Mapping[str, float]
+    max_error_rate: float = 0.0
+
+
+@dataclass(frozen=True)
+class TrialSetup:
+    """Everything a trial needs besides its engine arguments."""
+
+    model: str
+    requests: Sequence[Request]
+    replay: ReplaySettings
+    objective: Objective
+    health_timeout_s: float = 900.0
+    warmup_requests: Sequence[Request] = ()
+    launcher: Launcher = field(default_factory=ProcessLauncher)
+    # Set for a concurrency trace: replayed closed-loop instead of ``requests`` (not pruned).
+    closed_loop: ClosedLoop | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    # Told where the trial is: each phase as it begins, then about once a second.
+    progress: OnProgress | None = None
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    engine_args: Mapping[str, Any]
+    score: Score
+    metrics: Mapping[str, float]
+    timings: Mapping[str, float]
+    reason: str | None = None
+    log_tail: str = ""
+    # Stopped early by the study's pruner; the metrics are then the provisional ones.
+    pruned: bool = False
+    # What the engine's log says of its compile: ``compile_key``, ``compile_cache_hit``.
+    compile_cache: Mapping[str, str | bool] = field(default_factory=dict)
+
+    @property
+    def feasible(self) -> bool:
+        return self.score.feasible
+
+
+def _why_infeasible(outcome_score: Score, metrics: Mapping[str, float]) -> str | None:
+    if outcome_score.feasible:
+        return None
+    missed = []
+    for name in outcome_score.violations:
+        if name == "error_rate":
+            missed.append(f"error rate {metrics.get('error_rate', 1.0):.0%}")
+        else:
+            metric = name.removeprefix("slo_")
+            value = metrics.get(metric)
+            shown = "not measured" if value is None else f"{value * 1000:.0f} ms"
+            missed.append(f"{metric} {shown}")
+    return "SLO missed: " + ", ".join(missed)
+
+
+# Told the step (whole seconds into the window) and the worst metric-to-SLO ratio so far (a
+# request still waiting counting with its wait so far); True stops the trial.
+ShouldStop = Callable[[int, float], bool]
+
+
+def _monitor(
+    objective: Objective,
+    should_stop: ShouldStop | None,
+    progress: OnProgress | None,
+    start: TrialProgress,
+) -> Monitor | None:
+    """The replay's hook: progress at every tick, the pruner every ``PRUNE_INTERVAL_S``."""
+    if should_stop is None and progress is None:
+        return None
+    due_s = PRUNE_INTERVAL_S
+
+    def monitor(elapsed_s: float, live: Sequence[LiveRequest]) -> bool:
+        nonlocal due_s
+        if progress is not None:
+            done, ttft_p95_s = so_far(live)
+            progress(replace(start, elapsed_s=elapsed_s, done=done, ttft_p95_s=ttft_p95_s))
+        if should_stop is None or not live or elapsed_s < due_s:
+            return False
+        while due_s <= elapsed_s:
+            due_s += PRUNE_INTERVAL_S
+        value = worst_slo_ratio(provisional(elapsed_s, live), objective.slos)
+        return should_stop(round(elapsed_s), value)
+
+    return monitor
+
+
+def _sending(phase: str, requests: Sequence[Request]) -> TrialProgress:
+    """The start of an open-loop replay of ``requests``: how long it sends for, and how many."""
+    return TrialProgress(
+        phase, sending_s=requests[-1].arrival_s if requests else 0.0, total=len(requests)
+    )
+
+
+def _stopped_early(
+    engine_args: Mapping[str, Any],
+    setup: TrialSetup,
+    result: ReplayResult,
+    timings: dict[str, float],
+) -> TrialOutcome:
+    """The outcome of a trial its pruner stopped: provisional figures, infeasible if they say so."""
+    assert result.stopped_at_s is not None
+    metrics = provisional(result.stopped_at_s, result.live)
+    metrics["stopped_at_s"] = result.stopped_at_s
+    objective = setup.objective
+    trial_score = score(metrics, objective.slos, objective.weights)
+    shown = ", ".join(
+        f"{m} >= {metrics[m]:.2f} s (SLO {limit:g} s)"
+        for m, limit in objective.slos.items()
+        if m in metrics
+    )
+    reason = f"stopped {result.stopped_at_s:.0f} s into the window, far off: {shown}"
+    return TrialOutcome(engine_args, trial_score, metrics, timings, reason, pruned=True)
+
+
+def replay_figures(result: ReplayResult) -> dict[str, float]:
+    """Everything a whole replay measured: tuner's figures, vLLM's over the window, the gauges,
+    and how far the wall clock and tuner's own loop were off."""
+    figures = summarize_client(result.results, result.duration_s)
+    before, after = parse_scrape(result.metrics_before), parse_scrape(result.metrics_after)
+    figures |= summarize_server(before, after)
+    figures |= summarize_gauges([parse_scrape(text) for text in result.metrics_during])
+    figures["wall_clock_step_s"] = result.wall_clock_step_s
+    figures["client_lag_max_s"] = result.client_lag_max_s
+    figures["client_lag_p99_s"] = result.client_lag_p99_s
+    return figures
+
+
+def run_trial(
+    engine_args: Mapping[str, Any],
+    setup: TrialSetup,
+    workdir: Path,
+    should_stop: ShouldStop | None = None,
+) -> TrialOutcome:
+    """Start vLLM with ``engine_args``, replay the window, stop vLLM, score what was measured.
+
+    With ``should_stop``, the window's worst SLO ratio is offered every few seconds and the trial
+    ends early when it answers True (a hopeless queue costs seconds, not the whole window).
+    """
+    progress = setup.progress
+    engine = Engine(setup.model, engine_args, workdir, launcher=setup.launcher, env=setup.env)
+    timings: dict[str, float] = {}
+    began = time.monotonic()
+
+    def tell(phase: TrialProgress) -> None:
+        if progress is not None:
+            progress(phase)
+
+    def starting(elapsed_s: float) -> None:
+        tell(TrialProgress(STARTING, elapsed_s))
+
+    try:
+        tell(TrialProgress(STARTING))
+        engine.start()
+        timings["engine_healthy_s"] = engine.wait_healthy(setup.health_timeout_s, on_poll=starting)
+        timings |= {f"startup_{k}": v for k, v in engine.times.startup.items()}
+        compiled = engine.compile_cache()
+        if setup.warmup_requests:
+            warmup = _sending(WARMUP, setup.warmup_requests)
+            tell(warmup)
+            started = time.monotonic()
+            watch = _monitor(setup.objective, None, progress, warmup)
+            replay(engine.base_url, setup.warmup_requests, setup.replay, monitor=watch)
+            timings["warmup_s"] = time.monotonic() - started
+        started = time.monotonic()
+        if setup.closed_loop is not None:
+            window = TrialProgress(REPLAY, sending_s=setup.closed_loop.schedule.end_s)
+            tell(window)
+            result = replay_closed_loop(
+                engine.base_url,
+                setup.closed_loop.schedule,
+                setup.closed_loop.requests(setup.replay.seed),
+                setup.replay,
+                monitor=_monitor(setup.objective, should_stop, progress, window),
+            )
+        else:
+            window = _sending(REPLAY, setup.requests)
+            tell(window)
+            watch = _monitor(setup.objective, should_stop, progress, window)
+            result = replay(engine.base_url, setup.requests, setup.replay, monitor=watch)
+        timings["window_s"] = time.monotonic() - started
+        crashed = not engine.alive()
+        tell(TrialProgress(STOPPING))
+    except EngineFailed as exc:
+        tell(TrialProgress(STOPPING))
+        engine.stop()
+        timings["engine_stop_s"] = engine.times.stop_s or 0.0
+        timings["trial_s"] = time.monotonic() - began
+        logger.info("trial failed: %s", exc.reason)
+        return TrialOutcome(
+            engine_args,
+            FAILED,
+            {},
+            timings,
+            exc.reason,
+            exc.log_tail,
+            compile_cache=engine.compile_cache(),
+        )
+    finally:
+        # Also on Ctrl-C: the engine never outlives its trial.
+        engine.stop()
+    timings["engine_stop_s"] = engine.times.stop_s or 0.0
+    timings["trial_s"] = time.monotonic() - began
+    if result.stopped_at_s is not None:
+        return replace(_stopped_early(engine_args, setup, result, timings), compile_cache=compiled)
+
+    metrics = replay_figures(result)
+    objective = setup.objective
+    trial_score = score(metrics, objective.slos, objective.weights, objective.max_error_rate)
+    reason = _why_infeasible(trial_score, metrics)
+    log_tail = ""
+    if crashed:
+        reason = "vLLM exited during the window; " + (reason or "")
+        log_tail = tail(engine.log_path)
+    errors = [r.error for r in result.results if r.error]
+    if errors:
+        reason = f"{reason or 'some requests failed'}; first error: {errors[0]}"
+    return TrialOutcome(
+        engine_args, trial_score, metrics, timings, reason, log_tail, compile_cache=compiled
+    )

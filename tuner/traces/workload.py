@@ -1,0 +1,84 @@
+"""From a whole trace to the requests one trial replays: window, clipping, time scale.
+
+Every trial of a study replays exactly the same requests; this is where they are chosen.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuner.errors import InputError
+from tuner.traces.model import Clipping, Trace, busiest_window, clip_to_context
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What replay needs to know of the served model."""
+
+    vocab_size: int
+    max_model_len: int
+
+
+def model_info(model: str, max_model_len: int | None) -> ModelInfo:
+    """Read ``config.json`` of a local model folder."""
+    config_path = Path(model) / "config.json"
+    try:
+        config = json.loads(config_path.read_text())
+    except OSError:
+        raise InputError(
+            f"{config_path}: cannot read; the model must be a local folder with a config.json"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{config_path}: not JSON: {exc}") from None
+    try:
+        vocab_size = int(config["vocab_size"])
+        context = int(max_model_len or config["max_position_embeddings"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{config_path}: lacks a usable {exc}") from None
+    return ModelInfo(vocab_size=vocab_size, max_model_len=context)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The replayed window and how it was cut from the trace."""
+
+    trace: Trace
+    start_s: float
+    window_s: float
+    time_scale: float
+    clipping: Clipping
+
+    @property
+    def replay_s(self) -> float:
+        """How long the window lasts when replayed."""
+        return self.window_s * self.time_scale
+
+    @property
+    def offered_req_per_s(self) -> float:
+        """The rate the replay sends at: the window's requests over its replayed seconds."""
+        return len(self.trace) / self.replay_s if self.replay_s else 0.0
+
+    def describe(self) -> str:
+        return (
+            f"{len(self.trace)} requests from {self.start_s:.1f} s to "
+            f"{self.start_s + self.window_s:.1f} s of the trace, replayed over "
+            f"{self.replay_s:.1f} s (time scale {self.time_scale:g}, "
+            f"{self.offered_req_per_s:.2f} req/s)"
+        )
+
+
+def build_workload(trace: Trace, window_s: float, time_scale: float, context: int) -> Workload:
+    """The busiest ``window_s`` seconds, clipped to the model's context, then time-scaled."""
+    start_s, window = busiest_window(trace, window_s)
+    if not len(window):
+        raise InputError(f"{trace.source}: no requests in the replay window")
+    window, clipping = clip_to_context(window, context)
+    return Workload(
+        trace=window.scaled(time_scale),
+        start_s=start_s,
+        window_s=min(window_s, trace.span_s) or window_s,
+        time_scale=time_scale,
+        clipping=clipping,
+    )
