@@ -8,6 +8,7 @@ fails, however it fails, comes back as a ``RequestResult`` with its error: it is
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,6 +17,8 @@ import httpx
 from tuner.load.metrics import LiveRequest, RequestResult
 from tuner.load.prompts import prompt_token_ids
 from tuner.traces.model import Request
+
+logger = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 
@@ -58,6 +61,47 @@ def request_body(index: int, request: Request, settings: ReplaySettings) -> byte
     return json.dumps(body, separators=(",", ":")).encode()
 
 
+class MalformedChunk(ValueError):
+    """A server-sent event of the stream that is not shaped as a completion chunk."""
+
+
+JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+
+
+def json_type(value: object) -> str:
+    """What a value read by ``json.loads`` was in the JSON: ``an array``, ``null``."""
+    if value is None:
+        return "null"
+    return JSON_TYPES.get(type(value), "a number")
+
+
+def read_chunk(data: str) -> tuple[bool, int | None]:
+    """Whether one event's JSON carries a choice (a token), and the ``completion_tokens`` its
+    ``usage`` reports (None where it reports none).
+
+    Raises ``ValueError`` (``MalformedChunk``, or ``json``'s own) for anything else: JSON that is
+    not an object, ``choices`` that is not an array, ``usage`` that is not an object, a count that
+    is not an integer.
+    """
+    chunk = json.loads(data)
+    if not isinstance(chunk, dict):
+        raise MalformedChunk(f"{json_type(chunk)}, not an object: {data[:100]}")
+    choices = chunk.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        raise MalformedChunk(f"choices is {json_type(choices)}, not an array: {data[:100]}")
+    usage = chunk.get("usage")
+    if usage is None:
+        return bool(choices), None
+    if not isinstance(usage, dict):
+        raise MalformedChunk(f"usage is {json_type(usage)}, not an object: {data[:100]}")
+    count = usage.get("completion_tokens")
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool)):
+        raise MalformedChunk(
+            f"completion_tokens is {json_type(count)}, not an integer: {data[:100]}"
+        )
+    return bool(choices), count
+
+
 async def send(
     client: httpx.AsyncClient,
     body: bytes,
@@ -67,6 +111,11 @@ async def send(
     clock: Clock,
     live: LiveRequest | None = None,
 ) -> RequestResult:
+    """Send one request and time it; whatever fails, the request comes back with its error.
+
+    Only cancellation (how a replay stops early) and the interpreter's own exits
+    (``KeyboardInterrupt``, ``SystemExit``) propagate.
+    """
     sent = clock()
     if live is not None:
         live.sent_s = sent - start
@@ -97,16 +146,21 @@ async def send(
                     # Read on to the end of the body: a connection closed mid-body cannot
                     # be reused, and a new one per request costs the replay loop dearly.
                     continue
-                chunk = json.loads(data)
-                if chunk.get("choices"):
+                token, count = read_chunk(data)
+                if token:
                     if ttft_s is None:
                         ttft_s = clock() - sent
                         if live is not None:
                             live.first_token_s = ttft_s + live.sent_s
                     tokens += 1
-                if chunk.get("usage"):
-                    usage_tokens = chunk["usage"].get("completion_tokens")
-    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+                if count is not None:
+                    usage_tokens = count
+    except Exception as exc:
+        # Transport and protocol errors (httpx.HTTPError) and malformed chunks (ValueError) are
+        # what a misbehaving server causes. Anything else is unexpected (httpx's own stream
+        # errors, a bug): still one failed request, but logged with its traceback.
+        if not isinstance(exc, httpx.HTTPError | ValueError):
+            logger.warning("request failed unexpectedly", exc_info=True)
         return RequestResult(
             scheduled_s,
             sent - start,
