@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tuner.load.http import ReplaySettings, send
-from tuner.load.metrics import LiveRequest, RequestResult
+from tuner.load.metrics import LiveRequest, RequestResult, provisional, summarize_client
 from tuner.load.open_loop import replay
 from tuner.traces.model import Request
 
@@ -47,14 +47,14 @@ WELL_FORMED = HEADERS + events(*[TOKEN] * OUTPUT_TOKENS, USAGE)
 
 
 class ScriptedServer(socketserver.ThreadingTCPServer):
-    """Answers every ``POST`` with ``response``, byte for byte, then closes the connection."""
+    """Answers the ``POST``s with ``responses`` in turn, byte for byte, closing each connection."""
 
     daemon_threads = True
     allow_reuse_address = True
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), ScriptedHandler)
-        self.response = WELL_FORMED
+        self.responses = [WELL_FORMED]
         self.posts = 0
 
     @property
@@ -76,8 +76,9 @@ class ScriptedHandler(socketserver.StreamRequestHandler):
         if request_line.startswith(b"GET"):  # /metrics, read around the window
             self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
             return
+        responses = self.server.responses
+        self.wfile.write(responses[self.server.posts % len(responses)])
         self.server.posts += 1
-        self.wfile.write(self.server.response)
 
 
 @pytest.fixture
@@ -146,7 +147,7 @@ MALFORMED = {
 @pytest.mark.parametrize(("body", "error"), MALFORMED.values(), ids=MALFORMED.keys())
 def test_a_malformed_stream_is_a_failed_request(server, body, error):
     """However the stream is broken, the replay finishes and records each request as failed."""
-    server.response = HEADERS[:30] if body is None else HEADERS + body
+    server.responses = [HEADERS[:30] if body is None else HEADERS + body]
     result = replay(server.url, REQUESTS, SETTINGS)
     assert server.posts == 2
     assert len(result.results) == 2
@@ -158,11 +159,32 @@ def test_a_malformed_stream_is_a_failed_request(server, body, error):
 
 def test_a_failure_mid_stream_keeps_what_the_request_reached(server):
     """A stream that breaks after its first token keeps that token's time and the count."""
-    server.response = HEADERS + events(TOKEN, TOKEN, '{"usage": 5}')
+    server.responses = [HEADERS + events(TOKEN, TOKEN, '{"usage": 5}')]
     result = replay(server.url, REQUESTS[:1], SETTINGS)
     (r,) = result.results
     assert r.error and "usage" in r.error
     assert r.ttft_s is not None and r.tokens_received == 2
+
+
+SHORT = HEADERS + events(TOKEN, TOKEN, json.dumps({"usage": {"completion_tokens": 2}}))
+ERROR_500 = (
+    b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 4\r\nconnection: close\r\n\r\nboom"
+)
+BROKEN = HEADERS + chunk(b"data: %s\n\n" % TOKEN.encode())
+
+
+def test_the_pruner_s_figures_end_where_the_final_ones_begin(server):
+    """At the window's end, the live figures the pruner watches are the final TTFT and end-to-end
+    figures: a failed request counts as still waiting in the one, as a miss in the other."""
+    server.responses = [WELL_FORMED, SHORT, ERROR_500, BROKEN]
+    requests = [Request(0.02 * i, 4, OUTPUT_TOKENS) for i in range(12)]
+    result = replay(server.url, requests, SETTINGS)
+    assert [r.ok for r in result.results].count(True) == 3
+    final = summarize_client(result.results, result.duration_s)
+    live = provisional(result.duration_s, result.live)
+    assert live.keys() == {k for k in final if k.startswith(("ttft_", "e2e_"))}
+    for key, value in live.items():
+        assert value == pytest.approx(final[key]), key
 
 
 class ClosedStream(httpx.AsyncByteStream):

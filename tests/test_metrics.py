@@ -41,14 +41,17 @@ def test_summarize_client_by_hand():
     assert summary["requests_failed"] == 1
     assert summary["error_rate"] == 0.25
     assert summary["duration_s"] == 4.0
-    assert summary["ttft_mean_s"] == pytest.approx(0.2)
-    assert summary["ttft_p50_s"] == pytest.approx(0.2)
-    # numpy's linear interpolation between 0.2 and 0.3 at rank 0.99 * 2 = 1.98.
-    assert summary["ttft_p99_s"] == pytest.approx(0.298)
+    # The failed request counts as a miss at the window's end, 4 - 3.004 = 0.996 s after its
+    # send, in TTFT and end to end; with no first token, it has no TPOT.
+    assert summary["ttft_mean_s"] == pytest.approx((0.1 + 0.3 + 0.2 + 0.996) / 4)
+    assert summary["ttft_p50_s"] == pytest.approx(0.25)
+    # numpy's linear interpolation between 0.3 and 0.996 at rank 0.99 * 3 = 2.97.
+    assert summary["ttft_p99_s"] == pytest.approx(0.3 + 0.97 * 0.696)
     assert summary["tpot_mean_s"] == pytest.approx(0.3)
     assert summary["tpot_p50_s"] == pytest.approx(0.3)
-    assert summary["e2e_mean_s"] == pytest.approx(2.0 / 3)
-    assert summary["e2e_p95_s"] == pytest.approx(0.5 + 0.8 * 0.9)
+    assert summary["e2e_mean_s"] == pytest.approx((0.5 + 1.3 + 0.2 + 0.996) / 4)
+    # Between 0.996 and 1.3 at rank 0.95 * 3 = 2.85.
+    assert summary["e2e_p95_s"] == pytest.approx(0.996 + 0.85 * 0.304)
     # Send lag counts every request, failed or not: 1, 3, 2 and 4 ms.
     assert summary["send_lag_mean_s"] == pytest.approx(0.0025)
     assert summary["send_lag_p50_s"] == pytest.approx(0.0025)
@@ -76,6 +79,88 @@ def test_summarize_client_of_nothing():
         "error_rate": 0.0,
         "duration_s": 0.0,
     }
+
+
+# Two replays of the same 100 requests, sent 0.1 s apart, each 11 tokens long: in one every
+# request is served, in the other the 10% slowest time out. Spread, not sorted: request i has
+# rank (37 i) mod 100 among them.
+RANKS = [(37 * i) % 100 for i in range(100)]
+
+
+def served(i: int) -> RequestResult:
+    ttft_s = 0.2 + 0.03 * RANKS[i]
+    tpot_s = 0.05 + 0.001 * RANKS[i]
+    return ok(0.1 * i, 0.1 * i, ttft_s=ttft_s, e2e_s=ttft_s + 10 * tpot_s, output_tokens=11)
+
+
+SERVED = [served(i) for i in range(100)]
+# The window of the replay that served everything; the other, which gave up on the slowest
+# ones, is given the same (in truth it ran on until they timed out, at least as long).
+DURATION_S = max(r.sent_s + (r.e2e_s or 0.0) for r in SERVED)
+
+
+def timed_out(r: RequestResult, after_first_token: bool) -> RequestResult:
+    return RequestResult(
+        r.scheduled_s,
+        r.sent_s,
+        r.input_tokens,
+        r.output_tokens,
+        ttft_s=r.ttft_s if after_first_token else None,
+        tokens_received=3 if after_first_token else 0,
+        error="ReadTimeout: timed out",
+    )
+
+
+def slowest_time_out(after_first_token: bool) -> list[RequestResult]:
+    return [
+        timed_out(r, after_first_token) if rank >= 90 else r
+        for r, rank in zip(SERVED, RANKS, strict=True)
+    ]
+
+
+TAIL_KEYS = [f"{m}_{s}_s" for m in ("ttft", "e2e") for s in ("mean", "p50", "p95", "p99")]
+
+
+@pytest.mark.parametrize("key", TAIL_KEYS)
+def test_timing_out_the_slowest_requests_does_not_improve_the_tails(key):
+    """Queued so long they time out before their first token: a miss in TTFT and end to end."""
+    served = summarize_client(SERVED, DURATION_S)
+    gave_up = summarize_client(slowest_time_out(after_first_token=False), DURATION_S)
+    assert gave_up["error_rate"] == pytest.approx(0.1)
+    assert gave_up[key] >= served[key]
+
+
+@pytest.mark.parametrize("key", [k.replace("ttft", "tpot") for k in TAIL_KEYS if "ttft" in k])
+def test_timing_out_the_slowest_decodes_does_not_improve_the_tpot_tail(key):
+    """Failed after their first token: counted as if their last tokens came at the window's end."""
+    served = summarize_client(SERVED, DURATION_S)
+    gave_up = summarize_client(slowest_time_out(after_first_token=True), DURATION_S)
+    assert gave_up[key] >= served[key]
+    # The first tokens they did receive are measured TTFTs, and count as such.
+    assert gave_up[key.replace("tpot", "ttft")] == pytest.approx(
+        served[key.replace("tpot", "ttft")]
+    )
+
+
+def test_a_failed_request_counts_at_the_window_s_end():
+    results = [
+        ok(0.0, 0.0, ttft_s=0.5, e2e_s=1.0, output_tokens=3),  # tpot 0.25
+        # HTTP 500 at once, 2 s before the window's end: 2 s to first token and to the end.
+        RequestResult(2.0, 2.0, 10, 3, error="HTTP 500: boom"),
+        # First token at 1.5 s, then the connection dropped: TTFT 0.5 s as measured; end to
+        # end 3 s (the window's end); tpot (3 - 0.5) / 2.
+        RequestResult(1.0, 1.0, 10, 3, ttft_s=0.5, tokens_received=1, error="RemoteProtocolError"),
+        # A complete body, one token short, 0.7 s from the first token to the second: TTFT as
+        # measured; end to end 1 s (the window's end); tpot the 0.7 s it showed, more than the
+        # (1 - 0.2) / 2 its last token at the window's end would make.
+        RequestResult(3.0, 3.0, 10, 3, ttft_s=0.2, e2e_s=0.9, tokens_received=2, error="short"),
+    ]
+    summary = summarize_client(results, duration_s=4.0)
+    assert summary["requests_ok"] == 1 and summary["error_rate"] == 0.75
+    assert summary["ttft_mean_s"] == pytest.approx((0.5 + 2.0 + 0.5 + 0.2) / 4)
+    assert summary["e2e_mean_s"] == pytest.approx((1.0 + 2.0 + 3.0 + 1.0) / 4)
+    assert summary["tpot_mean_s"] == pytest.approx((0.25 + 1.25 + 0.7) / 3)
+    assert summary["throughput_req_per_s"] == pytest.approx(0.25)
 
 
 # Histograms: buckets 0.1 -> 2, 0.5 -> 6, 1.0 -> 8, +Inf -> 10 (cumulative), sum 7, count 10.

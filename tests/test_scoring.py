@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tuner.load.metrics import RequestResult, summarize_client
 from tuner.study.scoring import FAILED, FAILED_SCORE, Miss, Verdict, score, verdict
 
 SLOS = {"ttft_p95_s": 2.0, "e2e_p99_s": 20.0}
@@ -100,3 +101,27 @@ def test_verdict_of_an_unmeasured_metric_and_a_failed_engine():
     judged = score({"e2e_p99_s": 10.0, "error_rate": 0.0}, SLOS, WEIGHTS)
     assert verdict(judged.constraints, {}).misses == (Miss("ttft_p95_s", None, None),)
     assert verdict(FAILED.constraints, {}) == Verdict(False, (Miss("failed", None, None),))
+
+
+def replayed(slowest_time_out: bool) -> list[RequestResult]:
+    """20 requests sent 1 s apart, 0.5 s to their first token, but two queued for 5 s; an engine
+    that gives up on those two (they time out) against one that serves them."""
+    results = []
+    for i in range(20):
+        ttft_s = 5.0 if i in (3, 11) else 0.5
+        if slowest_time_out and ttft_s == 5.0:
+            results.append(RequestResult(i, i, 10, 5, error="ReadTimeout: timed out"))
+        else:
+            results.append(RequestResult(i, i, 10, 5, ttft_s, ttft_s + 1.0, 5))
+    return results
+
+
+def test_timing_out_the_slowest_requests_does_not_score_better():
+    """With errors allowed, failing the slowest requests must not turn a miss into a win."""
+    served = score(summarize_client(replayed(False), 20.5), SLOS, WEIGHTS, max_error_rate=0.1)
+    gave_up = score(summarize_client(replayed(True), 20.5), SLOS, WEIGHTS, max_error_rate=0.1)
+    assert served.violations == ["slo_ttft_p95_s"]
+    assert gave_up.violations == ["slo_ttft_p95_s"]
+    assert gave_up.value >= served.value
+    # The errors are held to the allowed rate as ever: two failed of 20 is the 10% allowed.
+    assert gave_up.constraints["error_rate"] == 0.0

@@ -114,7 +114,9 @@ async def send(
     """Send one request and time it; whatever fails, the request comes back with its error.
 
     Only cancellation (how a replay stops early) and the interpreter's own exits
-    (``KeyboardInterrupt``, ``SystemExit``) propagate.
+    (``KeyboardInterrupt``, ``SystemExit``) propagate. ``live`` is told when the request was
+    sent, when its first token came, and when it was done if it succeeded; a failed request is
+    never done there, so that the pruner's figures count it as a miss, as the final ones do.
     """
     sent = clock()
     if live is not None:
@@ -171,12 +173,12 @@ async def send(
             error=f"{type(exc).__name__}: {exc}"[:300],
         )
     e2e_s = clock() - sent
-    if live is not None:
-        live.done_s = e2e_s + live.sent_s
     received = usage_tokens if usage_tokens is not None else tokens
     error = None
     if received != request.output_tokens:
         error = f"short output: {received} of {request.output_tokens} tokens"
+    elif live is not None:
+        live.done_s = e2e_s + live.sent_s
     return RequestResult(
         scheduled_s,
         sent - start,

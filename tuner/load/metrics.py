@@ -47,7 +47,10 @@ class RequestResult:
 
 @dataclass(slots=True)
 class LiveRequest:
-    """What is known of a request while the window runs; times in seconds from its start."""
+    """What is known of a request while the window runs; times in seconds from its start.
+
+    ``done_s`` is set only for a request that succeeded; one that failed stays not done.
+    """
 
     sent_s: float
     first_token_s: float | None = None
@@ -57,8 +60,10 @@ class LiveRequest:
 def provisional(now_s: float, live: Sequence[LiveRequest]) -> dict[str, float]:
     """TTFT and end-to-end figures so far, a request still waiting counting with its wait so far.
 
-    For each request these are lower bounds of what it will measure; a queue that is blowing up
-    shows in them within seconds.
+    A request that failed counts as still waiting (for its first token if it had none), so that
+    at the replay's end these are the figures ``summarize_client`` gives, a failure counting as
+    a miss at the window's end. For each request these are lower bounds of what it will
+    measure; a queue that is blowing up shows in them within seconds.
     """
     ttft = [(r.first_token_s if r.first_token_s is not None else now_s) - r.sent_s for r in live]
     e2e = [(r.done_s if r.done_s is not None else now_s) - r.sent_s for r in live]
@@ -66,7 +71,7 @@ def provisional(now_s: float, live: Sequence[LiveRequest]) -> dict[str, float]:
 
 
 def so_far(live: Sequence[LiveRequest]) -> tuple[int, float | None]:
-    """Requests finished so far, and the TTFT p95 of those that have their first token."""
+    """Requests that succeeded so far, and the TTFT p95 of those that have their first token."""
     done = 0
     ttfts = []
     for r in live:
@@ -88,8 +93,51 @@ def percentiles(values: Sequence[float], prefix: str, unit: str = "_s") -> dict[
     return out
 
 
+def tail_latencies(
+    results: Sequence[RequestResult], duration_s: float
+) -> tuple[list[float], list[float], list[float]]:
+    """The TTFTs, TPOTs and end-to-end latencies a replay's tails are taken over.
+
+    A request that succeeded counts as measured. One that failed counts as a miss: as if what it
+    never received came at the replay's end (``duration_s`` after its start), which is no
+    sooner than it would have come had the request succeeded in that replay. So its TTFT is
+    the one measured if its first token came, else the time from its send to the end; its
+    end-to-end latency is the time from its send to the end; its TPOT, where its first token
+    came, is its last token's at the end (and no less than what it showed before failing),
+    and where it never came there is none, the request having shown no decode at all. Failing
+    a slow request thus never improves a tail, and every value stays finite.
+    """
+    ttfts, tpots, e2es = [], [], []
+    for r in results:
+        if r.ok and r.e2e_s is not None:
+            # A request asked for no tokens has no first token to time.
+            if r.ttft_s is not None:
+                ttfts.append(r.ttft_s)
+            e2es.append(r.e2e_s)
+            if (tpot_s := r.tpot_s) is not None:
+                tpots.append(tpot_s)
+            continue
+        # A request never sent (a replay stopped early) may be due after the end: 0 at least.
+        to_end_s = max(duration_s - r.sent_s, r.e2e_s or 0.0, 0.0)
+        ttfts.append(to_end_s if r.ttft_s is None else r.ttft_s)
+        e2es.append(to_end_s)
+        if r.ttft_s is not None and r.output_tokens >= 2:
+            tpot_s = (to_end_s - r.ttft_s) / (r.output_tokens - 1)
+            if r.e2e_s is not None and r.tokens_received >= 2:
+                tpot_s = max(tpot_s, (r.e2e_s - r.ttft_s) / (r.tokens_received - 1))
+            tpots.append(tpot_s)
+    return ttfts, tpots, e2es
+
+
 def summarize_client(results: Sequence[RequestResult], duration_s: float) -> dict[str, float]:
-    """Client-side figures of one replay: latency percentiles, throughput and errors."""
+    """Client-side figures of one replay: latency percentiles, throughput and errors.
+
+    The latency figures (``ttft_p95_s`` and the like, which SLOs hold and the study scores) are
+    over every request, a failed one counting as a miss (``tail_latencies``); where none
+    succeeded there are none, the replay having measured no latency at all. The pruner's
+    ``provisional`` figures count a failed request the same way, so that they end where these
+    begin. Throughput counts the requests that succeeded.
+    """
     ok = [r for r in results if r.ok]
     summary: dict[str, float] = {
         "requests": float(len(results)),
@@ -98,9 +146,11 @@ def summarize_client(results: Sequence[RequestResult], duration_s: float) -> dic
         "error_rate": (len(results) - len(ok)) / len(results) if results else 0.0,
         "duration_s": duration_s,
     }
-    summary |= percentiles([r.ttft_s for r in ok if r.ttft_s is not None], "ttft")
-    summary |= percentiles([t for r in ok if (t := r.tpot_s) is not None], "tpot")
-    summary |= percentiles([r.e2e_s for r in ok if r.e2e_s is not None], "e2e")
+    if ok:
+        ttfts, tpots, e2es = tail_latencies(results, duration_s)
+        summary |= percentiles(ttfts, "ttft")
+        summary |= percentiles(tpots, "tpot")
+        summary |= percentiles(e2es, "e2e")
     summary |= percentiles([r.sent_s - r.scheduled_s for r in results], "send_lag")
     if duration_s > 0:
         summary["throughput_req_per_s"] = len(ok) / duration_s
