@@ -73,8 +73,6 @@ def launcher_for(choice: str, log: Path) -> Launcher:
 
 def cmd_run(args: argparse.Namespace) -> int:
     name = args.study or args.trace.stem
-    if args.n_trials is not None and args.n_trials < 0:
-        raise InputError(f"--n-trials must be 0 or more, got {args.n_trials}")
     # Bad input stops here, before anything is written.
     if (args.format or detect_format(args.trace)) == CONCURRENCY:
         trace = None
@@ -86,8 +84,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec = load_study_spec(args, name, trace)
     max_len = spec.engine_args.get("max-model-len")
     info = model_info(spec.model, int(max_len) if max_len else None)
-    window_s = args.window_s or spec.window_s
-    time_scale = args.time_scale or spec.time_scale
+    # The parser took only positive numbers: an option given is never dropped for the spec's.
+    window_s = spec.window_s if args.window_s is None else args.window_s
+    time_scale = spec.time_scale if args.time_scale is None else args.time_scale
     if trace is None:
         replay = closed_loop_replay(
             args, schedule, lengths, window_s, time_scale, info.max_model_len
@@ -151,7 +150,8 @@ def _run_trials(
         progress=status.show if status.live else None,
     )
     first_new = len(study.trials)
-    deadline = time.monotonic() + args.time_budget_s if args.time_budget_s else None
+    budget_s = args.time_budget_s
+    deadline = None if budget_s is None else time.monotonic() + budget_s
     pinned = capture_pin(spec, environment.is_cpu_build())
     for key, value in pinned.items():
         print(f"pinned after trial 0, so that trials share vLLM's compiles: {key}={value}")
