@@ -212,8 +212,9 @@ def run_study(
                 args,
                 setup,
                 run_dir / f"trial-{trial.number:04d}",
-                # The baseline and the candidates are reference points: measured in full.
-                should_stop=None if baseline or candidate is not None else _should_stop(trial),
+                # The baseline and the candidates are reference points: measured in full, but
+                # their ratios are reported too, for the pruner to compare with when one is best.
+                should_stop=_should_stop(trial, prunable=not baseline and candidate is None),
             )
         except BaseException as exc:
             trial.set_user_attr(REASON_ATTR, f"interrupted: {type(exc).__name__}")
@@ -230,10 +231,12 @@ def run_study(
     return n_trials
 
 
-def _should_stop(trial: Trial) -> Callable[[int, float], bool]:
+def _should_stop(trial: Trial, prunable: bool) -> Callable[[int, float], bool]:
+    """Report the window's worst SLO ratio at ``step``; stop if prunable and the pruner says so."""
+
     def should_stop(step: int, value: float) -> bool:
         trial.report(value, step)
-        return trial.should_prune()
+        return prunable and trial.should_prune()
 
     return should_stop
 
