@@ -8,12 +8,17 @@ are measured in full.
 
 from __future__ import annotations
 
+import sqlite3
+import subprocess
+import threading
 from pathlib import Path
 
 import optuna
 import pytest
+from conftest import run_tuner, write_spec
 from optuna.trial import TrialState
 
+from tuner.errors import TunerError
 from tuner.load.http import ReplaySettings
 from tuner.study.scoring import score
 from tuner.study.search import FarOffPruner, open_study, pruner_for, run_study
@@ -173,3 +178,153 @@ def test_no_trial_is_pruned_when_the_pruner_says_so(tmp_path: Path, factor: floa
     trials = optuna.load_study(study_name="s", storage=storage).trials
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
     assert runner.told_stop == [False, False, False]
+
+
+# Storage failures: one line naming the storage and the cause, exit 1, no trial left RUNNING
+# where the storage still takes a write.
+
+
+@pytest.fixture
+def inputs(tmp_path: Path, cpu_model: Path) -> Path:
+    """A trace and a spec in ``tmp_path/elsewhere``, the working folder ``tmp_path`` bare."""
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    spec = {**SPEC, "model": str(cpu_model), "engine_args": {"max-model-len": 4096}}
+    write_spec(folder / "spec.yaml", spec)
+    rows = "".join(f"{0.25 * i},{20 + i},{10 + i}\n" for i in range(40))
+    (folder / "trace.csv").write_text("timestamp,input_tokens,output_tokens\n" + rows)
+    return folder
+
+
+def report_only(inputs: Path, *storage: str) -> subprocess.CompletedProcess[str]:
+    """``tuner run --n-trials 0`` from ``inputs``' parent: opens the study, starts no vLLM."""
+    return run_tuner(
+        "run",
+        "--trace",
+        inputs / "trace.csv",
+        "--study",
+        "s",
+        "--spec",
+        inputs / "spec.yaml",
+        *storage,
+        "--n-trials",
+        "0",
+        cwd=inputs.parent,
+        timeout_s=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "shown", "cause"),
+    [
+        ("nosuch://x", "nosuch://x", "Can't load plugin: sqlalchemy.dialects:nosuch"),
+        ("not a url", "not a url", "Could not parse SQLAlchemy URL"),
+        # No PostgreSQL listens on port 1; without its driver installed, that is the cause.
+        ("postgresql://tuner@127.0.0.1:1/x", "postgresql://tuner@127.0.0.1:1/x", ""),
+        ("postgresql://tuner:hunter2@127.0.0.1:1/x", "postgresql://tuner:***@127.0.0.1:1/x", ""),
+    ],
+    ids=["unknown-dialect", "not-a-url", "postgresql-unreachable", "password-hidden"],
+)
+def test_a_storage_that_cannot_be_opened_is_one_line_and_exit_1(
+    inputs: Path, url: str, shown: str, cause: str
+) -> None:
+    result = report_only(inputs, "--storage", url)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith(f"tuner: cannot open the study storage {shown}: {cause}")
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "hunter2" not in result.stderr + result.stdout
+
+
+def test_sqlite_in_a_missing_folder_names_the_folder(inputs: Path) -> None:
+    missing = inputs.parent / "nowhere"
+    result = report_only(inputs, "--storage", f"sqlite:///{missing}/s.db")
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == (
+        f"tuner: cannot open the study storage sqlite:///{missing}/s.db: "
+        f"unable to open database file (folder {missing} does not exist)\n"
+    )
+    assert not missing.exists()
+
+
+def test_the_default_storage_makes_its_folder(inputs: Path) -> None:
+    """With the spec elsewhere, nothing else makes ``studies/``; the default storage does."""
+    result = report_only(inputs)
+    # An empty study: nothing to write, exit 1, but the study is there.
+    assert result.returncode == 1, result.stderr
+    assert "no trial has finished its window" in result.stderr
+    assert (inputs.parent / "studies" / "s.db").is_file()
+    assert "study 's' in sqlite:///studies/s.db: 0 trials so far" in result.stdout
+
+
+def quick_storage(path: Path, timeout_s: float) -> optuna.storages.RDBStorage:
+    """A real SQLite storage that waits ``timeout_s`` for a lock instead of SQLite's 5 s."""
+    return optuna.storages.RDBStorage(
+        f"sqlite:///{path}", engine_kwargs={"connect_args": {"timeout": timeout_s}}
+    )
+
+
+def test_a_storage_locked_while_recording_marks_the_trial_failed(tmp_path: Path) -> None:
+    """Another process holds the database for 3 s as the trial ends: recording what it
+    measured gives up after 2 s, marking it FAIL (within 2 s more) goes through."""
+    db = tmp_path / "s.db"
+    study = open_study("s", quick_storage(db, timeout_s=2.0), 0)
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+
+    def locked(args, setup, workdir, should_stop=None) -> TrialOutcome:
+        holder.execute("BEGIN EXCLUSIVE")
+        threading.Timer(3.0, holder.execute, ("ROLLBACK",)).start()
+        return Reporting()(args, setup, workdir)
+
+    try:
+        with pytest.raises(TunerError) as raised:
+            run_study(study, parse_spec(SPEC), stand_in_setup(), tmp_path, 2, runner=locked)
+    finally:
+        holder.close()
+    assert str(raised.value) == (
+        "trial 0: the study's storage failed: database is locked; the trial is marked FAIL"
+    )
+    (trial,) = optuna.load_study(study_name="s", storage=f"sqlite:///{db}").trials
+    assert trial.state == TrialState.FAIL
+    assert trial.user_attrs["reason"] == "the study's storage failed: database is locked"
+
+
+def test_a_storage_locked_for_good_says_the_trial_stays_running(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    study = open_study("s", quick_storage(db, timeout_s=0.2), 0)
+    holder = sqlite3.connect(db, isolation_level=None)
+
+    def locked(args, setup, workdir, should_stop=None) -> TrialOutcome:
+        holder.execute("BEGIN EXCLUSIVE")
+        return Reporting()(args, setup, workdir)
+
+    try:
+        with pytest.raises(TunerError) as raised:
+            run_study(study, parse_spec(SPEC), stand_in_setup(), tmp_path, 2, runner=locked)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert str(raised.value) == (
+        "trial 0: the study's storage failed: database is locked; marking the trial FAIL "
+        "failed too (database is locked): it stays RUNNING in the storage"
+    )
+    # What the message says is so.
+    (trial,) = optuna.load_study(study_name="s", storage=f"sqlite:///{db}").trials
+    assert trial.state == TrialState.RUNNING
+
+
+def test_a_database_deleted_mid_run_says_the_trial_stays_running(tmp_path: Path) -> None:
+    """The SQLite file removed while the trial ran: nothing can be written any more."""
+    db = tmp_path / "s.db"
+    study = open_study("s", f"sqlite:///{db}", 0)
+
+    def deleting(args, setup, workdir, should_stop=None) -> TrialOutcome:
+        db.unlink()
+        return Reporting()(args, setup, workdir)
+
+    with pytest.raises(TunerError) as raised:
+        run_study(study, parse_spec(SPEC), stand_in_setup(), tmp_path, 2, runner=deleting)
+    readonly = "attempt to write a readonly database"
+    assert str(raised.value) == (
+        f"trial 0: the study's storage failed: {readonly}; marking the trial FAIL failed too "
+        f"({readonly}): it stays RUNNING in the storage"
+    )

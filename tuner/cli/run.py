@@ -96,7 +96,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"window: {replay.text}")
 
     sha = sha256_of(args.trace)
-    storage = args.storage or f"sqlite:///studies/{name}.db"
+    storage = args.storage
+    if storage is None:
+        # The default storage's folder, made here as the default spec's is: a spec given
+        # elsewhere leaves it missing. A URL given is used as given; a folder missing there is
+        # more likely a slip, and the error names it.
+        Path("studies").mkdir(exist_ok=True)
+        storage = f"sqlite:///studies/{name}.db"
     study = search.open_study(name, storage, spec.seed, search.pruner_for(spec))
     workload = {"trace_sha256": sha, "window_s": window_s, "time_scale": time_scale}
     check_workload(study, workload | replay.fingerprint)
