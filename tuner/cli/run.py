@@ -27,7 +27,7 @@ from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import Launcher, ProcessLauncher, ZygoteLauncher
 from tuner.errors import InputError
 from tuner.load.http import ReplaySettings
-from tuner.study import search
+from tuner.study import fingerprint, search
 from tuner.study.space import capture_pin, default_spec_text
 from tuner.study.spec import StudySpec, load_spec
 from tuner.study.trial import Objective, TrialSetup
@@ -104,12 +104,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         Path("studies").mkdir(exist_ok=True)
         storage = f"sqlite:///studies/{name}.db"
     study = search.open_study(name, storage, spec.seed, search.pruner_for(spec))
-    workload = {"trace_sha256": sha, "window_s": window_s, "time_scale": time_scale}
-    check_workload(study, workload | replay.fingerprint)
     n_trials = spec.n_trials if args.n_trials is None else args.n_trials
+    # Asked once a run, and only to add trials: a report may be written on another machine.
+    machine = fingerprint.measured_on() if n_trials else {}
+    workload = {"trace_sha256": sha, "window_s": window_s, "time_scale": time_scale}
+    check_workload(study, fingerprint.of_study(spec, workload | replay.fingerprint, machine))
     print(f"study {name!r} in {storage}: {len(study.trials)} trials so far, adding {n_trials}")
     if n_trials:
-        _run_trials(args, study, spec, name, info.vocab_size, replay, n_trials)
+        _run_trials(args, study, spec, name, info.vocab_size, replay, n_trials, machine)
     print(f"\ndashboard: optuna-dashboard {storage}")
     return write_result(args, study, spec, name, sha, replay)
 
@@ -122,6 +124,7 @@ def _run_trials(
     vocab_size: int,
     replay: Replay,
     n_trials: int,
+    machine: Mapping[str, str],
 ) -> None:
     launcher = launcher_for(args.launcher, args.runs / name / "launcher.log")
     # On a terminal, a live line shows the running trial; elsewhere, one line as each starts.
@@ -175,6 +178,7 @@ def _run_trials(
             on_start=started,
             deadline=deadline,
             pinned=pinned,
+            measured_on=machine,
         )
         if ran < n_trials:
             print(f"time budget reached: ran {ran} of {n_trials} trials")

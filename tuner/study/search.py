@@ -19,6 +19,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tuner.errors import TunerError
 from tuner.flags import flag_name
+from tuner.study import fingerprint
 from tuner.study.scoring import FAILED_SCORE
 from tuner.study.spec import Dimension, StudySpec
 from tuner.study.storage import OPEN_ERRORS, STORAGE_ERRORS, cause, open_failure
@@ -179,12 +180,16 @@ def run_study(
     on_start: OnStart | None = None,
     deadline: float | None = None,
     pinned: Mapping[str, Any] | None = None,
+    measured_on: Mapping[str, str] | None = None,
 ) -> int:
     """Run ``n_trials`` more trials, the baseline first if the study has none yet; return how many.
 
     ``pinned`` engine arguments (``spec.capture_pin``: the CUDA-graph capture range) go into
     every searched trial, under what the trial draws; not into the baseline, which stays vLLM's
     defaults, nor into the spec's candidates, which are measured as given.
+
+    ``measured_on`` (the vLLM version and device; by default this machine's) is recorded on each
+    trial.
 
     With a ``deadline`` (``time.monotonic()`` seconds), no trial is started that would end after
     it, going by the longest trial so far in this run.
@@ -195,6 +200,7 @@ def run_study(
     """
     fixed = dict(spec.engine_args)
     pinned = dict(pinned or {})
+    machine = fingerprint.measured_on() if measured_on is None else measured_on
     longest_s = 0.0
     for done in range(n_trials):
         if deadline is not None and done and time.monotonic() + longest_s > deadline:
@@ -221,6 +227,8 @@ def run_study(
             else:
                 args = {**fixed, **pinned, **suggest(trial, spec.space, fixed)}
             trial.set_user_attr(ARGS_ATTR, args)
+            for key, value in machine.items():
+                trial.set_user_attr(key, value)
             if on_start is not None:
                 on_start(trial.number, args)
             outcome = runner(
