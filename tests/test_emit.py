@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import yaml
 
@@ -138,3 +140,15 @@ def test_header_of_a_configuration_that_misses_names_each_slo_missed():
     # Still exactly the trial's engine arguments under the header.
     assert yaml.safe_load(text) == {"model": "m", **ARGS}
     assert text.endswith(served_config("m", ARGS))
+
+
+def test_header_says_when_the_vllm_and_device_are_not_the_trials():
+    recorded = render("m", ARGS, PROVENANCE, MET, {}, None).splitlines()
+    assert not any("recorded no vLLM version" in line for line in recorded)
+    writer = replace(PROVENANCE, machine_of_writer=True)
+    lines = render("m", ARGS, writer, MET, {}, None).splitlines()
+    assert lines[1:3] == [
+        "# Tuned by tuner 0.1.0 for vLLM 0.32.0 on CPU test, 2 cores.",
+        "# (trial 3 recorded no vLLM version or device: those are of the machine that wrote "
+        "this file)",
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +27,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--study", help="study name (default: the trace file's stem)")
     run.add_argument("--spec", type=Path, help="study spec (default: studies/NAME.yaml)")
     run.add_argument("--model", help="model folder, written into a new spec")
-    run.add_argument("--n-trials", type=int, help="trials to add in this run (default: spec)")
+    run.add_argument(
+        "--n-trials", type=trial_count, help="trials to add in this run (default: spec)"
+    )
     run.add_argument("--storage", help="Optuna storage URL (default: sqlite:///studies/NAME.db)")
     run.add_argument(
         "--time-budget-s",
-        type=float,
+        type=positive_number,
         help="start no trial that would end later than this many seconds from now",
     )
-    run.add_argument("--window-s", type=float, help="replay window in trace seconds")
-    run.add_argument("--time-scale", type=float, help="multiply arrival times (< 1 is faster)")
+    run.add_argument("--window-s", type=positive_number, help="replay window in trace seconds")
+    run.add_argument(
+        "--time-scale", type=positive_number, help="multiply arrival times (< 1 is faster)"
+    )
     run.add_argument("--configs", type=Path, default=Path("configs"), help="output folder")
     run.add_argument("--runs", type=Path, default=Path("runs"), help="trial logs folder")
     run.add_argument(
@@ -72,6 +77,28 @@ def add_trace_options(parser: argparse.ArgumentParser) -> None:
         "--time-unit", choices=sorted(TIME_UNITS_PER_S), default="s", help="of --columns timestamps"
     )
     parser.add_argument("--trace-model", help="keep only this model's rows (BurstGPT)")
+
+
+def positive_number(text: str) -> float:
+    """A finite number above 0, such as a number of seconds or a scale."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def trial_count(text: str) -> int:
+    """A whole number of trials, 0 or more (0: only report on the study)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return value
 
 
 def column_mapping(text: str) -> dict[str, str]:

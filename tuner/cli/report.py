@@ -10,9 +10,8 @@ from typing import Any
 import tuner
 from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
 from tuner.cli.workload import Replay, spec_path
-from tuner.engine import environment
 from tuner.load.window import LOOP_LAG_WARNING_S
-from tuner.study import scoring, search
+from tuner.study import fingerprint, scoring, search
 from tuner.study.emit import HEADLINE, Provenance, format_figure, render, verdict_lines
 from tuner.study.outcome import next_steps
 from tuner.study.spec import StudySpec
@@ -126,15 +125,20 @@ def write_result(
     baseline_attrs = baseline.user_attrs if baseline else None
     label = "best" if verdict.meets_slos else "closest"
     print(comparison_table(chosen.user_attrs, baseline_attrs, label))
+    # What the trial ran on; this machine's only for a trial recorded before tuner kept that.
+    attrs = chosen.user_attrs
+    recorded = all(isinstance(attrs.get(key), str) for key in fingerprint.MEASURED_ON)
+    ran_on: Mapping[str, str] = attrs if recorded else fingerprint.measured_on()
     provenance = Provenance(
         tuner_version=tuner.__version__,
-        vllm_version=environment.vllm_version(),
-        device=environment.device_name(),
+        vllm_version=ran_on[fingerprint.VLLM_VERSION],
+        device=ran_on[fingerprint.DEVICE],
         study=name,
         trace_path=str(args.trace),
         trace_sha256=sha,
         window=replay.text,
         trial_number=chosen.number,
+        machine_of_writer=not recorded,
     )
     text = render(
         spec.model,

@@ -27,7 +27,7 @@ from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import Launcher, ProcessLauncher, ZygoteLauncher
 from tuner.errors import InputError
 from tuner.load.http import ReplaySettings
-from tuner.study import search
+from tuner.study import fingerprint, search
 from tuner.study.space import capture_pin, default_spec_text
 from tuner.study.spec import StudySpec, load_spec
 from tuner.study.trial import Objective, TrialSetup
@@ -73,8 +73,6 @@ def launcher_for(choice: str, log: Path) -> Launcher:
 
 def cmd_run(args: argparse.Namespace) -> int:
     name = args.study or args.trace.stem
-    if args.n_trials is not None and args.n_trials < 0:
-        raise InputError(f"--n-trials must be 0 or more, got {args.n_trials}")
     # Bad input stops here, before anything is written.
     if (args.format or detect_format(args.trace)) == CONCURRENCY:
         trace = None
@@ -86,8 +84,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec = load_study_spec(args, name, trace)
     max_len = spec.engine_args.get("max-model-len")
     info = model_info(spec.model, int(max_len) if max_len else None)
-    window_s = args.window_s or spec.window_s
-    time_scale = args.time_scale or spec.time_scale
+    # The parser took only positive numbers: an option given is never dropped for the spec's.
+    window_s = spec.window_s if args.window_s is None else args.window_s
+    time_scale = spec.time_scale if args.time_scale is None else args.time_scale
     if trace is None:
         replay = closed_loop_replay(
             args, schedule, lengths, window_s, time_scale, info.max_model_len
@@ -97,14 +96,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"window: {replay.text}")
 
     sha = sha256_of(args.trace)
-    storage = args.storage or f"sqlite:///studies/{name}.db"
+    storage = args.storage
+    if storage is None:
+        # The default storage's folder, made here as the default spec's is: a spec given
+        # elsewhere leaves it missing. A URL given is used as given; a folder missing there is
+        # more likely a slip, and the error names it.
+        Path("studies").mkdir(exist_ok=True)
+        storage = f"sqlite:///studies/{name}.db"
     study = search.open_study(name, storage, spec.seed, search.pruner_for(spec))
-    workload = {"trace_sha256": sha, "window_s": window_s, "time_scale": time_scale}
-    check_workload(study, workload | replay.fingerprint)
     n_trials = spec.n_trials if args.n_trials is None else args.n_trials
+    # Asked once a run, and only to add trials: a report may be written on another machine.
+    machine = fingerprint.measured_on() if n_trials else {}
+    workload = {"trace_sha256": sha, "window_s": window_s, "time_scale": time_scale}
+    check_workload(study, fingerprint.of_study(spec, workload | replay.fingerprint, machine))
     print(f"study {name!r} in {storage}: {len(study.trials)} trials so far, adding {n_trials}")
     if n_trials:
-        _run_trials(args, study, spec, name, info.vocab_size, replay, n_trials)
+        _run_trials(args, study, spec, name, info.vocab_size, replay, n_trials, machine)
     print(f"\ndashboard: optuna-dashboard {storage}")
     return write_result(args, study, spec, name, sha, replay)
 
@@ -117,6 +124,7 @@ def _run_trials(
     vocab_size: int,
     replay: Replay,
     n_trials: int,
+    machine: Mapping[str, str],
 ) -> None:
     launcher = launcher_for(args.launcher, args.runs / name / "launcher.log")
     # On a terminal, a live line shows the running trial; elsewhere, one line as each starts.
@@ -151,7 +159,8 @@ def _run_trials(
         progress=status.show if status.live else None,
     )
     first_new = len(study.trials)
-    deadline = time.monotonic() + args.time_budget_s if args.time_budget_s else None
+    budget_s = args.time_budget_s
+    deadline = None if budget_s is None else time.monotonic() + budget_s
     pinned = capture_pin(spec, environment.is_cpu_build())
     for key, value in pinned.items():
         print(f"pinned after trial 0, so that trials share vLLM's compiles: {key}={value}")
@@ -169,6 +178,7 @@ def _run_trials(
             on_start=started,
             deadline=deadline,
             pinned=pinned,
+            measured_on=machine,
         )
         if ran < n_trials:
             print(f"time budget reached: ran {ran} of {n_trials} trials")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import InputError
+from tuner.study.fingerprint import differences
 from tuner.study.outcome import Offered
 from tuner.traces import concurrency
 from tuner.traces.concurrency import ClosedLoop, ConcurrencyTrace, LengthSource
@@ -43,13 +44,32 @@ def sha256_of(path: Path) -> str:
 
 
 def check_workload(study: Any, fingerprint: Mapping[str, Any]) -> None:
+    """Refuse a study whose trials were measured or judged otherwise than ``fingerprint`` says.
+
+    Compared on the keys both hold: the machine's (vLLM version, device) only when this run
+    adds trials, and a study recorded before tuner checked the spec has only the trace and the
+    window. Keys the study lacks are recorded now, and checked from then on; if the study has
+    trials already, a line says which keys its earlier trials were not checked against.
+    """
     recorded = study.user_attrs.get(WORKLOAD_ATTR)
     if recorded is None:
         study.set_user_attr(WORKLOAD_ATTR, dict(fingerprint))
-    elif recorded != dict(fingerprint):
+        return
+    differ = differences(recorded, fingerprint)
+    if differ:
         raise InputError(
-            f"study {study.study_name!r} was measured on another workload "
-            f"({recorded}); use a new --study name"
+            f"study {study.study_name!r} was measured another way: {'; '.join(differ)}; its "
+            "trials do not compare with new ones: use --study NEWNAME (or delete the DB) to "
+            "start a new study"
+        )
+    missing = [key for key in fingerprint if key not in recorded]
+    if not missing:
+        return
+    study.set_user_attr(WORKLOAD_ATTR, {**recorded, **fingerprint})
+    if study.trials:
+        print(
+            f"study {study.study_name!r} predates tuner checking {', '.join(sorted(missing))}: "
+            f"its {len(study.trials)} trials were not checked against them; recorded now"
         )
 
 

@@ -39,6 +39,9 @@ class Provenance:
     trace_sha256: str
     window: str
     trial_number: int
+    # The vLLM version and device are those of the machine writing the file, not the trial's:
+    # it was recorded before tuner kept them on each trial.
+    machine_of_writer: bool = False
 
 
 def served_config(model: str, engine_args: Mapping[str, Any]) -> str:
@@ -91,8 +94,13 @@ def render(
     p = provenance
     chosen_label = "best" if verdict.meets_slos else "closest"
     lines = [f"# {line}" for line in verdict_lines(verdict)]
+    lines.append(f"# Tuned by tuner {p.tuner_version} for vLLM {p.vllm_version} on {p.device}.")
+    if p.machine_of_writer:
+        lines.append(
+            f"# (trial {p.trial_number} recorded no vLLM version or device: those are of the "
+            "machine that wrote this file)"
+        )
     lines += [
-        f"# Tuned by tuner {p.tuner_version} for vLLM {p.vllm_version} on {p.device}.",
         f"# Study {p.study!r}, trial {p.trial_number}.",
         f"# Trace: {p.trace_path} (sha256 {p.trace_sha256})",
         f"# Window: {p.window}",

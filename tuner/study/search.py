@@ -17,9 +17,12 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from tuner.errors import TunerError
 from tuner.flags import flag_name
+from tuner.study import fingerprint
 from tuner.study.scoring import FAILED_SCORE
 from tuner.study.spec import Dimension, StudySpec
+from tuner.study.storage import OPEN_ERRORS, STORAGE_ERRORS, cause, open_failure
 from tuner.study.trial import TrialOutcome, TrialSetup, run_trial
 
 logger = logging.getLogger(__name__)
@@ -67,26 +70,35 @@ class FarOffPruner(optuna.pruners.BasePruner):
 
 
 def open_study(
-    name: str, storage: str, seed: int, pruner: optuna.pruners.BasePruner | None = None
+    name: str,
+    storage: str | optuna.storages.BaseStorage,
+    seed: int,
+    pruner: optuna.pruners.BasePruner | None = None,
 ) -> optuna.Study:
     """Create the study or load it to add trials; the sampler's seed moves on with each trial.
+
+    A storage that cannot be opened is a ``TunerError`` naming it and the cause, in one line.
 
     A resumed study re-seeded with the same number would replay the same random start-up
     suggestions, so the seed is offset by the trials already there.
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     existing = 0
-    with contextlib.suppress(KeyError):
-        existing = len(optuna.load_study(study_name=name, storage=storage).trials)
-    sampler = optuna.samplers.TPESampler(seed=seed + existing, multivariate=True)
-    return optuna.create_study(
-        study_name=name,
-        storage=storage,
-        sampler=sampler,
-        pruner=pruner or optuna.pruners.NopPruner(),
-        direction="minimize",
-        load_if_exists=True,
-    )
+    try:
+        with contextlib.suppress(KeyError):
+            existing = len(optuna.load_study(study_name=name, storage=storage).trials)
+        sampler = optuna.samplers.TPESampler(seed=seed + existing, multivariate=True)
+        return optuna.create_study(
+            study_name=name,
+            storage=storage,
+            sampler=sampler,
+            pruner=pruner or optuna.pruners.NopPruner(),
+            direction="minimize",
+            load_if_exists=True,
+        )
+    except OPEN_ERRORS as exc:
+        shown = storage if isinstance(storage, str) else type(storage).__name__
+        raise TunerError(open_failure(shown, exc)) from None
 
 
 def suggest(trial: Trial, space: tuple[Dimension, ...], fixed: Mapping[str, Any]) -> dict[str, Any]:
@@ -168,6 +180,7 @@ def run_study(
     on_start: OnStart | None = None,
     deadline: float | None = None,
     pinned: Mapping[str, Any] | None = None,
+    measured_on: Mapping[str, str] | None = None,
 ) -> int:
     """Run ``n_trials`` more trials, the baseline first if the study has none yet; return how many.
 
@@ -175,65 +188,105 @@ def run_study(
     every searched trial, under what the trial draws; not into the baseline, which stays vLLM's
     defaults, nor into the spec's candidates, which are measured as given.
 
+    ``measured_on`` (the vLLM version and device; by default this machine's) is recorded on each
+    trial.
+
     With a ``deadline`` (``time.monotonic()`` seconds), no trial is started that would end after
     it, going by the longest trial so far in this run.
 
     A configuration that fails is a completed, infeasible trial. Ctrl-C (or any escape) marks
-    the running trial FAIL with the reason, so the storage never keeps a trial RUNNING.
+    the running trial FAIL with the reason, so the storage never keeps a trial RUNNING; unless
+    the storage itself failed for good, which the ``TunerError`` raised for it then says.
     """
     fixed = dict(spec.engine_args)
     pinned = dict(pinned or {})
+    machine = fingerprint.measured_on() if measured_on is None else measured_on
     longest_s = 0.0
     for done in range(n_trials):
         if deadline is not None and done and time.monotonic() + longest_s > deadline:
             logger.info("time budget reached after %d trials", done)
             return done
         began = time.monotonic()
-        baseline = not has_baseline(study)
-        candidate = None if baseline else next_candidate(study, spec)
-        if candidate is not None:
-            _enqueue_candidate(study, spec, candidate)
-        trial = study.ask()
-        if baseline:
-            args = {**fixed, **spec.baseline}
-            trial.set_user_attr(BASELINE_ATTR, True)
-        elif candidate is not None:
-            # Only the dimensions it sets: the others stay at vLLM's defaults, as configured.
-            chosen = spec.candidates[candidate]
-            dims = tuple(d for d in spec.space if d.name in chosen)
-            args = {**fixed, **suggest(trial, dims, fixed), **chosen}
-        else:
-            args = {**fixed, **pinned, **suggest(trial, spec.space, fixed)}
-        trial.set_user_attr(ARGS_ATTR, args)
-        if on_start is not None:
-            on_start(trial.number, args)
         try:
+            baseline = not has_baseline(study)
+            candidate = None if baseline else next_candidate(study, spec)
+            if candidate is not None:
+                _enqueue_candidate(study, spec, candidate)
+            trial = study.ask()
+        except STORAGE_ERRORS as exc:
+            raise TunerError(f"the study's storage failed: {cause(exc)}") from exc
+        try:
+            if baseline:
+                args = {**fixed, **spec.baseline}
+                trial.set_user_attr(BASELINE_ATTR, True)
+            elif candidate is not None:
+                # Only the dimensions it sets: the others stay at vLLM's defaults, as configured.
+                chosen = spec.candidates[candidate]
+                dims = tuple(d for d in spec.space if d.name in chosen)
+                args = {**fixed, **suggest(trial, dims, fixed), **chosen}
+            else:
+                args = {**fixed, **pinned, **suggest(trial, spec.space, fixed)}
+            trial.set_user_attr(ARGS_ATTR, args)
+            for key, value in machine.items():
+                trial.set_user_attr(key, value)
+            if on_start is not None:
+                on_start(trial.number, args)
             outcome = runner(
                 args,
                 setup,
                 run_dir / f"trial-{trial.number:04d}",
-                # The baseline and the candidates are reference points: measured in full.
-                should_stop=None if baseline or candidate is not None else _should_stop(trial),
+                # The baseline and the candidates are reference points: measured in full, but
+                # their ratios are reported too, for the pruner to compare with when one is best.
+                should_stop=_should_stop(trial, prunable=not baseline and candidate is None),
             )
+            record(trial, outcome)
+            if outcome.pruned:
+                frozen = study.tell(trial, state=TrialState.PRUNED)
+            else:
+                frozen = study.tell(trial, outcome.score.value)
         except BaseException as exc:
-            trial.set_user_attr(REASON_ATTR, f"interrupted: {type(exc).__name__}")
-            study.tell(trial, state=TrialState.FAIL)
-            raise
-        record(trial, outcome)
-        if outcome.pruned:
-            frozen = study.tell(trial, state=TrialState.PRUNED)
-        else:
-            frozen = study.tell(trial, outcome.score.value)
+            failure = _abandon(study, trial, exc)
+            if failure is None:
+                raise
+            raise failure from exc
         if on_trial is not None:
             on_trial(frozen)
         longest_s = max(longest_s, time.monotonic() - began)
     return n_trials
 
 
-def _should_stop(trial: Trial) -> Callable[[int, float], bool]:
+def _abandon(study: optuna.Study, trial: Trial, exc: BaseException) -> TunerError | None:
+    """Mark ``trial`` FAIL after ``exc`` escaped it; for a storage error, the error to raise.
+
+    That error says whether the trial could still be marked: a storage that refuses every write
+    keeps the trial RUNNING, and the person reading should know.
+    """
+    storage_failed = isinstance(exc, STORAGE_ERRORS)
+    reason = (
+        f"the study's storage failed: {cause(exc)}"
+        if storage_failed
+        else f"interrupted: {type(exc).__name__}"
+    )
+    with contextlib.suppress(*STORAGE_ERRORS):
+        trial.set_user_attr(REASON_ATTR, reason)
+    try:
+        study.tell(trial, state=TrialState.FAIL)
+        marked = "the trial is marked FAIL"
+    except STORAGE_ERRORS as again:
+        marked = (
+            f"marking the trial FAIL failed too ({cause(again)}): it stays RUNNING in the storage"
+        )
+        if not storage_failed:  # else the error raised says so
+            logger.warning("trial %d, %s: %s", trial.number, reason, marked)
+    return TunerError(f"trial {trial.number}: {reason}; {marked}") if storage_failed else None
+
+
+def _should_stop(trial: Trial, prunable: bool) -> Callable[[int, float], bool]:
+    """Report the window's worst SLO ratio at ``step``; stop if prunable and the pruner says so."""
+
     def should_stop(step: int, value: float) -> bool:
         trial.report(value, step)
-        return trial.should_prune()
+        return prunable and trial.should_prune()
 
     return should_stop
 

@@ -1,0 +1,96 @@
+"""``tuner run``'s numeric options: checked as they are parsed, and an override is never dropped.
+
+Each run goes through ``tuner.cli.main`` with ``--n-trials 0`` (or fails before it), so no vLLM
+starts; a study in SQLite is opened only where the options are good.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest import write_spec
+
+from tuner.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED
+from tuner.cli.main import main
+
+SPEC = {
+    "dummy_model": None,
+    "engine_args": {"load-format": "dummy", "max-model-len": 4096},
+    "search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 32}},
+    "slos": {"ttft_p95_s": 2.0},
+    "objective": {"ttft_p95_s": 1.0},
+    "window_s": 5,
+    "time_scale": 1,
+}
+
+
+@pytest.fixture
+def folder(tmp_path: Path, cpu_model: Path) -> Path:
+    write_spec(tmp_path / "spec.yaml", {"model": str(cpu_model), **SPEC})
+    rows = "".join(f"{0.25 * i},{20 + i},{10 + i}\n" for i in range(40))
+    (tmp_path / "trace.csv").write_text("timestamp,input_tokens,output_tokens\n" + rows)
+    return tmp_path
+
+
+def run(folder: Path, *options: str) -> int:
+    return main(
+        [
+            "run",
+            "--trace",
+            str(folder / "trace.csv"),
+            "--study",
+            "s",
+            "--spec",
+            str(folder / "spec.yaml"),
+            "--storage",
+            f"sqlite:///{folder / 's.db'}",
+            "--configs",
+            str(folder / "configs"),
+            "--runs",
+            str(folder / "runs"),
+            *options,
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("--window-s", "0", "must be a positive number, got '0'"),
+        ("--window-s", "-5", "must be a positive number, got '-5'"),
+        ("--window-s", "nan", "must be a positive number, got 'nan'"),
+        ("--window-s", "inf", "must be a positive number, got 'inf'"),
+        ("--window-s", "ten", "must be a positive number, got 'ten'"),
+        ("--time-scale", "0", "must be a positive number, got '0'"),
+        ("--time-scale", "-0.5", "must be a positive number, got '-0.5'"),
+        ("--time-budget-s", "0", "must be a positive number, got '0'"),
+        ("--time-budget-s", "-60", "must be a positive number, got '-60'"),
+        ("--n-trials", "-1", "must be a whole number >= 0, got '-1'"),
+        ("--n-trials", "1.5", "must be a whole number >= 0, got '1.5'"),
+    ],
+)
+def test_a_bad_number_exits_2_as_it_is_parsed(
+    folder: Path, capsys, option: str, value: str, said: str
+) -> None:
+    options = [option, value] if option == "--n-trials" else ["--n-trials", "0", option, value]
+    with pytest.raises(SystemExit) as exited:
+        run(folder, *options)
+    assert exited.value.code == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert f"tuner run: error: argument {option}: {said}" in err.splitlines()
+    assert "Traceback" not in err
+    # Refused before anything is opened or written.
+    assert sorted(p.name for p in folder.iterdir()) == ["spec.yaml", "trace.csv"]
+
+
+def test_good_numbers_override_the_spec(folder: Path, capsys) -> None:
+    options = ["--window-s", "2.5", "--time-scale", "0.5", "--time-budget-s", "30"]
+    # Nothing measured yet: no trial served, exit 1, but the study was opened with the overrides.
+    assert run(folder, "--n-trials", "0", *options) == EXIT_FAILED
+    out = capsys.readouterr().out
+    assert "adding 0" in out
+    fingerprint = optuna.load_study(study_name="s", storage=f"sqlite:///{folder / 's.db'}")
+    recorded = fingerprint.user_attrs["workload"]
+    assert (recorded["window_s"], recorded["time_scale"]) == (2.5, 0.5)

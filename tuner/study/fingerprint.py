@@ -1,0 +1,75 @@
+"""A study's fingerprint: what its trials were measured on and judged by.
+
+Trials of one study compare only if they replayed the same window of the same trace, were
+scored against the same SLOs and weights, searched the same space with the same fixed engine
+arguments on the same model, and ran on the same vLLM and device. The fingerprint holds all of
+that, as the storage keeps it (JSON), and a resumed study is refused where it differs.
+
+The vLLM version and device are also recorded on each trial, when it is measured, so that the
+configuration written names what the chosen trial ran on, whichever machine writes it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
+from tuner.engine import environment
+from tuner.study.spec import StudySpec
+
+# Trial user attributes, and keys of the fingerprint: what a trial ran on.
+VLLM_VERSION = "vllm_version"
+DEVICE = "device"
+MEASURED_ON = (VLLM_VERSION, DEVICE)
+
+
+def measured_on() -> dict[str, str]:
+    """The vLLM version and device of trials started on this machine (asks ``nvidia-smi``)."""
+    return {VLLM_VERSION: environment.vllm_version(), DEVICE: environment.device_name()}
+
+
+def of_study(
+    spec: StudySpec, workload: Mapping[str, Any], machine: Mapping[str, str]
+) -> dict[str, Any]:
+    """The fingerprint of a run: ``workload`` (the trace and window), what the spec scores and
+    searches, and the ``machine`` its trials run on (empty when it adds none)."""
+    space = {d.name: {k: v for k, v in asdict(d).items() if k != "name"} for d in spec.space}
+    fields = {
+        **workload,
+        "model": spec.model,
+        "engine_args": dict(spec.engine_args),
+        "search_space": space,
+        "slos": dict(spec.slos),
+        "weights": dict(spec.weights),
+        "max_error_rate": spec.max_error_rate,
+        **machine,
+    }
+    # As the storage gives it back: tuples become lists, integers in floats stay floats.
+    loaded: dict[str, Any] = json.loads(json.dumps(fields))
+    return loaded
+
+
+def differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """``key: old -> new`` for each key both hold with different values, in ``current``'s order;
+    for a mapping, one per field that differs (``slos.ttft_p95_s: 2.0 -> 1.0``)."""
+    found = []
+    for key, new in current.items():
+        if key not in recorded or recorded[key] == new:
+            continue
+        old = recorded[key]
+        if isinstance(old, Mapping) and isinstance(new, Mapping):
+            fields = [*old, *(f for f in new if f not in old)]
+            found += [
+                f"{key}.{f}: {_shown(old, f)} -> {_shown(new, f)}"
+                for f in fields
+                if old.get(f) != new.get(f) or (f in old) != (f in new)
+            ]
+        else:
+            found.append(f"{key}: {old!r} -> {new!r}")
+    return found
+
+
+def _shown(values: Mapping[str, Any], key: str) -> str:
+    return repr(values[key]) if key in values else "absent"

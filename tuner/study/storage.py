@@ -1,0 +1,69 @@
+"""The study's storage as tuner speaks of it: its URL without a password, its failures in a line.
+
+Optuna keeps a study in a database through SQLAlchemy; what goes wrong there (a URL it cannot
+parse, a driver not installed, a server not listening, a SQLite file in a folder that does not
+exist, a database that stops taking writes) reaches tuner as an exception of SQLAlchemy's or
+Optuna's, with a message over several lines. These are failures of the tool's surroundings:
+tuner reports them in one line, naming the storage and the cause.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import optuna
+import sqlalchemy
+
+# What opening or writing to a storage raises when the storage, not tuner, is at fault.
+STORAGE_ERRORS: tuple[type[Exception], ...] = (
+    sqlalchemy.exc.SQLAlchemyError,
+    optuna.exceptions.StorageInternalError,
+)
+# Opening also imports the database's driver, which may not be installed.
+OPEN_ERRORS: tuple[type[Exception], ...] = (*STORAGE_ERRORS, ImportError)
+
+# The line SQLAlchemy adds to its messages.
+_BACKGROUND = re.compile(r"\(Background on this error at: [^)]*\)")
+
+
+def shown_url(url: str) -> str:
+    """The URL as tuner prints it: any password replaced by ``***``."""
+    try:
+        return sqlalchemy.make_url(url).render_as_string(hide_password=True)
+    except sqlalchemy.exc.ArgumentError:
+        return url  # not a URL, so no password either
+
+
+def cause(exc: BaseException) -> str:
+    """What went wrong, in one line: the database's own words where it said something.
+
+    Optuna wraps SQLAlchemy's error in a general message of its own, and SQLAlchemy the
+    database driver's, adding the statement and a link; the driver's message is the one that
+    names the cause (``database is locked``, ``connection refused``).
+    """
+    if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    if isinstance(exc, ImportError) and isinstance(exc.__cause__, ImportError):
+        return f"its database driver is not installed ({exc.__cause__})"
+    said = getattr(exc, "orig", None) or exc
+    return " ".join(_BACKGROUND.sub("", str(said)).split()) or type(said).__name__
+
+
+def missing_folder(url: str) -> Path | None:
+    """The folder of a SQLite file URL, if that folder does not exist."""
+    try:
+        parsed = sqlalchemy.make_url(url)
+    except sqlalchemy.exc.ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    folder = Path(str(parsed.database)).parent
+    return None if folder.is_dir() else folder
+
+
+def open_failure(url: str, exc: BaseException) -> str:
+    """``cannot open the study storage URL: CAUSE``, naming a SQLite file's missing folder."""
+    text = f"cannot open the study storage {shown_url(url)}: {cause(exc)}"
+    folder = missing_folder(url)
+    return text if folder is None else f"{text} (folder {folder} does not exist)"
