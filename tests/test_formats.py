@@ -9,13 +9,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_tuner
+from conftest import cpu_spec, run_tuner, write_spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tuner.errors import TraceError
 from tuner.load.prompts import prompt_token_ids
-from tuner.traces.formats import PARSERS, detect_format, load_trace, parse_column_mapping
+from tuner.traces.formats import (
+    PARSERS,
+    decide_format,
+    detect_format,
+    load_trace,
+    parse_column_mapping,
+)
 from tuner.traces.model import HashIds
 
 AZURE = Path("/work/shared/traces/AzureLLMInferenceTrace_code.csv")
@@ -249,6 +255,41 @@ def test_one_gigabyte_file_is_refused_before_reading(tmp_path):
         handle.truncate(1 << 30)
     with pytest.raises(TraceError, match="1024 MiB is over the 512 MiB limit"):
         load_trace(big)
+
+
+MAPPED = "id,when_ms,prompt,completion\n" + "".join(
+    f"{i},{i * 250},{10 + i},{2 + i % 3}\n" for i in range(20)
+)
+MAPPING = "timestamp=when_ms,input_tokens=prompt,output_tokens=completion"
+
+
+def test_one_function_decides_the_format(write_trace):
+    mapped = write_trace(MAPPED, "mapped.csv")
+    columns = parse_column_mapping(MAPPING)
+    assert decide_format(mapped, None, columns) == "columns"
+    assert decide_format(mapped, "columns", columns) == "columns"
+    concurrency = write_trace("timestamp,concurrency\n0,3\n", "c.csv")
+    assert decide_format(concurrency, None, None) == "concurrency"
+    assert decide_format(concurrency, "concurrency", None) == "concurrency"
+    with pytest.raises(TraceError, match="unknown trace format"):
+        decide_format(mapped, None, None)
+    with pytest.raises(TraceError, match="a column mapping is for the columns format, not azure"):
+        decide_format(mapped, "azure", columns)
+    with pytest.raises(TraceError, match="unknown format 'parquet'"):
+        decide_format(mapped, "parquet", None)
+
+
+def test_tuner_run_with_columns_needs_no_format(tmp_path, write_trace, cpu_model):
+    path = write_trace(MAPPED, "mapped.csv")
+    spec = write_spec(tmp_path / "spec.yaml", cpu_spec(cpu_model))
+    done = run_tuner(
+        "run", "--trace", path, "--columns", MAPPING, "--time-unit", "ms", "--spec", spec,
+        "--n-trials", "0", "--storage", f"sqlite:///{tmp_path / 's.db'}", cwd=tmp_path,
+    )  # fmt: skip
+    assert f"trace {path}: 20 requests over 5 s" in done.stdout, done.stderr
+    # No trial ran, so none served the window: exit 1, nothing written.
+    assert done.returncode == 1, done.stderr
+    assert "no trial served the window" in done.stderr
 
 
 def test_concurrency_trace_is_not_a_request_trace(write_trace):

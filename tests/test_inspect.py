@@ -77,6 +77,19 @@ def test_inspect_text_for_people(tmp_path, write_trace):
     assert not list(tmp_path.glob("*.png"))
 
 
+def test_inspect_with_a_column_mapping(write_trace, capsys):
+    path = write_trace("id,when_ms,prompt,completion\n1,0,10,2\n2,500,20,4\n3,2000,30,6\n")
+    mapping = "timestamp=when_ms,input_tokens=prompt,output_tokens=completion"
+    argv = ["trace", "inspect", str(path), "--columns", mapping, "--time-unit", "ms"]
+    assert main([*argv, "--json", "--no-png"]) == 0
+    profile = json.loads(capsys.readouterr().out)
+    assert profile["requests"] == 3 and profile["span_s"] == 2
+    assert profile["input_tokens"]["p50"] == 20
+    # A mapping with another format named is a contradiction, refused before reading.
+    assert main([*argv, "--format", "azure", "--no-png"]) == 2
+    assert "a column mapping is for the columns format, not azure" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "text",
     ["", "timestamp,input_tokens,output_tokens\n0,1,0\n", "\x00\x01junk", "a,b\n1,2\n"],

@@ -8,10 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import tuner
-from tuner.traces.formats import (
-    PARSERS,
-    parse_column_mapping,
-)
+from tuner.traces.formats import FORMATS, parse_column_mapping
 from tuner.traces.parsers import TIME_UNITS_PER_S
 
 
@@ -67,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_trace_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--format", choices=sorted(PARSERS), help="trace format (default: detect)")
+    parser.add_argument("--format", choices=sorted(FORMATS), help="trace format (default: detect)")
     parser.add_argument(
         "--columns",
         type=column_mapping,

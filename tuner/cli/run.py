@@ -32,11 +32,7 @@ from tuner.study.space import capture_pin, default_spec_text
 from tuner.study.spec import StudySpec, load_spec
 from tuner.study.trial import Objective, TrialSetup
 from tuner.traces.concurrency import load_concurrency
-from tuner.traces.formats import (
-    CONCURRENCY,
-    detect_format,
-    load_trace,
-)
+from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
 from tuner.traces.model import Trace
 from tuner.traces.workload import model_info
 
@@ -74,7 +70,7 @@ def launcher_for(choice: str, log: Path) -> Launcher:
 def cmd_run(args: argparse.Namespace) -> int:
     name = args.study or args.trace.stem
     # Bad input stops here, before anything is written.
-    if (args.format or detect_format(args.trace)) == CONCURRENCY:
+    if decide_format(args.trace, args.format, args.columns) == CONCURRENCY:
         trace = None
         schedule, lengths = load_concurrency(args.trace), length_source(args)
         print(f"concurrency trace {args.trace}: {len(schedule.time_s)} samples")

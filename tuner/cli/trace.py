@@ -10,11 +10,7 @@ from tuner.cli.parser import trace_options
 from tuner.errors import InputError
 from tuner.traces import from_prometheus, plot, profile, prometheus
 from tuner.traces.concurrency import load_concurrency
-from tuner.traces.formats import (
-    CONCURRENCY,
-    detect_format,
-    load_trace,
-)
+from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
 from tuner.traces.model import busiest_window_start
 
 
@@ -22,7 +18,7 @@ def cmd_trace_inspect(args: argparse.Namespace) -> int:
     service = profile.ServiceModel(args.prefill_tokens_per_s, args.tpot_ms / 1000)
     if service.prefill_tokens_per_s <= 0 or service.tpot_s <= 0 or args.window_s <= 0:
         raise InputError("--window-s, --tpot-ms and --prefill-tokens-per-s must be positive")
-    fmt = args.format or (None if args.columns else detect_format(args.file))
+    fmt = decide_format(args.file, args.format, args.columns)
     png = None if args.no_png else args.png or Path(f"{args.file.stem}-inspect.png")
     if fmt == CONCURRENCY:
         schedule = load_concurrency(args.file)

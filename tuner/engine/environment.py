@@ -7,6 +7,8 @@ import os
 import platform
 import shutil
 import subprocess
+from collections import Counter
+from collections.abc import Callable, Mapping
 
 
 def vllm_version() -> str:
@@ -27,22 +29,72 @@ def is_cpu_build() -> bool:
     return True
 
 
-def device_name() -> str:
-    """The GPU's name from nvidia-smi, else the CPU model and core count."""
-    if shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(
-                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=20,
-                check=True,
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            out = ""
-        if out:
-            names = out.splitlines()
-            return f"{len(names)}x {names[0]}" if len(names) > 1 else names[0]
+def nvidia_smi_gpus() -> str:
+    """``index, uuid, name`` of every GPU, one CSV line each; empty without nvidia-smi."""
+    if not shutil.which("nvidia-smi"):
+        return ""
+    try:
+        return subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,uuid,name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def device_name(
+    environ: Mapping[str, str] = os.environ,
+    query_gpus: Callable[[], str] = nvidia_smi_gpus,
+) -> str:
+    """The GPUs vLLM will use (``"2x NAME"`` for two alike), else the CPU model and cores.
+
+    ``query_gpus`` returns what ``nvidia_smi_gpus`` does; ``environ`` is the environment
+    vLLM will start in.
+    """
+    gpus = _visible_gpus(_parse_gpus(query_gpus()), environ.get("CUDA_VISIBLE_DEVICES"))
+    if not gpus:
+        return _cpu_name()
+    counts = Counter(gpus)
+    return " + ".join(name if n == 1 else f"{n}x {name}" for name, n in counts.items())
+
+
+def _parse_gpus(csv: str) -> list[tuple[str, str, str]]:
+    """``(index, uuid, name)`` from nvidia-smi's CSV lines; lines not of that shape are skipped."""
+    gpus = []
+    for line in csv.splitlines():
+        fields = [field.strip() for field in line.split(",", 2)]
+        if len(fields) == 3 and fields[0].isdigit() and fields[2]:
+            gpus.append((fields[0], fields[1], fields[2]))
+    return gpus
+
+
+def _visible_gpus(gpus: list[tuple[str, str, str]], visible: str | None) -> list[str]:
+    """The names of the GPUs ``CUDA_VISIBLE_DEVICES`` lists, in its order.
+
+    Unset means every GPU. Entries are nvidia-smi indices (vLLM reads them as such; with
+    GPUs of different kinds, CUDA orders them alike only under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``,
+    which vLLM asks for) or GPU UUIDs, or a prefix of one that only one GPU has. As CUDA does,
+    the list ends at the first entry that names no GPU, or one named before ("" and "-1" name
+    none).
+    """
+    if visible is None:
+        return [name for _, _, name in gpus]
+    chosen: list[tuple[str, str, str]] = []
+    for entry in (part.strip() for part in visible.split(",")):
+        if entry.isdigit():
+            matches = [gpu for gpu in gpus if int(gpu[0]) == int(entry)]
+        else:
+            matches = [gpu for gpu in gpus if entry.startswith("GPU-") and gpu[1].startswith(entry)]
+        if len(matches) != 1 or matches[0] in chosen:
+            break
+        chosen.append(matches[0])
+    return [name for _, _, name in chosen]
+
+
+def _cpu_name() -> str:
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as handle:
@@ -52,5 +104,4 @@ def device_name() -> str:
                     break
     except OSError:
         pass
-
     return f"CPU {model}, {os.cpu_count()} cores"

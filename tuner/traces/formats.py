@@ -1,8 +1,8 @@
 """Reading trace files of every format users bring into a ``Trace``.
 
-The format is chosen by name or detected from the file's header (CSV) or first record's keys
-(JSONL); the parsers live in ``tuner.traces.parsers``. Files over ``MAX_TRACE_BYTES`` are
-refused.
+``decide_format`` is the one place a file's format is decided: named, implied by a column
+mapping, or detected from the file's header (CSV) or first record's keys (JSONL). The parsers
+live in ``tuner.traces.parsers``. Files over ``MAX_TRACE_BYTES`` are refused.
 """
 
 from __future__ import annotations
@@ -57,6 +57,24 @@ PARSERS: dict[str, Parser] = {
 }
 
 CONCURRENCY = "concurrency"
+FORMATS = (*PARSERS, CONCURRENCY)
+"""Every format name: the request-trace formats, then the concurrency trace."""
+
+
+def decide_format(
+    path: Path, fmt: str | None = None, columns: Mapping[str, str] | None = None
+) -> str:
+    """The format of ``path``: ``fmt`` if given, ``columns`` if a mapping is, else detected.
+
+    A mapping beside a named format other than ``columns`` contradicts it and is refused.
+    """
+    if fmt is not None and fmt not in FORMATS:
+        raise TraceError(str(path), None, f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    if columns and fmt not in (None, "columns"):
+        raise TraceError(str(path), None, f"a column mapping is for the columns format, not {fmt}")
+    if fmt is not None:
+        return fmt
+    return "columns" if columns else detect_format(path)
 
 
 def detect_format(path: Path) -> str:
@@ -112,13 +130,12 @@ def load_trace(
     block_tokens: int = 0,
     max_bytes: int = MAX_TRACE_BYTES,
 ) -> Trace:
-    """Read a trace file, detecting its format unless ``fmt`` names one.
+    """Read a request trace file in the format ``decide_format`` gives.
 
     A column mapping without ``fmt`` means the ``columns`` format.
     """
     path = Path(path)
-    if fmt is None:
-        fmt = "columns" if columns else detect_format(path)
+    fmt = decide_format(path, fmt, columns)
     if fmt == CONCURRENCY:
         raise TraceError(
             str(path),
@@ -126,11 +143,5 @@ def load_trace(
             "a concurrency trace (timestamp,concurrency), not a request trace; "
             "it is replayed closed-loop with lengths from a request trace",
         )
-    try:
-        parser = PARSERS[fmt]
-    except KeyError:
-        raise TraceError(
-            str(path), None, f"unknown format {fmt!r}; known: {', '.join(PARSERS)}"
-        ) from None
     options = TraceOptions(dict(columns or {}), time_unit, model, block_tokens, max_bytes)
-    return parser(path, options)
+    return PARSERS[fmt](path, options)
