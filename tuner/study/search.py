@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from tuner.errors import InputError
 from tuner.flags import flag_name
 from tuner.study.scoring import FAILED_SCORE
 from tuner.study.spec import Dimension, StudySpec
@@ -30,6 +32,8 @@ ARGS_ATTR = "engine_args"
 REASON_ATTR = "reason"
 LOG_ATTR = "log_tail"
 FEASIBLE_ATTR = "feasible"
+# The objective's name, which optuna-dashboard shows (the study minimises it).
+SCORE_NAME = "score"
 
 MAX_NUM_SEQS = flag_name("max_num_seqs")
 MAX_BATCHED_TOKENS = flag_name("max_num_batched_tokens")
@@ -79,7 +83,7 @@ def open_study(
     with contextlib.suppress(KeyError):
         existing = len(optuna.load_study(study_name=name, storage=storage).trials)
     sampler = optuna.samplers.TPESampler(seed=seed + existing, multivariate=True)
-    return optuna.create_study(
+    study = optuna.create_study(
         study_name=name,
         storage=storage,
         sampler=sampler,
@@ -87,6 +91,24 @@ def open_study(
         direction="minimize",
         load_if_exists=True,
     )
+    if study.metric_names is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([SCORE_NAME])
+    return study
+
+
+def load_existing(name: str, storage: str) -> optuna.Study:
+    """A study that is already there, to read; creates nothing (not even a SQLite file)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    path = storage.removeprefix("sqlite:///")
+    if path != storage and not Path(path).exists():
+        raise InputError(f"no study database at {path}")
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        there = ", ".join(optuna.get_all_study_names(storage)) or "none"
+        raise InputError(f"no study {name!r} in {storage} (studies there: {there})") from None
 
 
 def suggest(trial: Trial, space: tuple[Dimension, ...], fixed: Mapping[str, Any]) -> dict[str, Any]:
