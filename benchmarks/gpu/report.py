@@ -3,8 +3,9 @@
     python benchmarks/gpu/report.py benchmarks/results/h100-story --name story
 
 Reads ``DIR/study.db`` (the Optuna study) and ``DIR/loop.jsonl`` (each iteration's wall time)
-and, if present, ``DIR/validate-*.json``; writes ``DIR/tables.md`` and PNG plots into ``DIR``.
-Every number comes from those files.
+and, if present, ``DIR/validate-*.json``; writes ``DIR/tables.md`` and PNG plots into ``DIR``
+(``--out`` elsewhere): ``tuner report``'s figures, drawn by the same module
+(``tuner.report.plots``). Every number comes from those files.
 """
 
 from __future__ import annotations
@@ -13,19 +14,17 @@ import argparse
 import json
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.report import plots as figures
+from tuner.report.data import rows_of, searched_parameters, slo_limits
+
 SPACE = ("max-num-seqs", "max-num-batched-tokens", "gpu-memory-utilization")
-COST = (
-    ("time_engine_healthy_s", "engine start"),
-    ("time_warmup_s", "warm-up"),
-    ("time_window_s", "window"),
-    ("time_engine_stop_s", "shutdown"),
-)
 
 
 def kind(t: FrozenTrial) -> str:
@@ -148,61 +147,37 @@ def validation_table(docs: list[dict[str, Any]]) -> list[str]:
     return rows
 
 
-def plots(trials: list[FrozenTrial], out: Path, slos: dict[str, float]) -> list[str]:
-    import matplotlib
+def plots(trials: list[FrozenTrial], out: Path, slos: dict[str, float] | None) -> list[str]:
+    """The figures of ``tuner report`` (``tuner.report.plots``), as PNGs in ``out``.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    written = []
-    numbers = [t.number for t in trials]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    bottom = [0.0] * len(trials)
-    for key, label in COST:
-        values = [t.user_attrs.get(key, 0.0) for t in trials]
-        ax.bar(numbers, values, bottom=bottom, label=label)
-        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    ax.set_xlabel("trial")
-    ax.set_xticks(numbers)
-    ax.set_ylabel("seconds")
-    ax.set_title("Where each trial's time went")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "trial-cost.png", dpi=110)
-    written.append("trial-cost.png")
-    plt.close(fig)
-
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
-    for ax, (key, label) in zip(
-        axes,
-        (("ttft_p95_s", "TTFT p95"), ("tpot_p95_s", "TPOT p95"), ("e2e_p99_s", "e2e p99")),
-        strict=True,
-    ):
-        for t in trials:
-            if key not in t.user_attrs:
-                continue
-            colour = {"defaults": "tab:red", "hand-tuned": "tab:orange"}.get(kind(t), "tab:blue")
-            ax.scatter(t.number, t.user_attrs[key] * 1000, color=colour)
-        if key in slos:
-            ax.axhline(slos[key] * 1000, color="grey", linestyle="--", label="SLO")
-        ax.set_title(f"{label} (ms)")
-        ax.set_xlabel("trial")
-        ax.set_yscale("log")
-        ax.set_xticks(numbers)
-    fig.suptitle("red: vLLM defaults, orange: hand-tuned, blue: searched; dashed: SLO")
-    fig.tight_layout()
-    fig.savefig(out / "trial-latency.png", dpi=110)
-    written.append("trial-latency.png")
-    plt.close(fig)
-    return written
+    ``slos``: the spec's; by default, those the trials were held to (from their constraints).
+    """
+    rows = [
+        # Studies before the spec had candidates marked their hand-tuned trial "hand_tuned".
+        replace(row, kind="hand-tuned") if row.attrs.get("hand_tuned") else row
+        for row in rows_of(trials)
+    ]
+    limits = slo_limits(rows) if slos is None else slos
+    written = (
+        figures.plot_cost(rows, out / "trial-cost.png"),
+        figures.plot_trials(rows, limits, out / "trial-latency.png"),
+        figures.plot_history(rows, out / "history.png"),
+        figures.plot_landscape(rows, searched_parameters(trials), limits, out / "landscape.png"),
+    )
+    return [path.name for path in written if path is not None]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dir", type=Path)
     parser.add_argument("--name", required=True, help="study name")
-    parser.add_argument("--spec", type=Path, help="the study spec, for the SLO lines")
+    parser.add_argument(
+        "--spec", type=Path, help="the study spec, for the SLO lines (default: from the study)"
+    )
+    parser.add_argument("--out", type=Path, help="where tables.md and the PNGs go (default: DIR)")
     args = parser.parse_args(argv)
+    out = args.out or args.dir
+    out.mkdir(parents=True, exist_ok=True)
     storage = f"sqlite:///{args.dir / 'study.db'}"
     study = optuna.load_study(study_name=args.name, storage=storage)
     trials = [t for t in study.get_trials() if t.state != TrialState.WAITING]
@@ -212,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         walls = [json.loads(line) for line in loop.read_text().splitlines() if line.strip()]
     feasible = [t for t in trials if t.user_attrs.get("feasible") and t.value is not None]
     best = min(feasible, key=lambda t: t.value or 0.0).number if feasible else None
-    slos: dict[str, float] = {}
+    slos: dict[str, float] | None = None
     if args.spec:
         from tuner.study.spec import load_spec
 
@@ -222,9 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     docs = [json.loads(p.read_text()) for p in sorted(args.dir.glob("validate-*.json"))]
     if docs:
         lines += ["### Validation", "", *validation_table(docs), ""]
-    for png in plots(trials, args.dir, slos):
+    for png in plots(trials, out, slos):
         lines.append(f"![{png}]({png})")
-    (args.dir / "tables.md").write_text("\n".join(lines) + "\n")
+    (out / "tables.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

@@ -18,6 +18,7 @@ from tuner.cli.compile_key import cmd_compile_key
 from tuner.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
 from tuner.cli.parser import build_parser
 from tuner.cli.run import cmd_run
+from tuner.cli.show_report import cmd_report
 from tuner.cli.trace import cmd_trace_from_prometheus, cmd_trace_inspect
 from tuner.errors import InputError, TunerError
 
@@ -41,6 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_trace_from_prometheus(args)
         if args.command == "compile-key":
             return cmd_compile_key(args)
+        if args.command == "report":
+            return cmd_report(args)
         return cmd_run(args)
     except InputError as exc:
         print(f"tuner: {exc}", file=sys.stderr)

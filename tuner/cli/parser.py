@@ -54,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
         "fork one per trial (faster starts); auto (default): zygote, except on vLLM's CPU "
         "build (see README)",
     )
+    run.add_argument("--report", action="store_true", help="write the HTML report at the end")
     add_trace_commands(commands)
+    add_report_command(commands)
     keys = commands.add_parser(
         "compile-key",
         help="which searched engine arguments change vLLM's compile key (the installed vLLM's)",
@@ -133,3 +135,13 @@ def add_trace_commands(commands: Any) -> None:
     rebuild.add_argument("--seed", type=int, default=0, help="for arrivals and lengths")
     rebuild.add_argument("--out", type=Path, default=Path("prometheus-trace.csv"))
     rebuild.add_argument("--concurrency-out", type=Path, help="default: OUT.concurrency.csv")
+
+
+def add_report_command(commands: Any) -> None:
+    report = commands.add_parser("report", help="an HTML page of what a study found, with plots")
+    report.add_argument("study", help="study name")
+    report.add_argument("--storage", help="Optuna storage URL (default: sqlite:///studies/NAME.db)")
+    report.add_argument("--out", type=Path, help="output folder (default: reports/NAME)")
+    report.add_argument(
+        "--configs", type=Path, default=Path("configs"), help="where tuner run wrote NAME.yaml"
+    )

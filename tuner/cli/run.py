@@ -13,6 +13,7 @@ from typing import Any
 from tuner.cli.parser import trace_options
 from tuner.cli.progress import StatusLine
 from tuner.cli.report import fmt_params, overhead_summary, trial_line, write_result
+from tuner.cli.show_report import after_run
 from tuner.cli.workload import (
     Replay,
     check_workload,
@@ -109,7 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if n_trials:
         _run_trials(args, study, spec, name, info.vocab_size, replay, n_trials, machine)
     print(f"\ndashboard: optuna-dashboard {storage}")
-    return write_result(args, study, spec, name, sha, replay)
+    return after_run(args, name, storage, write_result(args, study, spec, name, sha, replay))
 
 
 def _run_trials(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,22 +18,26 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from tuner.errors import TunerError
+from tuner.errors import InputError, TunerError
 from tuner.flags import flag_name
 from tuner.study import fingerprint
+from tuner.study.attrs import (
+    ARGS_ATTR,
+    BASELINE_ATTR,
+    CANDIDATE_ATTR,
+    FEASIBLE_ATTR,
+    LOG_ATTR,
+    REASON_ATTR,
+)
 from tuner.study.scoring import FAILED_SCORE
 from tuner.study.spec import Dimension, StudySpec
-from tuner.study.storage import OPEN_ERRORS, STORAGE_ERRORS, cause, open_failure
+from tuner.study.storage import OPEN_ERRORS, STORAGE_ERRORS, abandon, cause, open_failure
 from tuner.study.trial import TrialOutcome, TrialSetup, run_trial
 
 logger = logging.getLogger(__name__)
 
-BASELINE_ATTR = "baseline"
-CANDIDATE_ATTR = "candidate"
-ARGS_ATTR = "engine_args"
-REASON_ATTR = "reason"
-LOG_ATTR = "log_tail"
-FEASIBLE_ATTR = "feasible"
+# The objective's name, which optuna-dashboard shows (the study minimises it).
+SCORE_NAME = "score"
 
 MAX_NUM_SEQS = flag_name("max_num_seqs")
 MAX_BATCHED_TOKENS = flag_name("max_num_batched_tokens")
@@ -88,7 +93,7 @@ def open_study(
         with contextlib.suppress(KeyError):
             existing = len(optuna.load_study(study_name=name, storage=storage).trials)
         sampler = optuna.samplers.TPESampler(seed=seed + existing, multivariate=True)
-        return optuna.create_study(
+        study = optuna.create_study(
             study_name=name,
             storage=storage,
             sampler=sampler,
@@ -96,9 +101,27 @@ def open_study(
             direction="minimize",
             load_if_exists=True,
         )
+        if study.metric_names is None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names([SCORE_NAME])
     except OPEN_ERRORS as exc:
         shown = storage if isinstance(storage, str) else type(storage).__name__
         raise TunerError(open_failure(shown, exc)) from None
+    return study
+
+
+def load_existing(name: str, storage: str) -> optuna.Study:
+    """A study that is already there, to read; creates nothing (not even a SQLite file)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    path = storage.removeprefix("sqlite:///")
+    if path != storage and not Path(path).exists():
+        raise InputError(f"no study database at {path}")
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        there = ", ".join(optuna.get_all_study_names(storage)) or "none"
+        raise InputError(f"no study {name!r} in {storage} (studies there: {there})") from None
 
 
 def suggest(trial: Trial, space: tuple[Dimension, ...], fixed: Mapping[str, Any]) -> dict[str, Any]:
@@ -245,7 +268,7 @@ def run_study(
             else:
                 frozen = study.tell(trial, outcome.score.value)
         except BaseException as exc:
-            failure = _abandon(study, trial, exc)
+            failure = abandon(study, trial, exc)
             if failure is None:
                 raise
             raise failure from exc
@@ -253,32 +276,6 @@ def run_study(
             on_trial(frozen)
         longest_s = max(longest_s, time.monotonic() - began)
     return n_trials
-
-
-def _abandon(study: optuna.Study, trial: Trial, exc: BaseException) -> TunerError | None:
-    """Mark ``trial`` FAIL after ``exc`` escaped it; for a storage error, the error to raise.
-
-    That error says whether the trial could still be marked: a storage that refuses every write
-    keeps the trial RUNNING, and the person reading should know.
-    """
-    storage_failed = isinstance(exc, STORAGE_ERRORS)
-    reason = (
-        f"the study's storage failed: {cause(exc)}"
-        if storage_failed
-        else f"interrupted: {type(exc).__name__}"
-    )
-    with contextlib.suppress(*STORAGE_ERRORS):
-        trial.set_user_attr(REASON_ATTR, reason)
-    try:
-        study.tell(trial, state=TrialState.FAIL)
-        marked = "the trial is marked FAIL"
-    except STORAGE_ERRORS as again:
-        marked = (
-            f"marking the trial FAIL failed too ({cause(again)}): it stays RUNNING in the storage"
-        )
-        if not storage_failed:  # else the error raised says so
-            logger.warning("trial %d, %s: %s", trial.number, reason, marked)
-    return TunerError(f"trial {trial.number}: {reason}; {marked}") if storage_failed else None
 
 
 def _should_stop(trial: Trial, prunable: bool) -> Callable[[int, float], bool]:

@@ -9,11 +9,19 @@ tuner reports them in one line, naming the storage and the cause.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
 from pathlib import Path
 
 import optuna
 import sqlalchemy
+from optuna.trial import Trial, TrialState
+
+from tuner.errors import TunerError
+from tuner.study.attrs import REASON_ATTR
+
+logger = logging.getLogger(__name__)
 
 # What opening or writing to a storage raises when the storage, not tuner, is at fault.
 STORAGE_ERRORS: tuple[type[Exception], ...] = (
@@ -67,3 +75,29 @@ def open_failure(url: str, exc: BaseException) -> str:
     text = f"cannot open the study storage {shown_url(url)}: {cause(exc)}"
     folder = missing_folder(url)
     return text if folder is None else f"{text} (folder {folder} does not exist)"
+
+
+def abandon(study: optuna.Study, trial: Trial, exc: BaseException) -> TunerError | None:
+    """Mark ``trial`` FAIL after ``exc`` escaped it; for a storage error, the error to raise.
+
+    That error says whether the trial could still be marked: a storage that refuses every write
+    keeps the trial RUNNING, and the person reading should know.
+    """
+    storage_failed = isinstance(exc, STORAGE_ERRORS)
+    reason = (
+        f"the study's storage failed: {cause(exc)}"
+        if storage_failed
+        else f"interrupted: {type(exc).__name__}"
+    )
+    with contextlib.suppress(*STORAGE_ERRORS):
+        trial.set_user_attr(REASON_ATTR, reason)
+    try:
+        study.tell(trial, state=TrialState.FAIL)
+        marked = "the trial is marked FAIL"
+    except STORAGE_ERRORS as again:
+        marked = (
+            f"marking the trial FAIL failed too ({cause(again)}): it stays RUNNING in the storage"
+        )
+        if not storage_failed:  # else the error raised says so
+            logger.warning("trial %d, %s: %s", trial.number, reason, marked)
+    return TunerError(f"trial {trial.number}: {reason}; {marked}") if storage_failed else None

@@ -1,0 +1,43 @@
+"""``tuner report``: one HTML page of what a study found; and the line ``tuner run`` ends with."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tuner.report.build import write_report
+
+
+def default_storage(name: str) -> str:
+    return f"sqlite:///studies/{name}.db"
+
+
+def default_out(name: str) -> Path:
+    return Path("reports") / name
+
+
+def report_command(name: str, storage: str, configs: Path) -> str:
+    """The ``tuner report`` command for a study, naming only what is not the default."""
+    command = f"tuner report {name}"
+    if storage != default_storage(name):
+        command += f" --storage {storage}"
+    if configs != Path("configs"):
+        command += f" --configs {configs}"
+    return command
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    storage = args.storage or default_storage(args.study)
+    page = write_report(args.study, storage, args.out or default_out(args.study), args.configs)
+    print(f"wrote {page} (open it in a browser; it needs no network)")
+    return 0
+
+
+def after_run(args: argparse.Namespace, name: str, storage: str, code: int) -> int:
+    """``tuner run``'s last words: the report command, or the report itself with ``--report``."""
+    if getattr(args, "report", False):
+        page = write_report(name, storage, default_out(name), args.configs)
+        print(f"report: {page}")
+    else:
+        print(f"report: {report_command(name, storage, args.configs)}")
+    return code

@@ -1,0 +1,256 @@
+"""A study's trials as plain rows, and the series the figures draw from them.
+
+Pure: reads finished trials (Optuna's ``FrozenTrial``, through its public attributes only) and
+builds frozen values; no I/O. Which trial goes into which series is decided here, not in the
+plotting code, so that it can be tested without drawing anything:
+
+- a trial is ``feasible`` or ``infeasible`` (it served its whole window: it has a score and
+  figures, and met every SLO or missed one), ``pruned`` (stopped early: its figures are what it
+  had reached, lower bounds, and it has no score), ``failed`` (its engine failed or it measured
+  nothing usable), ``interrupted`` (Ctrl-C) or ``running``;
+- the landscape and the per-trial figures show feasible, infeasible and pruned trials; the
+  score only the first two; failed, interrupted and running trials only the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tuner.study import search
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
+
+FEASIBLE, INFEASIBLE, PRUNED = "feasible", "infeasible", "pruned"
+FAILED, INTERRUPTED, RUNNING = "failed", "interrupted", "running"
+# The series of the landscape and of the per-trial figures, in drawing order.
+SERIES = (FEASIBLE, INFEASIBLE, PRUNED)
+SCORE = search.SCORE_NAME
+# How SLOs are listed: the usual ones first, the error rate last.
+SLO_ORDER = ("ttft_p95_s", "tpot_p95_s", "e2e_p99_s")
+
+# Where a trial's time went, in order: user attribute, label.
+COST_PARTS = (
+    ("time_engine_healthy_s", "engine start"),
+    ("time_warmup_s", "warm-up"),
+    ("time_window_s", "window"),
+    ("time_engine_stop_s", "engine stop"),
+)
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """One trial as the report shows it."""
+
+    number: int
+    outcome: str
+    kind: str  # "baseline", "candidate N" or "searched"
+    engine_args: Mapping[str, Any]
+    score: float | None  # served trials only
+    attrs: Mapping[str, Any] = field(repr=False)
+    constraints: Mapping[str, float] = field(repr=False)
+    reason: str = ""
+
+    def figure(self, metric: str) -> float | None:
+        """The trial's ``metric`` (its score for ``SCORE``), or None if it has none."""
+        value = self.score if metric == SCORE else self.attrs.get(metric)
+        return float(value) if isinstance(value, int | float) else None
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A searched engine argument: its name, and whether its values are numbers on a log axis."""
+
+    name: str
+    numeric: bool
+    log: bool
+
+
+@dataclass(frozen=True)
+class Point:
+    """One trial in a landscape: the parameter's value (None: left to vLLM) and the figure."""
+
+    trial: int
+    x: Any
+    y: float
+
+
+@dataclass(frozen=True)
+class HistoryStep:
+    trial: int
+    score: float | None
+    outcome: str
+    best_so_far: float | None  # best feasible score among trials up to this one
+
+
+@dataclass(frozen=True)
+class CostBar:
+    """Where one trial's seconds went; ``other_s`` is the rest of the trial (set-up, scraping)."""
+
+    trial: int
+    parts_s: tuple[float, ...]  # in the order of COST_PARTS
+    other_s: float
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.parts_s) + self.other_s
+
+    @property
+    def window_s(self) -> float:
+        return self.parts_s[2]
+
+
+def _kind(attrs: Mapping[str, Any]) -> str:
+    if attrs.get(search.BASELINE_ATTR):
+        return "baseline"
+    if isinstance(attrs.get(search.CANDIDATE_ATTR), int):
+        return f"candidate {attrs[search.CANDIDATE_ATTR]}"
+    return "searched"
+
+
+def _outcome(trial: FrozenTrial) -> str:
+    state = trial.state.name
+    if state == "PRUNED":
+        return PRUNED
+    if state == "FAIL":
+        return INTERRUPTED
+    if state != "COMPLETE":
+        return RUNNING
+    if not search.served(trial):
+        return FAILED
+    return FEASIBLE if trial.user_attrs.get(search.FEASIBLE_ATTR) else INFEASIBLE
+
+
+def row_of(trial: FrozenTrial) -> TrialRow:
+    attrs = trial.user_attrs
+    outcome = _outcome(trial)
+    return TrialRow(
+        number=trial.number,
+        outcome=outcome,
+        kind=_kind(attrs),
+        engine_args=dict(attrs.get(search.ARGS_ATTR, {})),
+        score=trial.value if outcome in (FEASIBLE, INFEASIBLE) else None,
+        attrs=attrs,
+        constraints=dict(trial.constraints),
+        reason=str(attrs.get(search.REASON_ATTR, "")),
+    )
+
+
+def rows_of(trials: Iterable[FrozenTrial]) -> tuple[TrialRow, ...]:
+    return tuple(sorted((row_of(t) for t in trials), key=lambda r: r.number))
+
+
+def searched_parameters(trials: Iterable[FrozenTrial]) -> tuple[Parameter, ...]:
+    """The parameters the search drew, in the order first seen, from Optuna's distributions."""
+    found: dict[str, Parameter] = {}
+    for trial in trials:
+        for name, dist in trial.distributions.items():
+            if name in found:
+                continue
+            choices = getattr(dist, "choices", None)
+            numeric = choices is None
+            found[name] = Parameter(name, numeric, bool(getattr(dist, "log", False)) and numeric)
+    return tuple(found.values())
+
+
+def slo_limits(rows: Sequence[TrialRow]) -> dict[str, float]:
+    """Each SLO the trials were held to, recovered from the latest trial that measured it.
+
+    ``score`` set each constraint to ``(value - limit) / limit``, so ``limit`` is
+    ``value / (1 + constraint)``; the error rate's is ``rate - max_error_rate``.
+    """
+    limits: dict[str, float] = {}
+    for row in sorted(rows, key=lambda r: (r.outcome in (FEASIBLE, INFEASIBLE), r.number)):
+        for name, excess in row.constraints.items():
+            if name.startswith("slo_"):
+                metric = name.removeprefix("slo_")
+                value = row.figure(metric)
+                if value is not None and excess > -1:
+                    limits[metric] = float(f"{value / (1 + excess):.6g}")
+            elif name == "error_rate" and row.figure("error_rate") is not None:
+                limits["error_rate"] = float(f"{row.attrs['error_rate'] - excess:.6g}")
+    return {metric: limits[metric] for metric in sorted(limits, key=_slo_rank)}
+
+
+def _slo_rank(metric: str) -> tuple[int, str]:
+    if metric in SLO_ORDER:
+        return SLO_ORDER.index(metric), metric
+    return len(SLO_ORDER) + (metric == "error_rate"), metric
+
+
+def value_of(row: TrialRow, parameter: str) -> Any:
+    """The value the trial ran ``parameter`` at; None where it was left to vLLM's default."""
+    return row.engine_args.get(parameter)
+
+
+def landscape(
+    rows: Sequence[TrialRow], parameter: str, metric: str
+) -> dict[str, tuple[Point, ...]]:
+    """The trials that have ``metric``, by series, against ``parameter``.
+
+    A pruned trial's figure is what it had reached when it was stopped (a lower bound); it has
+    no score, so it is not in the score's landscape.
+    """
+    series: dict[str, list[Point]] = {name: [] for name in SERIES}
+    for row in rows:
+        y = row.figure(metric)
+        if row.outcome in series and y is not None:
+            series[row.outcome].append(Point(row.number, value_of(row, parameter), y))
+    return {name: tuple(points) for name, points in series.items()}
+
+
+def history(rows: Sequence[TrialRow]) -> tuple[HistoryStep, ...]:
+    """Each trial in order, with the best feasible score found up to it."""
+    best: float | None = None
+    steps = []
+    for row in sorted(rows, key=lambda r: r.number):
+        if row.outcome == FEASIBLE and row.score is not None:
+            best = row.score if best is None else min(best, row.score)
+        steps.append(HistoryStep(row.number, row.score, row.outcome, best))
+    return tuple(steps)
+
+
+def cost(rows: Sequence[TrialRow]) -> tuple[CostBar, ...]:
+    """Where each trial's time went, for the trials that recorded their timings."""
+    bars = []
+    for row in rows:
+        total_s = row.figure("time_trial_s")
+        if total_s is None:
+            continue
+        parts = tuple(row.figure(key) or 0.0 for key, _ in COST_PARTS)
+        bars.append(CostBar(row.number, parts, max(0.0, total_s - sum(parts))))
+    return tuple(bars)
+
+
+def not_measurement_share(bars: Sequence[CostBar]) -> float | None:
+    """The share of the trials' time that was not the measurement window."""
+    total_s = sum(bar.total_s for bar in bars)
+    return 1 - sum(bar.window_s for bar in bars) / total_s if total_s > 0 else None
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """The configuration to serve: the file ``tuner run`` wrote, or the trial's arguments."""
+
+    path: Path
+    text: str
+    written: bool  # the file exists (else ``text`` is the chosen trial's engine arguments)
+    trial: int | None  # the trial the file says it came from
+
+
+@dataclass(frozen=True)
+class StudyReport:
+    """Everything the page shows, read from the study and the configuration file."""
+
+    name: str
+    storage: str
+    rows: tuple[TrialRow, ...]
+    parameters: tuple[Parameter, ...]
+    slos: dict[str, float]
+    chosen: int | None  # best feasible trial, else closest served; None if none served
+    meets_slos: bool
+    baseline: int | None
+    configuration: Configuration | None

@@ -1,0 +1,232 @@
+"""The report's HTML: the verdict first, then every trial, the landscape, history and cost.
+
+Pure: builds one self-contained page (figures embedded as ``data:`` URIs, no script, no link
+off the page) from a ``StudyReport`` and the PNG bytes of its figures.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from html import escape
+
+from tuner.report.data import (
+    FEASIBLE,
+    INFEASIBLE,
+    PRUNED,
+    SCORE,
+    StudyReport,
+    TrialRow,
+    cost,
+    not_measurement_share,
+    value_of,
+)
+from tuner.report.plots import label_of
+from tuner.study.emit import verdict_lines
+from tuner.study.scoring import verdict
+
+# Figures in the verdict after the SLOs: user attribute, label, scale, digits, unit.
+THROUGHPUT = (
+    ("throughput_req_per_s", "throughput", 1.0, 2, " req/s"),
+    ("throughput_output_tokens_per_s", "output tokens", 1.0, 0, " tok/s"),
+)
+# Figures in the trials table.
+TABLE_FIGURES = ("ttft_p95_s", "tpot_p95_s", "e2e_p99_s", "throughput_req_per_s")
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1300px; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; vertical-align: top; }
+td { white-space: nowrap; } td.text { white-space: normal; min-width: 12em; }
+th:first-child, td.text { text-align: left; }
+td.ok { background: #e3f4e3; } td.miss { background: #f8dddd; }
+tr.chosen td { font-weight: bold; }
+pre { background: #f4f4f4; padding: 0.8em; overflow-x: auto; }
+img { max-width: 100%; border: 1px solid #eee; }
+.note { color: #555; }
+"""
+
+
+def fmt(metric: str, value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    if metric == "error_rate":
+        return f"{value:.1%}"
+    if metric == SCORE:
+        return f"{value:.3f}"
+    for key, _, scale, digits, unit in THROUGHPUT:
+        if key == metric:
+            return f"{value * scale:.{digits}f}{unit}"
+    if metric.endswith("_s"):
+        ms = value * 1000
+        return f"{ms:.0f} ms" if ms >= 100 else f"{ms:.3g} ms"
+    return f"{value:g}"
+
+
+def short_label(metric: str) -> str:
+    """A figure's name as the tables show it (their cells carry the unit)."""
+    return label_of(metric).removesuffix(" (ms)")
+
+
+def _columns(report: StudyReport) -> list[tuple[TrialRow, str]]:
+    """The verdict's trials: the chosen one, the baseline, each candidate's latest trial."""
+    by_number = {r.number: r for r in report.rows}
+    roles: dict[int, list[str]] = {}
+    if report.chosen is not None:
+        roles[report.chosen] = ["best" if report.meets_slos else "closest"]
+    if report.baseline is not None:
+        roles.setdefault(report.baseline, []).append("vLLM's defaults")
+    for row in report.rows:
+        if row.kind.startswith("candidate") and row.outcome != "interrupted":
+            roles.setdefault(row.number, []).append(row.kind)
+    return [(by_number[n], f"trial {n}: " + ", ".join(r)) for n, r in roles.items()]
+
+
+def _cell(row: TrialRow, metric: str, limit: float | None) -> str:
+    value = row.figure(metric)
+    text = fmt(metric, value)
+    if row.outcome == PRUNED and value is not None and metric != SCORE:
+        text = f"&ge; {text}"
+    if limit is None or value is None or (row.outcome == PRUNED and value <= limit):
+        # A pruned trial's figure is a lower bound: under the limit, it says nothing.
+        return f"<td>{text}</td>"
+    return f'<td class="{"ok" if value <= limit else "miss"}">{text}</td>'
+
+
+def verdict_section(report: StudyReport) -> str:
+    columns = _columns(report)
+    if report.chosen is None:
+        first = next((r for r in report.rows if r.outcome in ("failed", "interrupted")), None)
+        why = f"trial {first.number}: {escape(first.reason)}" if first else "no trial finished"
+        return f'<section id="verdict"><h2>Verdict</h2><p>No trial served the window. {why}</p>'
+    chosen = next(r for r in report.rows if r.number == report.chosen)
+    if report.meets_slos:
+        feasible = sum(r.outcome == FEASIBLE for r in report.rows)
+        said = (
+            f"Trial {chosen.number} meets every SLO, with the best score of the {feasible} "
+            "feasible trials."
+        )
+        if chosen.number == report.baseline:
+            said += " It is vLLM's own defaults: no searched configuration scored better."
+    else:
+        misses = verdict(chosen.constraints, chosen.attrs)
+        said = f"No trial met the SLOs. The closest, trial {chosen.number}: " + "; ".join(
+            escape(line.strip()) for line in verdict_lines(misses)[1:]
+        )
+    head = "".join(f"<th>{escape(label)}</th>" for _, label in columns)
+    body = []
+    for metric, limit in report.slos.items():
+        cells = "".join(_cell(row, metric, limit) for row, _ in columns)
+        body.append(
+            f"<tr><th>{escape(short_label(metric))}</th><td>{fmt(metric, limit)}</td>{cells}</tr>"
+        )
+    score = "".join(_cell(row, SCORE, None) for row, _ in columns)
+    body.append(f"<tr><th>{SCORE} (lower is better)</th><td></td>{score}</tr>")
+    outcomes = "".join(
+        f'<td class="{"ok" if row.outcome == FEASIBLE else "miss"}">{row.outcome}</td>'
+        for row, _ in columns
+    )
+    body.append(f"<tr><th>meets every SLO</th><td></td>{outcomes}</tr>")
+    for key, label, *_ in THROUGHPUT:
+        cells = "".join(_cell(row, key, None) for row, _ in columns)
+        body.append(f"<tr><th>{label}</th><td></td>{cells}</tr>")
+    return (
+        f'<section id="verdict"><h2>Verdict</h2><p>{said}</p>'
+        f'<table id="verdict-table"><tr><th></th><th>SLO</th>{head}</tr>{"".join(body)}</table>'
+        f"{configuration_part(report, chosen.number)}</section>"
+    )
+
+
+def configuration_part(report: StudyReport, chosen: int) -> str:
+    config = report.configuration
+    if config is None:
+        return ""
+    path = escape(str(config.path))
+    if not config.written:
+        note = (
+            f"No {path} yet (<code>tuner run --n-trials 0</code> with this study writes it, "
+            f"with the model); trial {chosen}'s engine arguments:"
+        )
+    elif config.trial == chosen:
+        note = f"<code>tuner run</code> wrote trial {chosen} to {path}:"
+    else:
+        note = (
+            f"{path} is not from this trial (it says trial {config.trial}); "
+            "<code>tuner run --n-trials 0</code> with this study writes this one."
+        )
+    command = f"vllm serve --config {path}"
+    return (
+        f'<h3>Configuration</h3><p>{note}</p><pre id="config">{escape(config.text)}</pre>'
+        f"<p>Serve it with <code>{command}</code></p>"
+    )
+
+
+def trials_section(report: StudyReport) -> str:
+    names = [p.name for p in report.parameters]
+    head = ["trial", "kind", *names, "outcome", *map(short_label, TABLE_FIGURES), "score"]
+    head += ["engine start s", "trial s", "why it failed or was pruned"]
+    rows = []
+    for row in report.rows:
+        shown = [value_of(row, name) for name in names]
+        cells = [f'<td class="text">{row.kind}</td>']
+        cells += [f"<td>{'default' if v is None else escape(str(v))}</td>" for v in shown]
+        cells.append(f'<td class="text">{row.outcome}</td>')
+        cells += [_cell(row, m, report.slos.get(m)) for m in (*TABLE_FIGURES, SCORE)]
+        for key in ("time_engine_healthy_s", "time_trial_s"):
+            seconds = row.figure(key)
+            cells.append(f"<td>{'' if seconds is None else f'{seconds:.1f}'}</td>")
+        cells.append(f'<td class="text">{escape(row.reason)}</td>')
+        mark = ' class="chosen"' if row.number == report.chosen else ""
+        rows.append(f"<tr{mark}><td>{row.number}</td>{''.join(cells)}</tr>")
+    header = "".join(f"<th>{escape(h)}</th>" for h in head)
+    return (
+        f'<section id="trials"><h2>Trials</h2><table id="trials-table"><tr>{header}</tr>'
+        f"{''.join(rows)}</table></section>"
+    )
+
+
+def _img(images: Mapping[str, bytes], name: str, alt: str) -> str:
+    if name not in images:
+        return f'<p class="note">No {escape(alt)}: no trial to draw.</p>'
+    data = base64.b64encode(images[name]).decode()
+    return f'<img src="data:image/png;base64,{data}" alt="{escape(alt)}" title="{name}">'
+
+
+def figures_section(report: StudyReport, images: Mapping[str, bytes]) -> str:
+    share = not_measurement_share(cost(report.rows))
+    cost_text = (
+        f"{share:.0%} of the trials' time was not measurement (engine start, warm-up, stop)."
+        if share is not None
+        else ""
+    )
+    parts: Sequence[str] = (
+        '<section id="landscape"><h2>Landscape</h2><p class="note">Each searched parameter '
+        "against the score, TTFT p95 and TPOT p95; dashed: the SLO; pruned trials show what "
+        "they had reached when stopped.</p>",
+        _img(images, "landscape.png", "landscape")
+        if report.parameters
+        else '<p class="note">No parameter was searched yet.</p>',
+        '</section><section id="history"><h2>Search history</h2>',
+        _img(images, "trials.png", "figures per trial"),
+        _img(images, "history.png", "score history"),
+        f'</section><section id="cost"><h2>Trial cost</h2><p>{cost_text}</p>',
+        _img(images, "cost.png", "trial cost"),
+        "</section>",
+    )
+    return "".join(parts)
+
+
+def render(report: StudyReport, images: Mapping[str, bytes]) -> str:
+    counts = {o: sum(r.outcome == o for r in report.rows) for o in (FEASIBLE, INFEASIBLE, PRUNED)}
+    others = len(report.rows) - sum(counts.values())
+    summary = ", ".join(f"{n} {o}" for o, n in counts.items() if n)
+    if others:
+        summary += f", {others} failed or unfinished"
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>tuner report: {escape(report.name)}</title><style>{STYLE}</style></head><body>"
+        f'<h1>Study {escape(report.name)}</h1><p class="note">{len(report.rows)} trials in '
+        f"{escape(report.storage)}: {summary}. Every figure is also in optuna-dashboard: "
+        f"<code>optuna-dashboard {escape(report.storage)}</code></p>"
+        f"{verdict_section(report)}{trials_section(report)}{figures_section(report, images)}"
+        "</body></html>\n"
+    )

@@ -1,0 +1,8 @@
+"""Names of the user attributes tuner sets on a study's trials (what optuna-dashboard shows)."""
+
+BASELINE_ATTR = "baseline"
+CANDIDATE_ATTR = "candidate"
+ARGS_ATTR = "engine_args"
+REASON_ATTR = "reason"
+LOG_ATTR = "log_tail"
+FEASIBLE_ATTR = "feasible"
