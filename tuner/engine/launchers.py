@@ -7,10 +7,11 @@ A ``Launcher`` starts a server process as its own process group and hands back a
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from tuner.engine.zygote import Channel
 
 logger = logging.getLogger(__name__)
 
@@ -44,28 +47,41 @@ def tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-class ServerProcess:
-    """A started server: its pid (also its process group) and a way to read its exit code."""
+def ended(code: int) -> str:
+    """A process's end, from ``Popen.returncode``."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by signal {-code}, {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exited with status {code}"
 
-    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None, status: Path | None):
+
+class ServerProcess:
+    """A server started as tuner's child: its pid (also its process group) and its exit code."""
+
+    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None) -> None:
         self.pid = pid
         self._popen = popen
-        self._status = status
 
     def poll(self) -> int | None:
-        if self._popen is not None:
-            return self._popen.poll()
-        assert self._status is not None
-        try:
-            return int(self._status.read_text())
-        except (FileNotFoundError, ValueError):
-            return None
+        """The server's exit status once it has exited and the status is known; else None."""
+        assert self._popen is not None
+        return self._popen.poll()
 
-    def wait(self, timeout_s: float) -> int | None:
+    def running(self) -> bool:
+        """Whether the server process is still there."""
+        return self.poll() is None
+
+    def lost(self) -> EngineFailed | None:
+        """Why the server cannot go on though it has not exited (its launcher died), or None."""
+        return None
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the process to end; whether it has."""
         deadline = time.monotonic() + timeout_s
-        while (code := self.poll()) is None and time.monotonic() < deadline:
+        while (running := self.running()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        return code
+        return not running
 
 
 class Launcher(Protocol):
@@ -93,10 +109,73 @@ class ProcessLauncher:
                 env={**os.environ, **env},
                 start_new_session=True,
             )
-        return ServerProcess(popen.pid, popen, None)
+        return ServerProcess(popen.pid, popen)
 
     def close(self) -> None:
         pass
+
+
+# How long a new zygote may take to import the server module and say it is ready. vLLM's import
+# took about 23 s on the H100 and 25 s on two shared CPU cores, and a first import after an
+# install (bytecode compiled afresh) or from a cold disk is slower. Generous, yet well under a
+# health timeout, which a zygote that hangs on its import would otherwise cost every trial.
+READY_TIMEOUT_S = 300.0
+# How long a ready zygote may take to answer a launch. It forks and replies, which takes
+# milliseconds, and looks at its channel every 0.2 s: a zygote this late is stuck.
+REPLY_TIMEOUT_S = 30.0
+
+
+class ForkedServer(ServerProcess):
+    """A server the zygote forked. Not tuner's child: its exit status is a file the zygote writes
+    when it reaps it, whether it runs is read from a pidfd, and a dead zygote loses it."""
+
+    def __init__(self, pid: int, status: Path, zygote: subprocess.Popen[bytes], logs: list[Path]):
+        super().__init__(pid, None)
+        self._status = status
+        self._zygote = zygote
+        self._logs = logs
+        self._pidfd: int | None = None
+        self._gone = False
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            self._gone = True  # exited already; the zygote writes its status
+        except OSError:
+            pass  # no pidfd_open (Linux before 5.3): ``running`` falls back on kill(pid, 0)
+
+    def poll(self) -> int | None:
+        try:
+            return int(self._status.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def running(self) -> bool:
+        if self._gone or self.poll() is not None:
+            return False
+        if self._pidfd is not None:
+            # A pidfd reads as ready once its process has ended, reaped or not, and never
+            # stands for a later process that happens to get the same pid.
+            self._gone = bool(select.select([self._pidfd], [], [], 0)[0])
+        else:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                self._gone = True
+        if self._gone and self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        return not self._gone
+
+    def lost(self) -> EngineFailed | None:
+        code = self._zygote.poll()
+        if code is None:
+            return None
+        tails = [f"--- {log.name}\n{tail(log, 20)}" for log in self._logs]
+        return EngineFailed(f"the tuner launcher (zygote) died ({ended(code)})", "\n".join(tails))
+
+    def __del__(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
 
 
 @dataclass
@@ -104,58 +183,106 @@ class ZygoteLauncher:
     """One long-lived process that imports vLLM once and forks a server per trial.
 
     See ``tuner.engine.zygote``. Saves the server process's interpreter start and imports on every
-    trial; what runs after the fork is the same module ``ProcessLauncher`` runs.
+    trial; what runs after the fork is the same module ``ProcessLauncher`` runs. Requests and
+    replies go over a private socket; the zygote's own output goes to ``log``. A zygote that dies
+    or stops answering fails the trial at hand (``EngineFailed``); the next launch starts afresh.
     """
 
     module: str = SERVER_MODULE
     python: str = sys.executable
     log: Path | None = None
+    ready_timeout_s: float = READY_TIMEOUT_S
+    reply_timeout_s: float = REPLY_TIMEOUT_S
     import_s: float | None = None
     _process: subprocess.Popen[bytes] | None = None
+    _channel: Channel | None = None
 
-    def _ensure_started(self) -> subprocess.Popen[bytes]:
-        if self._process is not None and self._process.poll() is None:
-            return self._process
+    def _ensure_started(self) -> tuple[subprocess.Popen[bytes], Channel]:
+        if self._process is not None and self._channel is not None:
+            if self._process.poll() is None:
+                return self._process, self._channel
+            logger.warning(
+                "the launcher (zygote) has ended (%s); starting another",
+                ended(self._process.returncode),
+            )
+            self._discard()
         began = time.monotonic()
         if self.log is not None:
             self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") if self.log else open(os.devnull, "wb") as err:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with theirs, self.log.open("ab") if self.log else open(os.devnull, "wb") as out:
             self._process = subprocess.Popen(
-                [self.python, "-m", "tuner.engine.zygote", self.module],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,
+                [self.python, "-m", "tuner.engine.zygote", self.module, str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                pass_fds=(theirs.fileno(),),
                 start_new_session=True,
             )
-        reply = self._read_reply(self._process)
+        self._channel = Channel(ours)
+        reply = self._exchange(None, self.ready_timeout_s, "it was ready")
         self.import_s = time.monotonic() - began
         logger.info("launcher ready after %.1f s (threads: %s)", self.import_s, reply["threads"])
-        return self._process
+        return self._process, self._channel
 
-    def _read_reply(self, process: subprocess.Popen[bytes]) -> dict[str, Any]:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if not line:
-            raise EngineFailed("the tuner launcher exited", "")
-        return dict(json.loads(line))
+    def _exchange(
+        self, request: dict[str, Any] | None, timeout_s: float, what: str
+    ) -> dict[str, Any]:
+        """Send ``request`` (if any) and read the reply, or fail with the launcher log's tail."""
+        assert self._process is not None and self._channel is not None
+        process, channel = self._process, self._channel
+        try:
+            if request is not None:
+                channel.send(request)
+            reply = channel.receive(timeout_s)
+        except TimeoutError:
+            self._discard()
+            raise EngineFailed(
+                f"the tuner launcher (zygote) did not answer within {timeout_s:g} s", self._tail()
+            ) from None
+        except OSError:
+            reply = None  # it closed its end: it is gone
+        if reply is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=5)
+            code = process.poll()
+            self._discard()
+            how = "closed its channel" if code is None else ended(code)
+            raise EngineFailed(f"the tuner launcher (zygote) {how} before {what}", self._tail())
+        if "error" in reply:
+            raise EngineFailed(f"the tuner launcher (zygote): {reply['error']}", self._tail())
+        return reply
+
+    def _tail(self) -> str:
+        return tail(self.log) if self.log is not None else ""
 
     def launch(self, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> ServerProcess:
-        process = self._ensure_started()
+        process, _ = self._ensure_started()
         status = log.with_name(log.name + ".exit")
         status.unlink(missing_ok=True)
         request = {"argv": list(argv), "log": str(log), "env": dict(env), "status": str(status)}
-        assert process.stdin is not None
-        process.stdin.write(json.dumps(request).encode() + b"\n")
-        process.stdin.flush()
-        return ServerProcess(int(self._read_reply(process)["pid"]), None, status)
+        reply = self._exchange(request, self.reply_timeout_s, "it forked the server")
+        logs = [log] if self.log is None else [log, self.log]
+        return ForkedServer(int(reply["pid"]), status, process, logs)
+
+    def _discard(self) -> None:
+        """Kill a zygote that cannot be trusted; the kernel sends its children SIGTERM."""
+        process, self._process = self._process, None
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
+        if process is not None:
+            signal_group(process.pid, signal.SIGKILL)
+            process.wait()
 
     def close(self) -> None:
-        """Close the launcher's stdin: it stops any server left and exits."""
+        """Close the launcher's channel: it stops any server left and exits."""
         process, self._process = self._process, None
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
         if process is None:
             return
-        assert process.stdin is not None
-        process.stdin.close()
         try:
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:

@@ -127,6 +127,9 @@ class Engine:
                         f"vLLM exited with status {code} before it was healthy",
                         tail(self.log_path),
                     )
+                lost = self._server.lost()
+                if lost is not None:
+                    raise lost
                 try:
                     if client.get("/health").status_code == 200:
                         break
@@ -163,7 +166,8 @@ class Engine:
             seen_at_s.setdefault(marker, now)
 
     def alive(self) -> bool:
-        return self._server is not None and self._server.poll() is None
+        server = self._server
+        return server is not None and server.running() and server.lost() is None
 
     def stop(self, grace_s: float = 20.0) -> None:
         """SIGTERM to the process group, then SIGKILL to what is left of it after ``grace_s``."""
@@ -173,7 +177,7 @@ class Engine:
         began = time.monotonic()
         with _signals_deferred():
             signal_group(server.pid, signal.SIGTERM)
-            if server.wait(grace_s) is None:
+            if not server.wait(grace_s):
                 logger.warning("vLLM did not stop within %.0f s; killing it", grace_s)
             # Engine-core workers can outlive the API server; the group kill takes them too.
             signal_group(server.pid, signal.SIGKILL)

@@ -1,31 +1,97 @@
 """A long-lived launcher that imports vLLM's server once and forks one server per trial.
 
-Run as ``python -m tuner.engine.zygote MODULE``; ``tuner.engine.launchers`` drives it over stdin
-and stdout with one JSON object per line. Each request forks a child that becomes its own
-session (so the engine's process-group stop works as for a plain process), points its output at
-the trial's log, and runs MODULE as ``__main__`` with the trial's arguments: exactly what
-``python -m MODULE --config FILE`` runs, minus the interpreter start and the imports, which the
-fork inherits. When a child exits, its status is written to the file the request named. When
-stdin closes (tuner exited or was killed), the children are stopped and the launcher ends.
+Run as ``python -m tuner.engine.zygote MODULE FD``. FD is this end of a Unix socket pair whose
+other end ``tuner.engine.launchers`` holds: a private ``Channel`` carrying one JSON object per
+line and nothing else. The zygote's stdout and stderr, where vLLM logs while it is imported, are
+the launcher log, so nothing printed there can be taken for a reply.
+
+Each request forks a child that becomes its own session (so the engine's process-group stop
+works as for a plain process), points its output at the trial's log, and runs MODULE as
+``__main__`` with the trial's arguments: exactly what ``python -m MODULE --config FILE`` runs,
+minus the interpreter start and the imports, which the fork inherits. When a child exits, its
+status is written to the file the request named. When the channel closes (tuner exited or was
+killed), the children are stopped and the launcher ends. When the zygote itself dies, the
+kernel sends each child SIGTERM (Linux's parent-death signal), so no server outlives it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
 import json
 import os
 import runpy
 import select
 import signal
+import socket
 import sys
 import threading
 import time
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+# prctl(2) option: the signal this process gets when the thread that forked it exits.
+_PR_SET_PDEATHSIG = 1
+
 _children: dict[int, Path] = {}
+
+
+class Channel:
+    """JSON objects, one per line, over a connected Unix stream socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._buffer = b""
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        self.sock.settimeout(None)
+        self.sock.sendall(json.dumps(message).encode() + b"\n")
+
+    def has_line(self) -> bool:
+        return b"\n" in self._buffer
+
+    def receive(self, timeout_s: float | None) -> dict[str, Any] | None:
+        """The next object; None once the other end has closed.
+
+        Raises ``TimeoutError`` when no whole line came within ``timeout_s`` (None: no limit).
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self.has_line():
+            if deadline is not None:
+                remaining_s = deadline - time.monotonic()
+                if remaining_s <= 0:
+                    raise TimeoutError(f"no reply within {timeout_s:g} s")
+                self.sock.settimeout(remaining_s)
+            else:
+                self.sock.settimeout(None)
+            try:
+                chunk = self.sock.recv(65536)
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return dict(json.loads(line))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel send SIGTERM when ``parent`` (the zygote) dies; exit if it already has.
+
+    SIGTERM, not SIGKILL: vLLM's server stops its engine-core processes on SIGTERM. Linux only;
+    elsewhere the children of a killed zygote run on until tuner stops their process group.
+    """
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    if os.getppid() != parent:  # it died before the signal was asked for
+        os._exit(1)
 
 
 def _run_child(module: str, request: dict[str, Any]) -> int:
@@ -45,6 +111,33 @@ def _run_child(module: str, request: dict[str, Any]) -> int:
         traceback.print_exc()
         return 1
     return 0
+
+
+def _fork(module: str, request: dict[str, Any], channel: Channel) -> dict[str, Any]:
+    """Fork a server for ``request``; the reply for tuner: its pid, or why there is none."""
+    zygote = os.getpid()
+    # What the zygote has buffered belongs in its own log, not in the child's.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        return {"error": f"fork failed: {exc}"}
+    if pid == 0:
+        code = 1
+        try:
+            _die_with(zygote)
+            # The child holds no end of the channel: when the zygote dies, tuner reads its end.
+            channel.close()
+            # What ``python -m MODULE`` starts with; the zygote ignores SIGINT.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            code = _run_child(module, request)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    _children[pid] = Path(str(request["status"]))
+    return {"pid": pid}
 
 
 def _reap() -> None:
@@ -78,32 +171,30 @@ def _stop_children() -> None:
         time.sleep(0.05)
 
 
-def main(module: str) -> int:
+def main(module: str, channel_fd: int) -> int:
+    channel = Channel(socket.socket(fileno=channel_fd))
     started = time.monotonic()
     importlib.import_module(module)
     imported_s = time.monotonic() - started
     threads = threading.active_count()
-    print(json.dumps({"ready": True, "import_s": imported_s, "threads": threads}), flush=True)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # tuner decides when to stop
-    stdin = sys.stdin.buffer
     try:
+        channel.send({"ready": True, "import_s": imported_s, "threads": threads})
         while True:
-            readable, _, _ = select.select([stdin], [], [], 0.2)
-            _reap()
-            if not readable:
-                continue
-            line = stdin.readline()
-            if not line:
+            if not channel.has_line():
+                readable, _, _ = select.select([channel.sock], [], [], 0.2)
+                _reap()
+                if not readable:
+                    continue
+            request = channel.receive(timeout_s=None)
+            if request is None:
                 return 0
-            request = json.loads(line)
-            pid = os.fork()
-            if pid == 0:
-                os._exit(_run_child(module, request))
-            _children[pid] = Path(str(request["status"]))
-            print(json.dumps({"pid": pid}), flush=True)
+            channel.send(_fork(module, request, channel))
+    except BrokenPipeError:
+        return 0  # tuner is gone
     finally:
         _stop_children()
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1], int(sys.argv[2])))
