@@ -19,22 +19,29 @@ lengths. After replaying it, the trace rebuilt from Prometheus must match it wit
   bound of the bucket holding the true p(q+3): the rank may move by those 3 points, and
   within a bucket (vLLM's go 1, 2, 5, 10, 20, 50, ...) a histogram says nothing more.
 
-The pure parts (stratified sampling, arrivals from rates) are checked without any server.
+The pure parts (stratified sampling, arrivals from rates) are checked without any server;
+TLS and Prometheus' error answers against a real Prometheus serving HTTPS with a self-signed
+certificate, scraping a small exporter of vLLM's metric names (no vLLM).
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 from conftest import run_tuner
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import Histogram as PromHistogram
 
 from tuner.engine.process import Engine, free_port
+from tuner.errors import InputError, TunerError
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import parse_scrape
 from tuner.load.open_loop import replay
@@ -132,7 +139,10 @@ def test_rebuild_is_seeded_and_shifted_by_latency():
 # --- against real servers ----------------------------------------------------------------
 
 
-def _start_prometheus(workdir: Path, target: str) -> tuple[subprocess.Popen[bytes], str]:
+def _start_prometheus(
+    workdir: Path, target: str, tls: tuple[Path, Path] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Prometheus scraping ``target`` every second; over HTTPS with ``tls`` (cert, key)."""
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("the prometheus binary is missing; .ci/setup installs it")
@@ -143,23 +153,25 @@ def _start_prometheus(workdir: Path, target: str) -> tuple[subprocess.Popen[byte
         f"    static_configs:\n      - targets: ['{target}']\n"
     )
     port = free_port()
+    command = [
+        binary,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={workdir / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    if tls:
+        web = workdir / "web.yml"
+        web.write_text(f"tls_server_config:\n  cert_file: {tls[0]}\n  key_file: {tls[1]}\n")
+        command.append(f"--web.config.file={web}")
     log = (workdir / "prometheus.log").open("wb")
     process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={workdir / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
+            if httpx.get(f"{url}/-/ready", timeout=2, verify=False).status_code == 200:
                 return process, url
         except httpx.HTTPError:
             pass
@@ -292,3 +304,158 @@ def test_unreachable_or_bad_selector_exit_cleanly(scraped_run, tmp_path):
     )  # fmt: skip
     assert down.returncode == 1 and "cannot reach Prometheus" in down.stderr
     assert not out.exists()
+
+
+# --- TLS and Prometheus' answers, against a real Prometheus without vLLM --------------------
+
+TLS_STEP_S = 2.0
+TLS_REQUESTS = 16
+
+
+def _self_signed_certificate(workdir: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 signed by its own key: valid, but trusted by no one."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.fail("openssl is missing")
+    cert, key = workdir / "cert.pem", workdir / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+def _serve_metrics(registry: CollectorRegistry) -> ThreadingHTTPServer:
+    """``/metrics`` in the text format vLLM serves, names with colons as they are.
+
+    (prometheus_client's own server answers Prometheus in OpenMetrics, which writes
+    ``vllm:x`` as ``vllm_x``.)
+    """
+
+    class Metrics(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = generate_latest(registry)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _wait_for_scrapes(url: str, name: str, timeout_s: float = 60) -> None:
+    """Until Prometheus has scraped ``name`` (it finds new targets only every few seconds)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        answer = httpx.get(f"{url}/api/v1/query", params={"query": name}, verify=False).json()
+        if answer["data"]["result"]:
+            return
+        time.sleep(0.5)
+    pytest.fail(f"Prometheus did not scrape {name}")
+
+
+@pytest.fixture(scope="module")
+def tls_prometheus(tmp_path_factory):
+    """Prometheus over HTTPS (self-signed), scraping vLLM's metric names from an exporter.
+
+    Two requests finish each second for 8 s; the range ends 4 s after the last, so that every
+    one of the 16 is scraped and on the query grid.
+    """
+    workdir = tmp_path_factory.mktemp("tls")
+    registry = CollectorRegistry()
+    success = Counter("vllm:request_success", "finished", registry=registry)
+    buckets = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
+    prompt = PromHistogram("vllm:request_prompt_tokens", "p", buckets=buckets, registry=registry)
+    generation = PromHistogram(
+        "vllm:request_generation_tokens", "g", buckets=buckets, registry=registry
+    )
+    e2e = PromHistogram("vllm:e2e_request_latency_seconds", "e", registry=registry)
+    Gauge("vllm:num_requests_running", "running", registry=registry).set(2)
+    exporter = _serve_metrics(registry)
+    target = f"127.0.0.1:{exporter.server_address[1]}"
+    prometheus = None
+    try:
+        prometheus, url = _start_prometheus(workdir, target, _self_signed_certificate(workdir))
+        _wait_for_scrapes(url, "vllm:request_success_total")
+        time.sleep(2)  # a few scrapes of the counter at 0 before the range starts
+        start_s = time.time()
+        for second in range(TLS_REQUESTS // 2):
+            for tokens in (40 + second, 300 + second):
+                prompt.observe(tokens)
+                generation.observe(tokens // 10)
+                e2e.observe(0.5)
+                success.inc()
+            time.sleep(1)
+        end_s = start_s + 12.0
+        time.sleep(max(end_s - time.time(), 0) + 1.5)
+        yield url, start_s, end_s
+    finally:
+        exporter.shutdown()
+        if prometheus is not None:
+            prometheus.terminate()
+            prometheus.wait(timeout=30)
+
+
+def test_tls_is_verified_unless_insecure(tls_prometheus):
+    url, start_s, end_s = tls_prometheus
+    with pytest.raises(TunerError, match="--insecure") as refused:
+        fetch(url, start_s, end_s, TLS_STEP_S)
+    assert type(refused.value) is TunerError and "certificate" in str(refused.value)
+    scraped = fetch(url, start_s, end_s, TLS_STEP_S, insecure=True)
+    assert round(float(scraped.rate_per_s.sum()) * TLS_STEP_S) == TLS_REQUESTS
+    # increase() extrapolates to the range's ends: near, not equal to, the requests made.
+    assert scraped.prompt.count == pytest.approx(TLS_REQUESTS, rel=0.25)
+    assert scraped.mean_e2e_s == pytest.approx(0.5)
+
+
+def test_cli_verifies_tls_and_insecure_opts_out(tls_prometheus, tmp_path):
+    url, start_s, end_s = tls_prometheus
+    out = tmp_path / "rebuilt.csv"
+    argv = ["trace", "from-prometheus", "--url", url, "--start", str(start_s)]
+    argv += ["--end", str(end_s), "--step-s", str(TLS_STEP_S), "--out", str(out)]
+    refused = run_tuner(*argv, cwd=tmp_path)
+    assert refused.returncode == 1, refused.stderr
+    assert len(refused.stderr.splitlines()) == 1 and "--insecure" in refused.stderr
+    assert not out.exists()
+    done = run_tuner(*argv, "--insecure", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert len(load_trace(out)) == TLS_REQUESTS
+
+
+def test_prometheus_error_is_one_line_naming_it(tls_prometheus, tmp_path):
+    url, start_s, end_s = tls_prometheus
+    with pytest.raises(InputError) as refused:
+        fetch(url, start_s, end_s, TLS_STEP_S, selector="job=", insecure=True)
+    message = str(refused.value)
+    assert message.startswith(f"Prometheus at {url} refused the query: bad_data: ")
+    assert "parse error" in message and "{" not in message and "\n" not in message
+    bad = run_tuner(
+        "trace", "from-prometheus", "--url", url, "--start", str(start_s), "--end", str(end_s),
+        "--step-s", str(TLS_STEP_S), "--selector", "job=", "--insecure", "--out",
+        tmp_path / "x.csv", cwd=tmp_path,
+    )  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr == f"tuner: {message}\n"
+
+
+def test_unreachable_prometheus_is_a_tool_error():
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(TunerError, match=f"cannot reach Prometheus at {url}: ") as refused:
+        fetch(url, 1000.0, 1100.0, 15.0)
+    assert type(refused.value) is TunerError
+
+
+def test_an_answer_not_from_prometheus_api_is_a_tool_error(tls_prometheus):
+    url, start_s, end_s = tls_prometheus
+    plain = url.replace("https://", "http://")
+    with pytest.raises(TunerError, match="answered HTTP 400, not with its API's JSON") as refused:
+        fetch(plain, start_s, end_s, TLS_STEP_S)
+    assert type(refused.value) is TunerError and "HTTPS server" in str(refused.value)

@@ -131,6 +131,11 @@ def add_trace_commands(commands: Any) -> None:
     rebuild.add_argument("--start", required=True, help="epoch seconds or ISO 8601 (UTC)")
     rebuild.add_argument("--end", required=True, help="epoch seconds or ISO 8601 (UTC)")
     rebuild.add_argument("--selector", default="", help='label matchers, e.g. job="vllm"')
+    rebuild.add_argument(
+        "--insecure",
+        action="store_true",
+        help="do not verify an HTTPS Prometheus's TLS certificate (verified by default)",
+    )
     rebuild.add_argument("--step-s", type=float, default=15.0, help="query resolution")
     rebuild.add_argument("--seed", type=int, default=0, help="for arrivals and lengths")
     rebuild.add_argument("--out", type=Path, default=Path("prometheus-trace.csv"))

@@ -43,7 +43,9 @@ def cmd_trace_inspect(args: argparse.Namespace) -> int:
 def cmd_trace_from_prometheus(args: argparse.Namespace) -> int:
     start_s = prometheus.parse_time(args.start)
     end_s = prometheus.parse_time(args.end)
-    scraped = prometheus.fetch(args.url, start_s, end_s, args.step_s, args.selector)
+    scraped = prometheus.fetch(
+        args.url, start_s, end_s, args.step_s, args.selector, insecure=args.insecure
+    )
     rebuilt = from_prometheus.rebuild(scraped, args.seed)
     concurrency_out = args.concurrency_out or args.out.with_suffix(".concurrency.csv")
     from_prometheus.write_trace(args.out, rebuilt)

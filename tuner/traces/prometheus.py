@@ -1,18 +1,22 @@
 """Querying Prometheus for what ``tuner.traces.from_prometheus`` rebuilds a trace from.
 
-``fetch`` is the only network I/O of the trace stage: the counter of finished requests over the
+``fetch`` is the only network I/O of the trace stage: GETs of Prometheus' HTTP API
+(``/api/v1/query_range`` and ``/api/v1/query``) for the counter of finished requests over the
 range, the running-requests gauge averaged per step, and the prompt, generation and end-to-end
-latency histograms' increase over the whole range.
+latency histograms' increase over the whole range. TLS certificates are verified unless the
+caller asks for ``insecure``.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+import ssl
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 import numpy as np
 
 from tuner.errors import InputError, TunerError
@@ -27,6 +31,14 @@ from tuner.traces.from_prometheus import (
 )
 
 logger = logging.getLogger(__name__)
+
+QUERY_TIMEOUT_S = 60.0
+QUERY_ERRORS = ("bad_data", "execution")
+"""Prometheus' error types that mean the query itself is wrong (bad input), not the server."""
+
+Result = list[Mapping[str, Any]]
+Query = Callable[[str, float], Result]
+"""An instant query: PromQL evaluated at a time in epoch seconds."""
 
 
 def _selector(selector: str) -> str:
@@ -96,19 +108,13 @@ def _instant(result: Sequence[Mapping[str, Any]]) -> float:
     return float(result[0]["value"][1]) if result else math.nan
 
 
-def _histogram(client: Any, name: str, selector: str, range_s: int, at_s: float) -> Histogram:
-    buckets = client.custom_query(
-        f"sum by (le) (increase({name}_bucket{selector}[{range_s}s]))", params={"time": at_s}
-    )
+def _histogram(query: Query, name: str, selector: str, range_s: int, at_s: float) -> Histogram:
+    buckets = query(f"sum by (le) (increase({name}_bucket{selector}[{range_s}s]))", at_s)
     if not buckets:
         raise TunerError(f"Prometheus has no {name} histogram in the range")
     pairs = sorted((float(item["metric"]["le"]), float(item["value"][1])) for item in buckets)
-    total = client.custom_query(
-        f"sum(increase({name}_sum{selector}[{range_s}s]))", params={"time": at_s}
-    )
-    count = client.custom_query(
-        f"sum(increase({name}_count{selector}[{range_s}s]))", params={"time": at_s}
-    )
+    total = query(f"sum(increase({name}_sum{selector}[{range_s}s]))", at_s)
+    count = query(f"sum(increase({name}_count{selector}[{range_s}s]))", at_s)
     return Histogram(
         upper_bounds=np.array([p[0] for p in pairs]),
         cumulative=np.maximum.accumulate(np.array([p[1] for p in pairs])),
@@ -117,40 +123,91 @@ def _histogram(client: Any, name: str, selector: str, range_s: int, at_s: float)
     )
 
 
-def fetch(url: str, start_s: float, end_s: float, step_s: float, selector: str = "") -> Scraped:
-    """Query Prometheus at ``url`` for the range; the only network I/O of this module."""
-    from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
-    from requests import RequestException
+def _result(url: str, response: httpx.Response) -> Result:
+    """The ``data.result`` of a Prometheus API answer; its error envelope as a one-line error."""
+    try:
+        body = response.json()
+    except ValueError:
+        text = " ".join(response.text.split())[:120]
+        raise TunerError(
+            f"Prometheus at {url} answered HTTP {response.status_code}, not with its API's JSON: "
+            f"{text!r}"
+        ) from None
+    if not isinstance(body, dict):
+        raise TunerError(f"Prometheus at {url} answered with {type(body).__name__}, not an object")
+    if body.get("status") != "success":
+        kind = str(body.get("errorType", "unknown"))
+        reason = " ".join(str(body.get("error", "no reason given")).split())
+        if kind in QUERY_ERRORS:
+            raise InputError(f"Prometheus at {url} refused the query: {kind}: {reason}")
+        raise TunerError(f"Prometheus at {url} failed the query: {kind}: {reason}")
+    data = body.get("data")
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        raise TunerError(f"Prometheus at {url} answered without data.result")
+    return result
 
+
+def _unreachable(url: str, exc: httpx.HTTPError) -> TunerError:
+    """The one-line error for a request that got no answer; TLS verification names --insecure."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ssl.SSLError):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return TunerError(
+            f"cannot verify the TLS certificate of Prometheus at {url}: "
+            f"{cause.verify_message or cause.reason}; --insecure skips the check"
+        )
+    reason = " ".join(str(cause or exc).split())
+    return TunerError(f"cannot reach Prometheus at {url}: {type(exc).__name__}: {reason}")
+
+
+def fetch(
+    url: str,
+    start_s: float,
+    end_s: float,
+    step_s: float,
+    selector: str = "",
+    *,
+    insecure: bool = False,
+) -> Scraped:
+    """Query Prometheus at ``url`` for the range; the only network I/O of this module.
+
+    ``insecure`` skips the verification of an HTTPS server's certificate.
+    """
     if end_s <= start_s + step_s:
         raise InputError("--end must be more than one step after --start")
     if step_s <= 0:
         raise InputError("--step-s must be positive")
+    if not url.startswith(("http://", "https://")):
+        raise InputError(f"--url {url!r} must start with http:// or https://")
     selector = _selector(selector)
     range_s = max(math.ceil(end_s - start_s), 1)
     step = f"{step_s:g}s"
-    begin = datetime.fromtimestamp(start_s + step_s, tz=UTC)
-    finish = datetime.fromtimestamp(end_s, tz=UTC)
-    try:
-        client = PrometheusConnect(url=url, disable_ssl=True)
-        counters = client.custom_query_range(
-            f"{SUCCESS}{selector}", datetime.fromtimestamp(start_s, tz=UTC), finish, step
-        )
-        running = client.custom_query_range(
-            f"sum(avg_over_time({RUNNING}{selector}[{step}]))", begin, finish, step
-        )
-        prompt = _histogram(client, PROMPT, selector, range_s, end_s)
-        generation = _histogram(client, GENERATION, selector, range_s, end_s)
-        e2e_sum = client.custom_query(
-            f"sum(increase({E2E}_sum{selector}[{range_s}s]))", params={"time": end_s}
-        )
-        e2e_count = client.custom_query(
-            f"sum(increase({E2E}_count{selector}[{range_s}s]))", params={"time": end_s}
-        )
-    except PrometheusApiClientException as exc:
-        raise InputError(f"Prometheus at {url} refused the query: {exc}") from None
-    except RequestException as exc:
-        raise TunerError(f"cannot reach Prometheus at {url}: {type(exc).__name__}") from None
+    with httpx.Client(base_url=url, verify=not insecure, timeout=QUERY_TIMEOUT_S) as client:
+
+        def get(path: str, params: Mapping[str, str | float]) -> Result:
+            try:
+                response = client.get(path, params=params)
+            except httpx.HTTPError as exc:
+                raise _unreachable(url, exc) from None
+            return _result(url, response)
+
+        def query(promql: str, at_s: float) -> Result:
+            return get("/api/v1/query", {"query": promql, "time": at_s})
+
+        def query_range(promql: str, first_s: float) -> Result:
+            return get(
+                "/api/v1/query_range",
+                {"query": promql, "start": first_s, "end": end_s, "step": step},
+            )
+
+        counters = query_range(f"{SUCCESS}{selector}", start_s)
+        running = query_range(f"sum(avg_over_time({RUNNING}{selector}[{step}]))", start_s + step_s)
+        prompt = _histogram(query, PROMPT, selector, range_s, end_s)
+        generation = _histogram(query, GENERATION, selector, range_s, end_s)
+        e2e_sum = query(f"sum(increase({E2E}_sum{selector}[{range_s}s]))", end_s)
+        e2e_count = query(f"sum(increase({E2E}_count{selector}[{range_s}s]))", end_s)
     rate_times_s, rate_per_s = rate_from_counters(
         [[(float(t), float(v)) for t, v in series["values"]] for series in counters], step_s
     )
