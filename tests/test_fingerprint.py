@@ -121,7 +121,7 @@ def test_a_resumed_study_with_other_slos_is_refused_naming_them(folder: Folder, 
     assert folder.tuner_run() == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
-    assert err.startswith(f"tuner: study '{STUDY}' was measured another way: ")
+    assert err.startswith(f"tuner: study '{STUDY}' was measured another way (")
     assert "slos.ttft_p95_s: 2.0 -> 1.0" in err
     assert NEW_STUDY_HINT in err
     assert len(folder.study().trials) == 2

@@ -156,8 +156,7 @@ def _run_trials(
         progress=status.show if status.live else None,
     )
     first_new = len(study.trials)
-    budget_s = args.time_budget_s
-    deadline = None if budget_s is None else time.monotonic() + budget_s
+    deadline = None if args.time_budget_s is None else time.monotonic() + args.time_budget_s
     pinned = capture_pin(spec, environment.is_cpu_build())
     for key, value in pinned.items():
         print(f"pinned after trial 0, so that trials share vLLM's compiles: {key}={value}")

@@ -58,8 +58,8 @@ def check_workload(study: Any, fingerprint: Mapping[str, Any]) -> None:
     differ = differences(recorded, fingerprint)
     if differ:
         raise InputError(
-            f"study {study.study_name!r} was measured another way: {'; '.join(differ)}; its "
-            "trials do not compare with new ones: use --study NEWNAME (or delete the DB) to "
+            f"study {study.study_name!r} was measured another way ({'; '.join(differ)}): its "
+            "trials would not compare with new ones; use --study NEWNAME (or delete the DB) to "
             "start a new study"
         )
     missing = [key for key in fingerprint if key not in recorded]
