@@ -14,9 +14,7 @@ from tuner.study.fingerprint import differences
 from tuner.study.outcome import Offered
 from tuner.traces import concurrency
 from tuner.traces.concurrency import ClosedLoop, ConcurrencyTrace, LengthSource
-from tuner.traces.formats import (
-    load_trace,
-)
+from tuner.traces.formats import load_trace
 from tuner.traces.model import Request, Trace
 from tuner.traces.workload import Workload, build_workload
 
