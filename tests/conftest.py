@@ -63,7 +63,9 @@ def cpu_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cpu_spec(model: Path, **overrides: Any) -> dict[str, Any]:
     """A study spec whose trials take about 50 s each on two CPU cores.
 
-    The SLOs are loose: on a shared CI machine the point is to measure, not to miss them.
+    The SLOs are loose: on a shared CI machine the point is to measure, not to miss them. The
+    window's 19 prompts of 1,700 tokens on average queue behind each other's prefill: TTFT p95
+    measured 118 to 136 s on a slow day of these 2-core machines (session 5), hence 600 s.
     """
     spec: dict[str, Any] = {
         "model": str(model),
@@ -74,7 +76,7 @@ def cpu_spec(model: Path, **overrides: Any) -> dict[str, Any]:
             "max-num-seqs": {"type": "int", "low": 1, "high": 32},
             "gpu-memory-utilization": {"type": "float", "low": 0.1, "high": 0.25, "step": 0.05},
         },
-        "slos": {"ttft_p95_s": 60.0, "tpot_p95_s": 5.0, "e2e_p99_s": 300.0},
+        "slos": {"ttft_p95_s": 600.0, "tpot_p95_s": 5.0, "e2e_p99_s": 900.0},
         "objective": {"ttft_p95_s": 1.0, "tpot_p95_s": 1.0, "e2e_p99_s": 1.0},
         "window_s": 2,
         "time_scale": 4,
