@@ -133,14 +133,21 @@ def arrivals_from_rate(
 ) -> np.ndarray:
     """Arrival times: a whole number per step, uniform within it.
 
-    A rate sample at ``t`` covers ``(t - step_s, t]``. Rounding the running total (not each
-    step) keeps the number of requests equal to the integral of the rate.
+    The first rate sample at ``t`` covers ``(t - step_s, t]``, each later one the time since
+    the sample before it (the last step of a range may be shorter than ``step_s``). Rounding
+    the running total (not each step) keeps the number of requests equal to the integral of
+    the rate.
     """
-    expected = np.nan_to_num(np.clip(rate_per_s, 0.0, None)) * step_s
+    times_s = np.asarray(times_s, dtype=np.float64)
+    if not len(times_s):
+        return np.zeros(0)
+    starts = np.concatenate(([times_s[0] - step_s], times_s[:-1]))
+    widths = times_s - starts
+    expected = np.nan_to_num(np.clip(rate_per_s, 0.0, None)) * widths
     cumulative = np.rint(np.cumsum(expected)).astype(np.int64)
     per_step = np.diff(np.concatenate(([0], cumulative)))
-    starts = np.repeat(np.asarray(times_s, dtype=np.float64) - step_s, per_step)
-    return np.sort(starts + rng.random(len(starts)) * step_s)
+    offsets = rng.random(int(per_step.sum())) * np.repeat(widths, per_step)
+    return np.sort(np.repeat(starts, per_step) + offsets)
 
 
 def rebuild(scraped: Scraped, seed: int = 0) -> Rebuilt:

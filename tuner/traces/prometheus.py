@@ -66,7 +66,8 @@ def parse_time(text: str) -> float:
 def rate_from_counters(
     series: Sequence[Sequence[tuple[float, float]]], step_s: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Requests per second in each step, from counter samples on a grid ``step_s`` apart.
+    """Requests per second in each step, from counter samples on a grid ``step_s`` apart
+    (the last point may be closer: the range's end).
 
     The same quantity as ``sum(rate(counter[step]))``, without its loss: back-to-back
     ``rate()`` windows each see only the scrapes inside them, drop the increments between
@@ -92,7 +93,7 @@ def rate_from_counters(
                 values[i] = values[i - 1]
         steps = np.diff(values)
         total += np.where(steps < 0, values[1:], steps)
-    return np.asarray(grid[1:], dtype=np.float64), total / step_s
+    return np.asarray(grid[1:], dtype=np.float64), total / np.diff(grid)
 
 
 def _values(result: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
@@ -121,6 +122,20 @@ def _histogram(query: Query, name: str, selector: str, range_s: int, at_s: float
         sum=_instant(total),
         count=_instant(count),
     )
+
+
+def _close_range(series: Result, at_end: Result, end_s: float) -> Result:
+    """``series`` (a range query's) with each one's instant value at ``end_s`` appended where
+    the grid stops short of it; series are matched on their labels."""
+    final = {frozenset(item["metric"].items()): item["value"] for item in at_end}
+    closed: Result = []
+    for item in series:
+        values = list(item["values"])
+        last = final.get(frozenset(item["metric"].items()))
+        if last is not None and float(last[0]) > float(values[-1][0]):
+            values.append(last)
+        closed.append({**item, "values": values})
+    return closed
 
 
 def _result(url: str, response: httpx.Response) -> Result:
@@ -203,6 +218,9 @@ def fetch(
             )
 
         counters = query_range(f"{SUCCESS}{selector}", start_s)
+        # The grid stops at the last whole step; the counter at the range's end closes it,
+        # else up to a step of completions at the end (a server draining its queue) is lost.
+        counters = _close_range(counters, query(f"{SUCCESS}{selector}", end_s), end_s)
         running = query_range(f"sum(avg_over_time({RUNNING}{selector}[{step}]))", start_s + step_s)
         prompt = _histogram(query, PROMPT, selector, range_s, end_s)
         generation = _histogram(query, GENERATION, selector, range_s, end_s)
