@@ -29,7 +29,7 @@ from tuner.engine.launchers import ProcessLauncher
 from tuner.engine.process import Engine
 from tuner.load.http import ReplaySettings
 from tuner.load.open_loop import replay
-from tuner.study.trial import replay_figures
+from tuner.load.window import replay_figures
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload
 

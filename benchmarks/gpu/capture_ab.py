@@ -30,9 +30,9 @@ from tuner.engine.process import Engine
 from tuner.flags import MAX_CAPTURE_SIZE
 from tuner.load.http import ReplaySettings
 from tuner.load.open_loop import replay
+from tuner.load.window import replay_figures
 from tuner.study.space import PINNED_CAPTURE_SIZE
 from tuner.study.spec import load_spec
-from tuner.study.trial import replay_figures
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload, model_info
 

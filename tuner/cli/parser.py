@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import tuner
+from tuner.study.spec import OBJECTIVE_MODES
 from tuner.traces.formats import FORMATS, parse_column_mapping
 from tuner.traces.parsers import TIME_UNITS_PER_S
 
@@ -55,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
         "build (see README)",
     )
     run.add_argument("--report", action="store_true", help="write the HTML report at the end")
+    run.add_argument(
+        "--objective",
+        choices=OBJECTIVE_MODES,
+        help="latency: the best score at the window's rate; capacity: the highest rate one "
+        "server carries within the SLOs (default: the spec's objective_mode, else latency)",
+    )
     add_trace_commands(commands)
     add_report_command(commands)
     keys = commands.add_parser(

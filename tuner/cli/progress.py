@@ -11,7 +11,7 @@ import logging
 import shutil
 from typing import TextIO
 
-from tuner.study.trial import REPLAY, STARTING, WARMUP, TrialProgress
+from tuner.study.trial import RATE, REPLAY, STARTING, WARMUP, TrialProgress
 
 # Back to the start of the line, and erase it.
 ERASE_LINE = "\r\x1b[2K"
@@ -22,7 +22,7 @@ def describe(progress: TrialProgress) -> str:
     p = progress
     if p.phase == STARTING:
         return f"{p.phase} {p.elapsed_s:.0f} s"
-    if p.phase not in (REPLAY, WARMUP):
+    if p.phase not in (REPLAY, WARMUP) and not p.phase.startswith(RATE):
         return p.phase
     if p.sending_s is None:
         seconds = f"{p.elapsed_s:.0f} s"

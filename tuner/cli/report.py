@@ -11,7 +11,8 @@ import tuner
 from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
 from tuner.cli.workload import Replay, spec_path
 from tuner.load.window import LOOP_LAG_WARNING_S
-from tuner.study import fingerprint, scoring, search
+from tuner.study import capacity_text, fingerprint, picks, scoring, search
+from tuner.study.capacity import CAPACITY_ATTR
 from tuner.study.emit import HEADLINE, Provenance, format_figure, render, verdict_lines
 from tuner.study.outcome import next_steps
 from tuner.study.spec import StudySpec
@@ -52,7 +53,10 @@ def trial_line(trial: Any, space_names: Sequence[str]) -> str:
     if shown:
         prefix = ">= " if trial.state.name == "PRUNED" else ""
         parts.append(prefix + ", ".join(shown))
-    if trial.value is not None:
+    if isinstance(attrs.get(CAPACITY_ATTR), int | float):
+        windows = attrs.get("capacity_windows", 0)
+        parts.append(f"capacity {attrs[CAPACITY_ATTR]:.3g} req/s ({windows:.0f} rates measured)")
+    elif trial.value is not None:
         parts.append(f"score {trial.value:.3f}")
     if attrs.get(search.REASON_ATTR):
         parts.append(f"({attrs[search.REASON_ATTR][:160]})")
@@ -91,9 +95,15 @@ def overhead_summary(study: Any, first: int) -> str:
 
 
 def comparison_table(
-    chosen: Mapping[str, Any], baseline: Mapping[str, Any] | None, label: str = "best"
+    chosen: Mapping[str, Any],
+    baseline: Mapping[str, Any] | None,
+    label: str = "best",
+    capacity_rows: Sequence[tuple[str, str, str]] = (),
 ) -> str:
     rows = [f"{'':<16} {label:>14} {'baseline':>14}"]
+    rows += [f"{name:<16} {mine:>14} {base:>14}" for name, mine, base in capacity_rows]
+    if capacity_rows:
+        rows.append("at each one's capacity (else at the lowest rate it tried):")
     for name, key, scale, unit in HEADLINE:
         base = format_figure(baseline, key, scale, unit) if baseline else "n/a"
         rows.append(f"{name:<16} {format_figure(chosen, key, scale, unit):>14} {base:>14}")
@@ -107,9 +117,9 @@ def write_result(
 
     Exit 0 (meets the SLOs), 3 (written, misses them) or 1 (no trial served: nothing written).
     """
-    chosen = search.best_trial(study) or search.closest_trial(study)
+    chosen = picks.best_trial(study) or picks.closest_trial(study)
     if chosen is None:
-        failed = search.first_failure(study)
+        failed = picks.first_failure(study)
         why = (
             f"trial {failed.number}: {failed.user_attrs.get(search.REASON_ATTR, 'no reason kept')}"
             if failed is not None
@@ -120,11 +130,24 @@ def write_result(
             file=sys.stderr,
         )
         return EXIT_FAILED
-    verdict = scoring.verdict(search.constraints_of(chosen), chosen.user_attrs)
-    baseline = search.baseline_trial(study)
+    verdict = scoring.verdict(picks.constraints_of(chosen), chosen.user_attrs)
+    baseline = picks.baseline_trial(study)
     baseline_attrs = baseline.user_attrs if baseline else None
     label = "best" if verdict.meets_slos else "closest"
-    print(comparison_table(chosen.user_attrs, baseline_attrs, label))
+    capacity = picks.is_capacity(study)
+    peak = replay.peak_req_per_s
+    rows = capacity_text.table_rows(chosen.user_attrs, baseline_attrs, peak) if capacity else []
+    print(comparison_table(chosen.user_attrs, baseline_attrs, label, rows))
+    extra: list[str] = []
+    measured = "on that window"
+    if capacity:
+        found = capacity_text.capacity_of(chosen.user_attrs) or 0.0
+        extra = [
+            capacity_text.headline(chosen.user_attrs, baseline_attrs, peak),
+            capacity_text.servers_line(found, peak, f"trial {chosen.number}"),
+        ]
+        measured = f"at {found:.3g} req/s, its capacity" if found else "at the lowest rate tried"
+        print("\n".join(extra))
     # What the trial ran on; this machine's only for a trial recorded before tuner kept that.
     attrs = chosen.user_attrs
     recorded = all(isinstance(attrs.get(key), str) for key in fingerprint.MEASURED_ON)
@@ -142,11 +165,13 @@ def write_result(
     )
     text = render(
         spec.model,
-        search.engine_args_of(chosen),
+        picks.engine_args_of(chosen),
         provenance,
         verdict,
         chosen.user_attrs,
         baseline_attrs,
+        extra,
+        measured,
     )
     args.configs.mkdir(parents=True, exist_ok=True)
     out = args.configs / f"{name}.yaml"
@@ -156,6 +181,18 @@ def write_result(
         return EXIT_MEETS_SLOS
     print(f"\nno trial met the SLOs; wrote the closest, trial {chosen.number}, to {out}:")
     print("\n".join(f"  {line}" for line in verdict_lines(verdict)))
+    if capacity:
+        print(
+            "next: no configuration met the SLOs at any rate down to the search's floor; relax "
+            f"the SLOs in {spec_path(args, name)} (or lengthen capacity_window_s) and search "
+            "again under a new --study"
+        )
+        return EXIT_MISSES_SLOS
     steps = next_steps(chosen.number, chosen.user_attrs, replay.offered, spec_path(args, name))
+    if replay.offered is not None:
+        steps.append(
+            "  or find the rate one server of each configuration carries within these SLOs: "
+            f"tuner run --trace {args.trace} --study {name}-capacity --objective capacity"
+        )
     print("\n".join(steps))
     return EXIT_MISSES_SLOS

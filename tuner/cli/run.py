@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 import time
@@ -29,6 +30,7 @@ from tuner.engine.launchers import Launcher, ProcessLauncher, ZygoteLauncher
 from tuner.errors import InputError
 from tuner.load.http import ReplaySettings
 from tuner.study import fingerprint, search
+from tuner.study.capacity import CapacitySettings
 from tuner.study.space import capture_pin, default_spec_text
 from tuner.study.spec import StudySpec, load_spec
 from tuner.study.trial import Objective, TrialSetup
@@ -68,6 +70,20 @@ def launcher_for(choice: str, log: Path) -> Launcher:
     return ZygoteLauncher(log=log) if kind == "zygote" else ProcessLauncher()
 
 
+def capacity_settings(spec: StudySpec, replay: Replay) -> CapacitySettings | None:
+    """How a capacity study's trials search (None for a latency study)."""
+    if not spec.capacity:
+        return None
+    assert replay.offered is not None  # an open-loop replay: checked in cmd_run
+    return CapacitySettings(
+        requests=replay.requests,
+        period_s=replay.offered.replay_s,
+        window_s=spec.capacity_window_s,
+        resolution=spec.capacity_resolution,
+        max_windows=spec.capacity_max_windows,
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     name = args.study or args.trace.stem
     # Bad input stops here, before anything is written.
@@ -79,6 +95,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         trace = load_trace(args.trace, args.format, **trace_options(args))
         print(f"trace {args.trace}: {len(trace)} requests over {trace.span_s:.0f} s")
     spec = load_study_spec(args, name, trace)
+    if args.objective is not None:
+        spec = dataclasses.replace(spec, objective_mode=args.objective)
+    if spec.capacity and trace is None:
+        raise InputError(
+            "a capacity study replays a request trace at rates of its choosing; a concurrency "
+            "trace sets its own load (use --objective latency)"
+        )
     max_len = spec.engine_args.get("max-model-len")
     info = model_info(spec.model, int(max_len) if max_len else None)
     # The parser took only positive numbers: an option given is never dropped for the spec's.
@@ -100,7 +123,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         # more likely a slip, and the error names it.
         Path("studies").mkdir(exist_ok=True)
         storage = f"sqlite:///studies/{name}.db"
-    study = search.open_study(name, storage, spec.seed, search.pruner_for(spec))
+    pruner = None if spec.capacity else search.pruner_for(spec)
+    study = search.open_study(name, storage, spec.seed, pruner, capacity=spec.capacity)
     n_trials = spec.n_trials if args.n_trials is None else args.n_trials
     # Asked once a run, and only to add trials: a report may be written on another machine.
     machine = fingerprint.measured_on() if n_trials else {}
@@ -154,6 +178,10 @@ def _run_trials(
         launcher=launcher,
         closed_loop=replay.closed_loop,
         progress=status.show if status.live else None,
+        capacity=capacity_settings(spec, replay),
+        # vLLM serves /reset_prefix_cache, which the capacity search calls between rates, only
+        # in its development mode.
+        env={"VLLM_SERVER_DEV_MODE": "1"} if spec.capacity else {},
     )
     first_new = len(study.trials)
     deadline = None if args.time_budget_s is None else time.monotonic() + args.time_budget_s

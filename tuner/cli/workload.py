@@ -82,6 +82,9 @@ class Replay:
     text: str
     # What an open-loop window asks of a server; None for a closed loop.
     offered: Offered | None = None
+    # The window's rate in the trace's own time (its busiest ``window_s`` seconds, unscaled):
+    # the peak a capacity is compared with. None for a closed loop.
+    peak_req_per_s: float | None = None
 
 
 def spec_path(args: argparse.Namespace, name: str) -> Path:
@@ -132,4 +135,5 @@ def open_loop_replay(
         fingerprint={"window_start_s": workload.start_s, "requests": len(workload.trace)},
         text=workload.describe(),
         offered=Offered(len(workload.trace), workload.replay_s),
+        peak_req_per_s=len(workload.trace) / workload.window_s,
     )

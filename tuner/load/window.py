@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 import httpx
 
 from tuner.load.http import POOLS, Clock, ReplaySettings
-from tuner.load.metrics import LiveRequest, RequestResult
+from tuner.load.metrics import (
+    LiveRequest,
+    RequestResult,
+    parse_scrape,
+    summarize_client,
+    summarize_gauges,
+    summarize_server,
+)
 from tuner.traces.model import Request
 
 logger = logging.getLogger(__name__)
@@ -230,3 +237,16 @@ def unfinished(request: Request, sent_s: float | None, why: str) -> RequestResul
         request.output_tokens,
         error=why,
     )
+
+
+def replay_figures(result: ReplayResult) -> dict[str, float]:
+    """Everything a whole replay measured: tuner's figures, vLLM's over the window, the gauges,
+    and how far the wall clock and tuner's own loop were off."""
+    figures = summarize_client(result.results, result.duration_s)
+    before, after = parse_scrape(result.metrics_before), parse_scrape(result.metrics_after)
+    figures |= summarize_server(before, after)
+    figures |= summarize_gauges([parse_scrape(text) for text in result.metrics_during])
+    figures["wall_clock_step_s"] = result.wall_clock_step_s
+    figures["client_lag_max_s"] = result.client_lag_max_s
+    figures["client_lag_p99_s"] = result.client_lag_p99_s
+    return figures

@@ -22,7 +22,7 @@ from tuner.report.data import (
     slo_limits,
 )
 from tuner.report.page import render
-from tuner.study import search
+from tuner.study import picks, search
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -34,9 +34,9 @@ WRITTEN_BY = re.compile(r"^# Study '(?P<study>.*)', trial (?P<trial>\d+)\.$", re
 def read_report(name: str, storage: str, configs: Path) -> StudyReport:
     study = search.load_existing(name, storage)
     trials = study.get_trials(deepcopy=False)
-    best = search.best_trial(study)
-    chosen = best or search.closest_trial(study)
-    baseline = search.baseline_trial(study)
+    best = picks.best_trial(study)
+    chosen = best or picks.closest_trial(study)
+    baseline = picks.baseline_trial(study)
     rows = rows_of(trials)
     configuration = None
     if chosen is not None:
@@ -61,7 +61,7 @@ def read_configuration(path: Path, name: str, chosen: FrozenTrial) -> Configurat
         match = WRITTEN_BY.search(text)
         trial = int(match["trial"]) if match and match["study"] == name else None
         return Configuration(path, text, written=True, trial=trial)
-    args = search.engine_args_of(chosen)
+    args = picks.engine_args_of(chosen)
     shown = {k: v for k, v in args.items() if k not in SERVER_ONLY}
     return Configuration(path, config_yaml(shown), written=False, trial=None)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuner.study import search
+from tuner.study import picks, search
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -119,7 +119,7 @@ def _outcome(trial: FrozenTrial) -> str:
         return INTERRUPTED
     if state != "COMPLETE":
         return RUNNING
-    if not search.served(trial):
+    if not picks.served(trial):
         return FAILED
     return FEASIBLE if trial.user_attrs.get(search.FEASIBLE_ATTR) else INFEASIBLE
 

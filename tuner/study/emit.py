@@ -10,11 +10,12 @@ port, which tuner chose per trial).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tuner.flags import SERVER_ONLY, config_yaml
+from tuner.study.capacity import NO_RATE
 from tuner.study.scoring import Miss, Verdict
 
 # The measured figures quoted in the header, with how a person reads them.
@@ -64,6 +65,8 @@ def _ms(seconds: float) -> str:
 
 def describe_miss(miss: Miss) -> str:
     """``ttft_p95_s: 4561 ms (SLO 2000 ms)``, ``error_rate: 12.5% (SLO 0%)``."""
+    if miss.metric == NO_RATE:
+        return "no rate tried met every SLO (capacity 0)"
     if miss.metric == "error_rate":
         measured = "not measured" if miss.measured is None else f"{miss.measured:.1%}"
         limit = "" if miss.limit is None else f" (SLO {miss.limit:.1%})"
@@ -89,11 +92,18 @@ def render(
     verdict: Verdict,
     chosen: Mapping[str, Any],
     baseline: Mapping[str, Any] | None,
+    extra: Sequence[str] = (),
+    measured: str = "on that window",
 ) -> str:
-    """The whole file: a comment header, then the config ``vllm serve --config`` reads."""
+    """The whole file: a comment header, then the config ``vllm serve --config`` reads.
+
+    ``extra`` lines follow the verdict (a capacity study's capacity and servers); ``measured``
+    says where the figures were measured.
+    """
     p = provenance
     chosen_label = "best" if verdict.meets_slos else "closest"
     lines = [f"# {line}" for line in verdict_lines(verdict)]
+    lines += [f"# {line}" for line in extra]
     lines.append(f"# Tuned by tuner {p.tuner_version} for vLLM {p.vllm_version} on {p.device}.")
     if p.machine_of_writer:
         lines.append(
@@ -104,7 +114,7 @@ def render(
         f"# Study {p.study!r}, trial {p.trial_number}.",
         f"# Trace: {p.trace_path} (sha256 {p.trace_sha256})",
         f"# Window: {p.window}",
-        "# Measured on that window:",
+        f"# Measured {measured}:",
     ]
     for label, key, scale, unit in HEADLINE:
         row = f"#   {label:<16} {chosen_label} {format_figure(chosen, key, scale, unit):>14}"

@@ -46,6 +46,14 @@ def of_study(
         "max_error_rate": spec.max_error_rate,
         **machine,
     }
+    if spec.capacity:
+        # Only for capacity studies: latency studies recorded before the mode existed match.
+        fields |= {
+            "objective_mode": spec.objective_mode,
+            "capacity_window_s": spec.capacity_window_s,
+            "capacity_resolution": spec.capacity_resolution,
+            "capacity_max_windows": spec.capacity_max_windows,
+        }
     # As the storage gives it back: tuples become lists, integers in floats stay floats.
     loaded: dict[str, Any] = json.loads(json.dumps(fields))
     return loaded

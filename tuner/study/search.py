@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tuner.errors import InputError, TunerError
@@ -29,7 +30,8 @@ from tuner.study.attrs import (
     LOG_ATTR,
     REASON_ATTR,
 )
-from tuner.study.scoring import FAILED_SCORE
+from tuner.study.capacity import CAPACITY_ATTR, POINTS_ATTR
+from tuner.study.picks import best_trial
 from tuner.study.spec import Dimension, StudySpec
 from tuner.study.storage import OPEN_ERRORS, STORAGE_ERRORS, abandon, cause, open_failure
 from tuner.study.trial import TrialOutcome, TrialSetup, run_trial
@@ -79,32 +81,44 @@ def open_study(
     storage: str | optuna.storages.BaseStorage,
     seed: int,
     pruner: optuna.pruners.BasePruner | None = None,
+    capacity: bool = False,
 ) -> optuna.Study:
     """Create the study or load it to add trials; the sampler's seed moves on with each trial.
 
-    A storage that cannot be opened is a ``TunerError`` naming it and the cause, in one line.
+    A latency study minimises the score, a ``capacity`` one maximises the capacity; a study
+    created for one is refused for the other. A storage that cannot be opened is a
+    ``TunerError`` naming it and the cause, in one line.
 
     A resumed study re-seeded with the same number would replay the same random start-up
     suggestions, so the seed is offset by the trials already there.
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     existing = 0
+    direction = StudyDirection.MAXIMIZE if capacity else StudyDirection.MINIMIZE
     try:
         with contextlib.suppress(KeyError):
-            existing = len(optuna.load_study(study_name=name, storage=storage).trials)
+            loaded = optuna.load_study(study_name=name, storage=storage)
+            existing = len(loaded.trials)
+            if loaded.direction != direction:
+                kind = "a capacity" if loaded.direction == StudyDirection.MAXIMIZE else "a latency"
+                raise InputError(
+                    f"study {name!r} is {kind} study (--objective "
+                    f"{'capacity' if kind == 'a capacity' else 'latency'}); use --study NEWNAME "
+                    "to start a new one"
+                )
         sampler = optuna.samplers.TPESampler(seed=seed + existing, multivariate=True)
         study = optuna.create_study(
             study_name=name,
             storage=storage,
             sampler=sampler,
             pruner=pruner or optuna.pruners.NopPruner(),
-            direction="minimize",
+            direction=direction,
             load_if_exists=True,
         )
         if study.metric_names is None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                study.set_metric_names([SCORE_NAME])
+                study.set_metric_names([CAPACITY_ATTR if capacity else SCORE_NAME])
     except OPEN_ERRORS as exc:
         shown = storage if isinstance(storage, str) else type(storage).__name__
         raise TunerError(open_failure(shown, exc)) from None
@@ -188,6 +202,8 @@ def record(trial: Trial, outcome: TrialOutcome) -> None:
         trial.set_user_attr(REASON_ATTR, outcome.reason)
     if outcome.log_tail:
         trial.set_user_attr(LOG_ATTR, outcome.log_tail[-4000:])
+    if outcome.points:
+        trial.set_user_attr(POINTS_ATTR, [dict(point) for point in outcome.points])
     for name, value in outcome.score.constraints.items():
         trial.set_constraint(name, value)
 
@@ -290,56 +306,3 @@ def _should_stop(trial: Trial, prunable: bool) -> Callable[[int, float], bool]:
 
 def pruner_for(spec: StudySpec) -> FarOffPruner:
     return FarOffPruner(factor=spec.prune_factor, after_step=round(spec.prune_after_s))
-
-
-def engine_args_of(trial: FrozenTrial) -> dict[str, Any]:
-    return dict(trial.user_attrs[ARGS_ATTR])
-
-
-def constraints_of(trial: FrozenTrial) -> dict[str, float]:
-    """The constraints the trial was judged by when it was measured (above 0: missed)."""
-    return dict(trial.constraints)
-
-
-def served(trial: FrozenTrial) -> bool:
-    """Whether the trial measured its whole window with figures to score.
-
-    Not: a pruned, interrupted or running trial, nor one scored ``FAILED_SCORE`` (its engine
-    failed, or it measured nothing usable, such as every request failing).
-    """
-    return trial.state == TrialState.COMPLETE and trial.value not in (None, FAILED_SCORE)
-
-
-def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The best feasible completed trial, or None."""
-    try:
-        best = study.best_trial
-    except ValueError:
-        return None
-    return best if best.user_attrs.get(FEASIBLE_ATTR) else None
-
-
-def closest_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The served trial with the lowest score, feasible or not; None if none served."""
-    trials = [t for t in study.get_trials(deepcopy=False) if served(t)]
-    return min(trials, key=lambda t: (t.value, t.number), default=None)
-
-
-def first_failure(study: optuna.Study) -> FrozenTrial | None:
-    """The first trial that failed: completed without serving (its engine failed), or
-    interrupted. Pruned trials served until they were stopped: not failures."""
-    return next(
-        (
-            t
-            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
-            if not served(t)
-        ),
-        None,
-    )
-
-
-def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.user_attrs.get(BASELINE_ATTR):
-            return t
-    return None

@@ -23,6 +23,10 @@ from tuner.flags import (
     normalize,
 )
 
+LATENCY = "latency"
+CAPACITY = "capacity"
+OBJECTIVE_MODES = (LATENCY, CAPACITY)
+
 # Metrics a spec may name in SLOs and objective weights: client-side tails, in seconds.
 SCORED_METRICS = (
     "ttft_p50_s",
@@ -71,6 +75,16 @@ class StudySpec:
     dummy_model: str | None = None
     prune_factor: float = 3.0
     prune_after_s: float = 10.0
+    # "latency" (minimise the score at the window's rate) or "capacity" (maximise the highest
+    # rate that meets every SLO; tuner.study.capacity), and how the capacity search runs.
+    objective_mode: str = LATENCY
+    capacity_window_s: float = 30.0
+    capacity_resolution: float = 0.1
+    capacity_max_windows: int = 10
+
+    @property
+    def capacity(self) -> bool:
+        return self.objective_mode == CAPACITY
 
 
 DEFAULT_SPEC: dict[str, Any] = {
@@ -95,6 +109,10 @@ DEFAULT_SPEC: dict[str, Any] = {
     "warmup_requests": 0,
     "prune_factor": 3.0,
     "prune_after_s": 10.0,
+    "objective_mode": LATENCY,
+    "capacity_window_s": 30.0,
+    "capacity_resolution": 0.1,
+    "capacity_max_windows": 10,
 }
 
 _TOP_LEVEL = set(DEFAULT_SPEC)
@@ -202,6 +220,14 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
             path, "dummy_model", f"unknown shape {dummy_model!r}; known: {list(SHAPES)}"
         )
     max_error_rate = _number(path, "max_error_rate", merged["max_error_rate"], positive=False)
+    mode = merged["objective_mode"]
+    if mode not in OBJECTIVE_MODES:
+        raise SpecError(path, "objective_mode", f"must be one of {OBJECTIVE_MODES}, got {mode!r}")
+    max_windows = merged["capacity_max_windows"]
+    if isinstance(max_windows, bool) or not isinstance(max_windows, int) or max_windows < 2:
+        raise SpecError(
+            path, "capacity_max_windows", f"must be a whole number >= 2, got {max_windows!r}"
+        )
     if not 0 <= max_error_rate <= 1:
         raise SpecError(path, "max_error_rate", "must be between 0 and 1")
     return StudySpec(
@@ -222,6 +248,10 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         dummy_model=dummy_model,
         prune_factor=_number(path, "prune_factor", merged["prune_factor"], positive=False),
         prune_after_s=_number(path, "prune_after_s", merged["prune_after_s"], positive=False),
+        objective_mode=mode,
+        capacity_window_s=_number(path, "capacity_window_s", merged["capacity_window_s"]),
+        capacity_resolution=_number(path, "capacity_resolution", merged["capacity_resolution"]),
+        capacity_max_windows=max_windows,
     )
 
 

@@ -19,17 +19,17 @@ from tuner.engine.launchers import EngineFailed, Launcher, ProcessLauncher, tail
 from tuner.engine.process import Engine
 from tuner.load.closed_loop import replay_closed_loop
 from tuner.load.http import ReplaySettings
-from tuner.load.metrics import (
-    LiveRequest,
-    parse_scrape,
-    provisional,
-    so_far,
-    summarize_client,
-    summarize_gauges,
-    summarize_server,
-)
+from tuner.load.metrics import LiveRequest, provisional, so_far
 from tuner.load.open_loop import replay
-from tuner.load.window import Monitor, ReplayResult
+from tuner.load.window import Monitor, ReplayResult, replay_figures
+from tuner.study.capacity import (
+    CAPACITY_ATTR,
+    CAPACITY_FAILED,
+    CapacitySettings,
+    capacity_score,
+    measure_capacity,
+)
+from tuner.study.rates import CapacityFound
 from tuner.study.scoring import FAILED, Score, score, worst_slo_ratio
 from tuner.traces.concurrency import ClosedLoop
 from tuner.traces.model import Request
@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 STARTING = "starting vLLM"
 WARMUP = "warm-up"
 REPLAY = "replay"
+RATE = "rate"  # a capacity trial's windows: "rate 2/10: 1.5 req/s"
 STOPPING = "stopping vLLM"
 
 # How often a pruned trial's partial score goes to the pruner; progress is told every tick of
@@ -89,6 +90,8 @@ class TrialSetup:
     env: Mapping[str, str] = field(default_factory=dict)
     # Told where the trial is: each phase as it begins, then about once a second.
     progress: OnProgress | None = None
+    # Set for a capacity study: the trial searches the highest rate that meets the SLOs.
+    capacity: CapacitySettings | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,8 @@ class TrialOutcome:
     pruned: bool = False
     # What the engine's log says of its compile: ``compile_key``, ``compile_cache_hit``.
     compile_cache: Mapping[str, str | bool] = field(default_factory=dict)
+    # A capacity trial's rates, each with what it measured, in the order measured.
+    points: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def feasible(self) -> bool:
@@ -155,6 +160,55 @@ def _monitor(
     return monitor
 
 
+def _search_capacity(base_url: str, setup: TrialSetup, settings: CapacitySettings) -> CapacityFound:
+    """The capacity search on the running server, telling progress as each rate replays."""
+    progress = setup.progress
+
+    def on_rate(index: int, rate: float, elapsed_s: float, live: Sequence[LiveRequest]) -> None:
+        if progress is not None:
+            done, ttft_p95_s = so_far(live)
+            phase = f"{RATE} {index + 1}/{settings.max_windows}: {rate:.3g} req/s"
+            progress(TrialProgress(phase, elapsed_s, settings.window_s, done, None, ttft_p95_s))
+
+    objective = setup.objective
+    return measure_capacity(
+        base_url, settings, setup.replay, objective.slos, objective.weights, on_rate
+    )
+
+
+def _capacity_outcome(
+    engine_args: Mapping[str, Any],
+    found: CapacityFound,
+    timings: dict[str, float],
+    crashed: bool,
+    engine: Engine,
+    compiled: Mapping[str, str | bool],
+) -> TrialOutcome:
+    """A capacity trial: its value the capacity; its figures those at the capacity (or at the
+    lowest rate tried, if none passed); every rate measured as a point."""
+    shown = found.best_point or found.lowest_point
+    metrics = dict(shown.figures) if shown is not None else {}
+    metrics[CAPACITY_ATTR] = found.capacity_req_per_s
+    metrics["capacity_resolved"] = float(found.resolved)
+    metrics["capacity_windows"] = float(len(found.points))
+    reason = None if found.capacity_req_per_s > 0 else f"no rate met the SLOs: {found.why_stopped}"
+    log_tail = ""
+    if crashed:
+        reason = "vLLM exited during the search; " + (reason or "")
+        log_tail = tail(engine.log_path)
+    points = tuple(p.as_attr() for p in found.points)
+    return TrialOutcome(
+        engine_args,
+        capacity_score(found.capacity_req_per_s),
+        metrics,
+        timings,
+        reason,
+        log_tail,
+        compile_cache=compiled,
+        points=points,
+    )
+
+
 def _sending(phase: str, requests: Sequence[Request]) -> TrialProgress:
     """The start of an open-loop replay of ``requests``: how long it sends for, and how many."""
     return TrialProgress(
@@ -181,19 +235,6 @@ def _stopped_early(
     )
     reason = f"stopped {result.stopped_at_s:.0f} s into the window, far off: {shown}"
     return TrialOutcome(engine_args, trial_score, metrics, timings, reason, pruned=True)
-
-
-def replay_figures(result: ReplayResult) -> dict[str, float]:
-    """Everything a whole replay measured: tuner's figures, vLLM's over the window, the gauges,
-    and how far the wall clock and tuner's own loop were off."""
-    figures = summarize_client(result.results, result.duration_s)
-    before, after = parse_scrape(result.metrics_before), parse_scrape(result.metrics_after)
-    figures |= summarize_server(before, after)
-    figures |= summarize_gauges([parse_scrape(text) for text in result.metrics_during])
-    figures["wall_clock_step_s"] = result.wall_clock_step_s
-    figures["client_lag_max_s"] = result.client_lag_max_s
-    figures["client_lag_p99_s"] = result.client_lag_p99_s
-    return figures
 
 
 def run_trial(
@@ -233,7 +274,10 @@ def run_trial(
             replay(engine.base_url, setup.warmup_requests, setup.replay, monitor=watch)
             timings["warmup_s"] = time.monotonic() - started
         started = time.monotonic()
-        if setup.closed_loop is not None:
+        found: CapacityFound | None = None
+        if setup.capacity is not None:
+            found = _search_capacity(engine.base_url, setup, setup.capacity)
+        elif setup.closed_loop is not None:
             window = TrialProgress(REPLAY, sending_s=setup.closed_loop.schedule.end_s)
             tell(window)
             result = replay_closed_loop(
@@ -257,10 +301,11 @@ def run_trial(
         timings["engine_stop_s"] = engine.times.stop_s or 0.0
         timings["trial_s"] = time.monotonic() - began
         logger.info("trial failed: %s", exc.reason)
+        failed = setup.capacity is not None
         return TrialOutcome(
             engine_args,
-            FAILED,
-            {},
+            CAPACITY_FAILED if failed else FAILED,
+            {CAPACITY_ATTR: 0.0} if failed else {},
             timings,
             exc.reason,
             exc.log_tail,
@@ -271,6 +316,8 @@ def run_trial(
         engine.stop()
     timings["engine_stop_s"] = engine.times.stop_s or 0.0
     timings["trial_s"] = time.monotonic() - began
+    if found is not None:
+        return _capacity_outcome(engine_args, found, timings, crashed, engine, compiled)
     if result.stopped_at_s is not None:
         return replace(_stopped_early(engine_args, setup, result, timings), compile_cache=compiled)
 

@@ -5,12 +5,14 @@ Every trial of a study replays exactly the same requests; this is where they are
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.errors import InputError
-from tuner.traces.model import Clipping, Trace, busiest_window, clip_to_context
+from tuner.traces.model import Clipping, Request, Trace, busiest_window, clip_to_context
 
 
 @dataclass(frozen=True)
@@ -82,3 +84,30 @@ def build_workload(trace: Trace, window_s: float, time_scale: float, context: in
         time_scale=time_scale,
         clipping=clipping,
     )
+
+
+def at_rate(
+    requests: Sequence[Request], period_s: float, rate_req_per_s: float, duration_s: float
+) -> list[Request]:
+    """The window's requests sent at ``rate_req_per_s`` on average for ``duration_s`` seconds.
+
+    ``requests`` arrive over ``period_s`` (the window as replayed). All arrivals are stretched or
+    squeezed by one factor, so the trace's bursts and lengths keep their shape, and the window
+    is repeated end to end until ``duration_s`` is filled; a request arriving at or after it
+    is left out.
+    """
+    if not requests or period_s <= 0 or rate_req_per_s <= 0 or duration_s <= 0:
+        raise ValueError("at_rate needs requests, a positive period, rate and duration")
+    factor = len(requests) / period_s / rate_req_per_s
+    stretched_s = period_s * factor
+    out: list[Request] = []
+    copy = 0
+    while copy * stretched_s < duration_s:
+        offset_s = copy * stretched_s
+        for request in requests:
+            arrival_s = offset_s + request.arrival_s * factor
+            if arrival_s >= duration_s:
+                break
+            out.append(dataclasses.replace(request, arrival_s=arrival_s))
+        copy += 1
+    return out

@@ -1,0 +1,210 @@
+"""A trial's capacity: the highest arrival rate of the trace's window that one running server
+carries within every SLO, with no request failing.
+
+``measure_capacity`` runs on a server that is already up (started once per trial by
+``tuner.study.trial``): for each rate the search asks for (``tuner.study.rates``), it waits for
+the server to be idle, resets vLLM's prefix cache where the server allows it, and replays the
+window time-scaled to that rate for ``CapacitySettings.window_s`` seconds. Each window draws
+its prompts from its own seed, so no window reuses another's prompts from the prefix cache.
+
+A rate is stopped early once its SLOs are lost for certain: more of the window's requests
+have already waited past a TTFT or end-to-end SLO (a request still waiting counting with its
+wait so far, which only grows) than the percentile lets through.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import httpx
+
+from tuner.load.http import ReplaySettings
+from tuner.load.metrics import LiveRequest, parse_scrape, provisional
+from tuner.load.open_loop import replay
+from tuner.load.window import replay_figures
+from tuner.study.rates import CapacityFound, RatePoint, search_capacity
+from tuner.study.scoring import Score, score
+from tuner.traces.model import Request
+from tuner.traces.workload import at_rate
+
+logger = logging.getLogger(__name__)
+
+# Fewer requests than this in a rate's window say too little of a p95: the search's floor.
+MIN_WINDOW_REQUESTS = 10
+# How long to wait for the server to finish what the last window left (requests a stopped
+# window abandoned are aborted by vLLM when tuner's client disconnects).
+IDLE_TIMEOUT_S = 120.0
+IDLE_POLL_S = 0.5
+# How often a window checks whether its SLOs are lost.
+LOST_CHECK_S = 1.0
+# Seeds of successive windows: far apart from the study's seed and from each other.
+SEED_STRIDE = 7919
+
+CAPACITY_ATTR = "capacity_req_per_s"
+POINTS_ATTR = "capacity_points"
+# The constraint a capacity trial misses when no rate it tried met the SLOs.
+NO_RATE = "no_rate_met_slos"
+
+
+@dataclass(frozen=True)
+class CapacitySettings:
+    """How a capacity trial searches: the window's requests and the seconds they span as
+    replayed (``period_s``), the seconds each rate is replayed for, the relative resolution,
+    and the most windows one trial measures."""
+
+    requests: Sequence[Request]
+    period_s: float
+    window_s: float = 30.0
+    resolution: float = 0.1
+    max_windows: int = 10
+
+    @property
+    def start_req_per_s(self) -> float:
+        """The trace window's own rate, as the spec replays it: where the search starts."""
+        return len(self.requests) / self.period_s
+
+    @property
+    def floor_req_per_s(self) -> float:
+        return MIN_WINDOW_REQUESTS / self.window_s
+
+
+# Told the phase text and the replay's progress: (rate index, rate, elapsed s, live requests).
+OnRate = Callable[[int, float, float, Sequence[LiveRequest]], None]
+
+
+def capacity_score(capacity_req_per_s: float) -> Score:
+    """A capacity trial's value for the study (maximised) and its one constraint: some rate met
+    every SLO."""
+    return Score(capacity_req_per_s, {NO_RATE: 0.0 if capacity_req_per_s > 0 else 1.0})
+
+
+# A capacity trial whose engine failed: no capacity, and infeasible.
+CAPACITY_FAILED = Score(0.0, {"failed": 1.0, NO_RATE: 1.0})
+
+
+def lost_slos(
+    now_s: float, live: Sequence[LiveRequest], total: int, slos: Mapping[str, float]
+) -> list[str]:
+    """The TTFT and end-to-end SLOs that the window can no longer meet, whatever comes next.
+
+    ``metric_pQ_s`` over ``total`` requests is above its limit once the requests already past
+    it (lower bounds: a request still waiting counts with its wait so far) reach
+    ``total - floor(Q/100 * (total - 1))``: then the value at the percentile's lower rank is
+    past the limit, and with it the interpolated percentile.
+    """
+    lost = []
+    for metric, limit in slos.items():
+        prefix, _, rest = metric.partition("_p")
+        if prefix not in ("ttft", "e2e") or not rest.endswith("_s"):
+            continue
+        quantile = float(rest.removesuffix("_s"))
+        needed = total - math.floor(quantile / 100 * (total - 1))
+        over = 0
+        for r in live:
+            end_s = r.first_token_s if prefix == "ttft" else r.done_s
+            if (now_s if end_s is None else end_s) - r.sent_s > limit:
+                over += 1
+        if over >= needed:
+            lost.append(metric)
+    return lost
+
+
+def wait_idle(base_url: str, timeout_s: float = IDLE_TIMEOUT_S) -> bool:
+    """Wait until vLLM has nothing running or waiting (its ``/metrics`` gauges); False if it
+    still has after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(base_url=base_url, timeout=10.0) as client:
+        while True:
+            try:
+                gauges = parse_scrape(client.get("/metrics").text).values
+            except httpx.HTTPError:
+                gauges = {}
+            busy = gauges.get("vllm:num_requests_running", 0.0) + gauges.get(
+                "vllm:num_requests_waiting", 0.0
+            )
+            if busy == 0:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(IDLE_POLL_S)
+
+
+def reset_prefix_cache(base_url: str) -> bool:
+    """Ask vLLM to drop its prefix cache; False where the server does not offer it (vLLM serves
+    ``/reset_prefix_cache`` only with ``VLLM_SERVER_DEV_MODE=1``)."""
+    try:
+        response = httpx.post(f"{base_url}/reset_prefix_cache", timeout=30.0)
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200
+
+
+def measure_capacity(
+    base_url: str,
+    settings: CapacitySettings,
+    replay_settings: ReplaySettings,
+    slos: Mapping[str, float],
+    weights: Mapping[str, float],
+    on_rate: OnRate | None = None,
+) -> CapacityFound:
+    """Search the capacity of the server at ``base_url`` (already healthy, warmed up)."""
+    count = 0
+
+    def measure(rate: float) -> RatePoint:
+        nonlocal count
+        index = count
+        count += 1
+        idle = wait_idle(base_url)
+        reset = reset_prefix_cache(base_url)
+        window = at_rate(settings.requests, settings.period_s, rate, settings.window_s)
+        seeded = replace(replay_settings, seed=replay_settings.seed + SEED_STRIDE * (index + 1))
+        lost: list[str] = []
+        checked_s = 0.0
+
+        def monitor(elapsed_s: float, live: Sequence[LiveRequest]) -> bool:
+            nonlocal checked_s
+            if on_rate is not None:
+                on_rate(index, rate, elapsed_s, live)
+            if elapsed_s - checked_s < LOST_CHECK_S:
+                return False
+            checked_s = elapsed_s
+            lost.extend(lost_slos(elapsed_s, live, len(window), slos))
+            return bool(lost)
+
+        result = replay(base_url, window, seeded, monitor=monitor)
+        if result.stopped_at_s is not None:
+            figures = provisional(result.stopped_at_s, result.live)
+            figures["stopped_at_s"] = result.stopped_at_s
+            reason = f"stopped {result.stopped_at_s:.0f} s in: {', '.join(lost)} lost"
+            return RatePoint(rate, False, _point_figures(figures, len(window), idle, reset), reason)
+        figures = replay_figures(result)
+        judged = score(figures, slos, weights)
+        errors = sum(1 for r in result.results if r.error)
+        reasons = [] if judged.feasible else [f"missed {', '.join(judged.violations)}"]
+        if errors:
+            reasons.append(f"{errors} requests failed")
+        passed = judged.feasible and not errors
+        point_figures = _point_figures(figures, len(window), idle, reset)
+        return RatePoint(rate, passed, point_figures, "; ".join(reasons) or None)
+
+    return search_capacity(
+        measure,
+        settings.start_req_per_s,
+        settings.resolution,
+        settings.max_windows,
+        settings.floor_req_per_s,
+    )
+
+
+def _point_figures(
+    figures: Mapping[str, float], requests: int, idle: bool, reset: bool
+) -> dict[str, float]:
+    out = dict(figures)
+    out["requests"] = requests
+    out["started_idle"] = float(idle)
+    out["prefix_cache_reset"] = float(reset)
+    return out

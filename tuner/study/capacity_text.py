@@ -1,0 +1,82 @@
+"""What a capacity study says in the user's terms: req/s per server, as a multiple of the
+trace's peak rate, and the servers that peak needs. Pure: builds text from trial attributes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from tuner.study.capacity import CAPACITY_ATTR
+
+
+def capacity_of(attrs: Mapping[str, Any] | None) -> float | None:
+    value = None if attrs is None else attrs.get(CAPACITY_ATTR)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def servers_for(peak_req_per_s: float, capacity_req_per_s: float) -> int | None:
+    """Servers of this capacity that carry the peak, if load splits evenly; None at capacity 0."""
+    if capacity_req_per_s <= 0:
+        return None
+    return max(1, math.ceil(peak_req_per_s / capacity_req_per_s - 1e-9))
+
+
+def _req(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g} req/s"
+
+
+def headline(
+    chosen: Mapping[str, Any], baseline: Mapping[str, Any] | None, peak_req_per_s: float | None
+) -> str:
+    """``capacity: X req/s (Yx the trace's peak rate; baseline Z req/s)``."""
+    capacity = capacity_of(chosen) or 0.0
+    parts = []
+    if peak_req_per_s:
+        parts.append(f"{capacity / peak_req_per_s:.2g}x the trace's peak rate")
+    if baseline is not None:
+        parts.append(f"baseline {_req(capacity_of(baseline))}")
+    suffix = f" ({'; '.join(parts)})" if parts else ""
+    return f"capacity: {_req(capacity)}{suffix}"
+
+
+def servers_line(capacity_req_per_s: float, peak_req_per_s: float | None, label: str) -> str:
+    if not peak_req_per_s:
+        return "servers for the peak: n/a (no peak rate known)"
+    count = servers_for(peak_req_per_s, capacity_req_per_s)
+    if count is None:
+        return f"servers for the peak ({peak_req_per_s:.3g} req/s): n/a, {label} met no rate"
+    return (
+        f"servers for the peak ({peak_req_per_s:.3g} req/s): {count} like the {label} "
+        f"(ceil({peak_req_per_s:.3g} / {capacity_req_per_s:.3g}), if the load splits evenly)"
+    )
+
+
+def table_rows(
+    chosen: Mapping[str, Any],
+    baseline: Mapping[str, Any] | None,
+    peak_req_per_s: float | None,
+) -> list[tuple[str, str, str]]:
+    """``(row, chosen, baseline)`` for the end table: capacity, multiple of peak, servers."""
+
+    def multiple(attrs: Mapping[str, Any] | None) -> str:
+        capacity = capacity_of(attrs)
+        if capacity is None or not peak_req_per_s:
+            return "n/a"
+        return f"{capacity / peak_req_per_s:.2g}x"
+
+    def servers(attrs: Mapping[str, Any] | None) -> str:
+        capacity = capacity_of(attrs)
+        if capacity is None or not peak_req_per_s:
+            return "n/a"
+        count = servers_for(peak_req_per_s, capacity)
+        return "n/a" if count is None else str(count)
+
+    def base(show: Any) -> str:
+        return show(baseline) if baseline is not None else "n/a"
+
+    return [
+        ("capacity", _req(capacity_of(chosen)), base(lambda a: _req(capacity_of(a)))),
+        ("x trace peak", multiple(chosen), base(multiple)),
+        ("servers for peak", servers(chosen), base(servers)),
+    ]

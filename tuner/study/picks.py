@@ -1,0 +1,79 @@
+"""Which of a study's trials to show or write: the best, the closest, the baseline, the first
+failure. Read-only over a study's trials; the search itself is ``tuner.study.search``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.study.attrs import ARGS_ATTR, BASELINE_ATTR, FEASIBLE_ATTR
+from tuner.study.capacity import CAPACITY_ATTR, POINTS_ATTR
+from tuner.study.scoring import FAILED_SCORE
+
+
+def engine_args_of(trial: FrozenTrial) -> dict[str, Any]:
+    return dict(trial.user_attrs[ARGS_ATTR])
+
+
+def constraints_of(trial: FrozenTrial) -> dict[str, float]:
+    """The constraints the trial was judged by when it was measured (above 0: missed)."""
+    return dict(trial.constraints)
+
+
+def served(trial: FrozenTrial) -> bool:
+    """Whether the trial measured its whole window with figures to score.
+
+    Not: a pruned, interrupted or running trial, nor one scored ``FAILED_SCORE`` (its engine
+    failed, or it measured nothing usable, such as every request failing), nor a capacity
+    trial without a rate measured.
+    """
+    if trial.state != TrialState.COMPLETE or trial.value is None:
+        return False
+    if CAPACITY_ATTR in trial.user_attrs:
+        return bool(trial.user_attrs.get(POINTS_ATTR))
+    return trial.value != FAILED_SCORE
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The best feasible completed trial, or None."""
+    try:
+        best = study.best_trial
+    except ValueError:
+        return None
+    return best if best.user_attrs.get(FEASIBLE_ATTR) else None
+
+
+def closest_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The served trial with the best value, feasible or not (the lowest score; in a capacity
+    study the highest capacity, the first of equals); None if none served."""
+    trials = [t for t in study.get_trials(deepcopy=False) if served(t)]
+    sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
+    return min(trials, key=lambda t: (sign * (t.value or 0.0), t.number), default=None)
+
+
+def is_capacity(study: optuna.Study) -> bool:
+    """Whether the study maximises capacity (``--objective capacity``)."""
+    return study.direction == StudyDirection.MAXIMIZE
+
+
+def first_failure(study: optuna.Study) -> FrozenTrial | None:
+    """The first trial that failed: completed without serving (its engine failed), or
+    interrupted. Pruned trials served until they were stopped: not failures."""
+    return next(
+        (
+            t
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+            if not served(t)
+        ),
+        None,
+    )
+
+
+def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.user_attrs.get(BASELINE_ATTR):
+            return t
+    return None

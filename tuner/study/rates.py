@@ -1,0 +1,134 @@
+"""The capacity search: the highest arrival rate at which one running server meets every SLO.
+
+Pure: ``search_capacity`` is handed ``measure``, which replays the window at a rate and says
+whether it passed, and decides which rates to try. It brackets from a starting rate (the
+trace's own), growing or shrinking it geometrically until one rate passes and one fails, then
+bisects (geometrically) until the two are within the requested relative resolution. The
+capacity is the highest rate that passed; 0 if none did down to ``floor_req_per_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# How much the bracket grows or shrinks the rate per window.
+GROWTH = 2.0
+
+
+@dataclass(frozen=True)
+class RatePoint:
+    """One rate measured on the running server: passed (every SLO met, no request failed) or
+    not, what it measured, and why it failed."""
+
+    rate_req_per_s: float
+    passed: bool
+    figures: Mapping[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+
+    def as_attr(self) -> dict[str, Any]:
+        """The point as a JSON-able mapping, for the trial's user attributes."""
+        point: dict[str, Any] = {"rate_req_per_s": self.rate_req_per_s, "passed": self.passed}
+        point |= {k: v for k, v in self.figures.items() if isinstance(v, int | float)}
+        if self.reason:
+            point["reason"] = self.reason
+        return point
+
+
+@dataclass(frozen=True)
+class CapacityFound:
+    """What the search found: the capacity (0 if no rate passed), every point in the order it
+    was measured, and whether the search ended with a bracket within the resolution."""
+
+    capacity_req_per_s: float
+    points: tuple[RatePoint, ...]
+    resolved: bool
+    why_stopped: str
+
+    @property
+    def best_point(self) -> RatePoint | None:
+        """The point at the capacity, or None if no rate passed."""
+        passed = [p for p in self.points if p.passed]
+        return max(passed, key=lambda p: p.rate_req_per_s, default=None)
+
+    @property
+    def lowest_point(self) -> RatePoint | None:
+        return min(self.points, key=lambda p: p.rate_req_per_s, default=None)
+
+
+Measure = Callable[[float], RatePoint]
+
+
+def search_capacity(
+    measure: Measure,
+    start_req_per_s: float,
+    resolution: float = 0.1,
+    max_windows: int = 10,
+    floor_req_per_s: float = 0.0,
+    ceiling_req_per_s: float = math.inf,
+) -> CapacityFound:
+    """Bracket from ``start_req_per_s``, then bisect to ``resolution`` (0.1: the passing and the
+    failing rate within 10 % of each other); at most ``max_windows`` calls of ``measure``.
+
+    Below ``floor_req_per_s`` (a window too sparse to judge) the search stops with capacity 0;
+    above ``ceiling_req_per_s`` (what the client can send) with the ceiling passed, unresolved.
+    """
+    if start_req_per_s <= 0 or resolution <= 0 or max_windows < 1:
+        raise ValueError("search_capacity needs a positive start rate and resolution, 1+ windows")
+    points: list[RatePoint] = []
+
+    def at(rate: float) -> RatePoint:
+        point = measure(rate)
+        points.append(point)
+        logger.info(
+            "rate %.3f req/s: %s%s",
+            rate,
+            "passed" if point.passed else "failed",
+            f" ({point.reason})" if point.reason else "",
+        )
+        return point
+
+    def found(resolved: bool, why: str) -> CapacityFound:
+        passed = [p.rate_req_per_s for p in points if p.passed]
+        return CapacityFound(max(passed, default=0.0), tuple(points), resolved, why)
+
+    rate = min(start_req_per_s, ceiling_req_per_s)
+    first = at(rate)
+    lo, hi = (rate, math.inf) if first.passed else (0.0, rate)
+    # Bracket: grow while passing, shrink while failing.
+    while math.isinf(hi) or lo == 0.0:
+        if len(points) >= max_windows:
+            return found(False, f"window limit ({max_windows}) reached while bracketing")
+        if math.isinf(hi):
+            rate = lo * GROWTH
+            if rate > ceiling_req_per_s:
+                if lo >= ceiling_req_per_s:
+                    return found(False, f"passed at the ceiling {ceiling_req_per_s:g} req/s")
+                rate = ceiling_req_per_s
+            if at(rate).passed:
+                lo = rate
+            else:
+                hi = rate
+        else:
+            rate = hi / GROWTH
+            if rate < floor_req_per_s:
+                return found(False, f"failed down to the floor {floor_req_per_s:g} req/s")
+            if at(rate).passed:
+                lo = rate
+            else:
+                hi = rate
+    # Bisect on a log scale: the resolution is relative.
+    while hi / lo > 1.0 + resolution:
+        if len(points) >= max_windows:
+            return found(False, f"window limit ({max_windows}) reached while bisecting")
+        rate = math.sqrt(lo * hi)
+        if at(rate).passed:
+            lo = rate
+        else:
+            hi = rate
+    return found(True, f"bracketed within {resolution:.0%}: {lo:.3g} passed, {hi:.3g} failed")
