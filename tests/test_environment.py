@@ -1,15 +1,16 @@
 """Where tuner runs: the device vLLM will use, as ``CUDA_VISIBLE_DEVICES`` narrows it.
 
-nvidia-smi is the expensive seam (no GPU here): ``device_name`` takes the function that asks it,
-and these tests hand it what ``nvidia-smi --query-gpu=index,uuid,name --format=csv,noheader``
-prints on a four-GPU host with two kinds of GPU.
+nvidia-smi is the expensive seam (no GPU here): ``device_name`` and ``visible_gpus`` take the
+function that asks it, and these tests hand it what ``nvidia-smi
+--query-gpu=index,uuid,memory.total,name --format=csv,noheader,nounits`` prints on a four-GPU
+host with three kinds of GPU.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tuner.engine.environment import device_name
+from tuner.engine.environment import Gpu, device_name, visible_gpus
 
 A100 = "NVIDIA A100-SXM4-80GB"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -21,8 +22,9 @@ UUIDS = (
     "GPU-8fa41b2c-3d4e-5f6a-7b8c-9d0e1f2a3b4c",
 )
 NAMES = (A100, H100, L4, H100)
-GPUS = enumerate(zip(UUIDS, NAMES, strict=True))
-NVIDIA_SMI = "".join(f"{index}, {uuid}, {name}\n" for index, (uuid, name) in GPUS)
+MEMORY_MIB = (81920, 81559, 23034, 81559)
+GPUS = enumerate(zip(UUIDS, MEMORY_MIB, NAMES, strict=True))
+NVIDIA_SMI = "".join(f"{i}, {uuid}, {mib}, {name}\n" for i, (uuid, mib, name) in GPUS)
 
 
 def named(visible: str | None, csv: str = NVIDIA_SMI) -> str:
@@ -64,3 +66,13 @@ def test_no_visible_gpu_is_the_cpu(visible):
 def test_no_nvidia_smi_is_the_cpu():
     assert named("0", csv="").startswith("CPU ")
     assert named(None, csv="").startswith("CPU ")
+
+
+def test_visible_gpus_carry_their_memory_in_cuda_order():
+    gpus = visible_gpus({"CUDA_VISIBLE_DEVICES": "2,1"}, lambda: NVIDIA_SMI)
+    assert gpus == [Gpu(2, UUIDS[2], L4, 23034), Gpu(1, UUIDS[1], H100, 81559)]
+
+
+def test_memory_nvidia_smi_cannot_give_is_none():
+    csv = f"0, {UUIDS[0]}, [N/A], NVIDIA GB10\n"
+    assert visible_gpus({}, lambda: csv) == [Gpu(0, UUIDS[0], "NVIDIA GB10", None)]

@@ -43,15 +43,18 @@ from tuner.traces.workload import model_info
 def load_study_spec(args: argparse.Namespace, name: str, trace: Trace | None) -> StudySpec:
     """The study spec, written with the defaults when absent; its dummy model, if it has one.
 
-    Off vLLM's CPU build, the defaults search the CUDA-graph capture range, over values that
-    cover the trace's prompt lengths.
+    Off vLLM's CPU build, max-num-seqs reaches vLLM's default on the GPU vLLM will open first,
+    and the defaults search the CUDA-graph capture range, over values that cover the trace's
+    prompt lengths.
     """
     path = spec_path(args, name)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         prompts = None if trace is None else [int(n) for n in trace.input_tokens]
         gpu = not environment.is_cpu_build()
-        path.write_text(default_spec_text(args.model, gpu=gpu, prompt_tokens=prompts))
+        device = next(iter(environment.visible_gpus()), None) if gpu else None
+        text = default_spec_text(args.model, gpu=gpu, prompt_tokens=prompts, device=device)
+        path.write_text(text)
         print(f"wrote a default study spec to {path}")
     spec = load_spec(path)
     if args.model and args.model != spec.model:

@@ -1,4 +1,5 @@
-"""Facts about where tuner runs: vLLM's version and the device, for provenance."""
+"""Facts about where tuner runs: vLLM's version and the device, for provenance and for the
+default search space."""
 
 from __future__ import annotations
 
@@ -9,6 +10,17 @@ import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as nvidia-smi lists it."""
+
+    index: int
+    uuid: str
+    name: str
+    memory_mib: int | None  # None where nvidia-smi gives no number ("[N/A]")
 
 
 def vllm_version() -> str:
@@ -30,12 +42,17 @@ def is_cpu_build() -> bool:
 
 
 def nvidia_smi_gpus() -> str:
-    """``index, uuid, name`` of every GPU, one CSV line each; empty without nvidia-smi."""
+    """``index, uuid, memory.total (MiB), name`` of every GPU, one CSV line each; empty without
+    nvidia-smi."""
     if not shutil.which("nvidia-smi"):
         return ""
     try:
         return subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,uuid,name", "--format=csv,noheader"],
+            [
+                "nvidia-smi",
+                "--query-gpu=index,uuid,memory.total,name",
+                "--format=csv,noheader,nounits",
+            ],
             capture_output=True,
             text=True,
             timeout=20,
@@ -45,34 +62,46 @@ def nvidia_smi_gpus() -> str:
         return ""
 
 
+def visible_gpus(
+    environ: Mapping[str, str] = os.environ,
+    query_gpus: Callable[[], str] = nvidia_smi_gpus,
+) -> list[Gpu]:
+    """The GPUs vLLM will use, in CUDA's order: the first is vLLM's device 0.
+
+    ``query_gpus`` returns what ``nvidia_smi_gpus`` does; ``environ`` is the environment
+    vLLM will start in.
+    """
+    return _visible_gpus(_parse_gpus(query_gpus()), environ.get("CUDA_VISIBLE_DEVICES"))
+
+
 def device_name(
     environ: Mapping[str, str] = os.environ,
     query_gpus: Callable[[], str] = nvidia_smi_gpus,
 ) -> str:
     """The GPUs vLLM will use (``"2x NAME"`` for two alike), else the CPU model and cores.
 
-    ``query_gpus`` returns what ``nvidia_smi_gpus`` does; ``environ`` is the environment
-    vLLM will start in.
+    The arguments are ``visible_gpus``'s.
     """
-    gpus = _visible_gpus(_parse_gpus(query_gpus()), environ.get("CUDA_VISIBLE_DEVICES"))
+    gpus = visible_gpus(environ, query_gpus)
     if not gpus:
         return _cpu_name()
-    counts = Counter(gpus)
+    counts = Counter(gpu.name for gpu in gpus)
     return " + ".join(name if n == 1 else f"{n}x {name}" for name, n in counts.items())
 
 
-def _parse_gpus(csv: str) -> list[tuple[str, str, str]]:
-    """``(index, uuid, name)`` from nvidia-smi's CSV lines; lines not of that shape are skipped."""
+def _parse_gpus(csv: str) -> list[Gpu]:
+    """The GPUs of nvidia-smi's CSV lines; lines not of that shape are skipped."""
     gpus = []
     for line in csv.splitlines():
-        fields = [field.strip() for field in line.split(",", 2)]
-        if len(fields) == 3 and fields[0].isdigit() and fields[2]:
-            gpus.append((fields[0], fields[1], fields[2]))
+        fields = [field.strip() for field in line.split(",", 3)]
+        if len(fields) == 4 and fields[0].isdigit() and fields[3]:
+            memory_mib = int(fields[2]) if fields[2].isdigit() else None
+            gpus.append(Gpu(int(fields[0]), fields[1], fields[3], memory_mib))
     return gpus
 
 
-def _visible_gpus(gpus: list[tuple[str, str, str]], visible: str | None) -> list[str]:
-    """The names of the GPUs ``CUDA_VISIBLE_DEVICES`` lists, in its order.
+def _visible_gpus(gpus: list[Gpu], visible: str | None) -> list[Gpu]:
+    """The GPUs ``CUDA_VISIBLE_DEVICES`` lists, in its order.
 
     Unset means every GPU. Entries are nvidia-smi indices (vLLM reads them as such; with
     GPUs of different kinds, CUDA orders them alike only under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``,
@@ -81,17 +110,19 @@ def _visible_gpus(gpus: list[tuple[str, str, str]], visible: str | None) -> list
     none).
     """
     if visible is None:
-        return [name for _, _, name in gpus]
-    chosen: list[tuple[str, str, str]] = []
+        return gpus
+    chosen: list[Gpu] = []
     for entry in (part.strip() for part in visible.split(",")):
         if entry.isdigit():
-            matches = [gpu for gpu in gpus if int(gpu[0]) == int(entry)]
+            matches = [gpu for gpu in gpus if gpu.index == int(entry)]
+        elif entry.startswith("GPU-"):
+            matches = [gpu for gpu in gpus if gpu.uuid.startswith(entry)]
         else:
-            matches = [gpu for gpu in gpus if entry.startswith("GPU-") and gpu[1].startswith(entry)]
+            matches = []
         if len(matches) != 1 or matches[0] in chosen:
             break
         chosen.append(matches[0])
-    return [name for _, _, name in chosen]
+    return chosen
 
 
 def _cpu_name() -> str:

@@ -1,9 +1,10 @@
 """The search space tuner offers when a study names none, and the capture range it pins.
 
-On vLLM's CPU build, the defaults of ``tuner.study.spec``. On a GPU, max-num-batched-tokens is
-offered as a few levels (each compiles once) and the CUDA-graph capture range is searched over
-values that cover the trace's prompt lengths; where it is not searched, it is pinned after trial
-0 so that searched trials share vLLM's compiles.
+On vLLM's CPU build, the defaults of ``tuner.study.spec``. On a GPU, max-num-seqs reaches
+vLLM's own default for that GPU (log scale), max-num-batched-tokens is offered as a few levels
+(each compiles once) and the CUDA-graph capture range is searched over values that cover the
+trace's prompt lengths; where it is not searched, it is pinned after trial 0 so that searched
+trials share vLLM's compiles.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from tuner.engine.environment import Gpu
 from tuner.flags import MAX_CAPTURE_SIZE, sets_capture_range
 from tuner.study.spec import DEFAULT_SPEC, StudySpec
 
@@ -26,6 +28,14 @@ CAPTURE_SIZE_CEILING = 2048
 # The largest capture size tuner pins across trials where the range is not searched: vLLM's own
 # default ceiling on a GPU before Blackwell, reached by default at max-num-seqs 256.
 PINNED_CAPTURE_SIZE = 512
+# vLLM's default max-num-seqs on a GPU, as vLLM 0.26.0 sets it (vllm/engine/arg_utils.py,
+# EngineArgs.get_batch_defaults, for `vllm serve` and the LLM class alike): 1024 on a device
+# with at least 70 GiB whose name does not contain "a100" (vLLM PR #17885 keeps A100s on the
+# smaller defaults), else 256. Later versions (0.28, 0.32) add a tier at 160 GiB that changes
+# max-num-batched-tokens only.
+LARGE_GPU_MEMORY_MIB = 70 * 1024
+LARGE_GPU_MAX_NUM_SEQS = 1024
+GPU_MAX_NUM_SEQS = 256
 
 
 def _pow2_at_least(n: float) -> int:
@@ -59,11 +69,26 @@ def capture_choices(prompt_tokens: list[int] | None, max_num_seqs: int) -> list[
     return sizes
 
 
-def gpu_search_space(prompt_tokens: list[int] | None) -> dict[str, Any]:
-    """The default search space on a GPU: max-num-batched-tokens as compile levels, and the
-    CUDA-graph capture range."""
+def vllm_default_max_num_seqs(device: Gpu | None) -> int:
+    """vLLM's default max-num-seqs on ``device``, the GPU vLLM opens first (its device 0).
+
+    vLLM reads the memory from the device; tuner from nvidia-smi. Where that gives none (no
+    nvidia-smi, or "[N/A]"), 256: the smaller default, the one vLLM itself falls back to when
+    it cannot read the device.
+    """
+    if device is None or device.memory_mib is None:
+        return GPU_MAX_NUM_SEQS
+    if device.memory_mib >= LARGE_GPU_MEMORY_MIB and "a100" not in device.name.lower():
+        return LARGE_GPU_MAX_NUM_SEQS
+    return GPU_MAX_NUM_SEQS
+
+
+def gpu_search_space(prompt_tokens: list[int] | None, device: Gpu | None) -> dict[str, Any]:
+    """The default search space on ``device``: max-num-seqs up to vLLM's default there (log
+    scale), max-num-batched-tokens as compile levels, and the CUDA-graph capture range."""
     space = dict(DEFAULT_SPEC["search_space"])
-    seqs_high = int(space["max-num-seqs"]["high"])
+    seqs_high = vllm_default_max_num_seqs(device)
+    space["max-num-seqs"] = {"type": "int", "low": 1, "high": seqs_high, "log": True}
     space["max-num-batched-tokens"] = {
         "type": "categorical",
         "choices": list(GPU_BATCHED_TOKENS_LEVELS),
@@ -93,16 +118,20 @@ def capture_pin(spec: StudySpec, cpu_build: bool) -> dict[str, Any]:
 
 
 def default_spec_text(
-    model: str | None = None, gpu: bool = False, prompt_tokens: list[int] | None = None
+    model: str | None = None,
+    gpu: bool = False,
+    prompt_tokens: list[int] | None = None,
+    device: Gpu | None = None,
 ) -> str:
     """The spec ``tuner run`` writes when there is none. With ``gpu`` (not vLLM's CPU build),
-    the search space adds the CUDA-graph capture range, its values from the trace's
+    max-num-seqs reaches vLLM's default on ``device`` (the GPU vLLM will open first; None where
+    unknown), the search space adds the CUDA-graph capture range, its values from the trace's
     ``prompt_tokens``, and offers max-num-batched-tokens as a few levels."""
     spec = dict(DEFAULT_SPEC)
     if model is not None:
         spec["model"] = model
     if gpu:
-        spec["search_space"] = gpu_search_space(prompt_tokens)
+        spec["search_space"] = gpu_search_space(prompt_tokens, device)
     header = (
         "# tuner study spec. Engine arguments use vLLM's names (dashes or underscores).\n"
         "# search_space: type int | float | categorical; low, high, step, log, choices.\n"
@@ -118,7 +147,12 @@ def default_spec_text(
         "#   weights, with load-format dummy); null for a real model folder.\n"
     )
     if gpu:
+        seqs_high = vllm_default_max_num_seqs(device)
         header += (
+            f"# max-num-seqs: 1 to {seqs_high}, vLLM's own default on this GPU, log scale. Few\n"
+            "#   sequences cannot carry the load vLLM's defaults carry on a GPU: on the H100, its\n"
+            "#   defaults (max-num-seqs 1024) carried several times the load of any max-num-seqs\n"
+            "#   up to 32 within the same SLOs.\n"
             "# compilation-config.max_cudagraph_capture_size: the largest step (in tokens) vLLM\n"
             "#   runs as a CUDA graph; null is vLLM's default, min(2 x max-num-seqs, 512). Where\n"
             "#   it is not searched, tuner pins it to 512 after trial 0 so trials share compiles.\n"

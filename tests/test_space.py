@@ -1,0 +1,71 @@
+"""The default search space sized to the hardware: on a GPU, max-num-seqs reaches vLLM's own
+default for that GPU; on vLLM's CPU build it stays 1 to 32.
+
+nvidia-smi is the GPU seam: the device comes from ``visible_gpus`` fed what
+``nvidia-smi --query-gpu=index,uuid,memory.total,name --format=csv,noheader,nounits`` prints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tuner.engine.environment import visible_gpus
+from tuner.flags import MAX_CAPTURE_SIZE
+from tuner.study.space import capture_choices, default_spec_text
+from tuner.study.spec import Dimension, parse_spec
+
+PROMPTS = list(range(10, 201))
+DEMO = Path(__file__).parent.parent / "studies/demo.yaml"
+
+
+def first_gpu(nvidia_smi: str):
+    return next(iter(visible_gpus({}, lambda: nvidia_smi)), None)
+
+
+def gpu_space(nvidia_smi: str) -> dict[str, Dimension]:
+    text = default_spec_text("m", gpu=True, prompt_tokens=PROMPTS, device=first_gpu(nvidia_smi))
+    return {d.name: d for d in parse_spec(yaml.safe_load(text)).space}
+
+
+@pytest.mark.parametrize(
+    ("nvidia_smi", "high"),
+    [
+        ("0, GPU-1, 81559, NVIDIA H100 80GB HBM3\n", 1024),
+        ("0, GPU-1, 143771, NVIDIA H200\n", 1024),
+        # Below 70 GiB, and A100s of any size, keep vLLM's smaller default.
+        ("0, GPU-1, 49140, NVIDIA L40S\n", 256),
+        ("0, GPU-1, 81920, NVIDIA A100-SXM4-80GB\n", 256),
+        # vLLM reads its device 0: the first GPU listed decides.
+        ("0, GPU-1, 23034, NVIDIA L4\n1, GPU-2, 81559, NVIDIA H100 80GB HBM3\n", 256),
+    ],
+)
+def test_the_gpu_space_reaches_vllms_default_max_num_seqs_on_a_log_scale(nvidia_smi, high):
+    seqs = gpu_space(nvidia_smi)["max-num-seqs"]
+    assert (seqs.kind, seqs.low, seqs.high, seqs.log) == ("int", 1, high, True)
+    # The capture range covers steps of up to that many decodes beside a prompt.
+    assert gpu_space(nvidia_smi)[MAX_CAPTURE_SIZE].choices == tuple(capture_choices(PROMPTS, high))
+
+
+@pytest.mark.parametrize("nvidia_smi", ["", "0, GPU-1, [N/A], NVIDIA GB10\n"])
+def test_unknown_gpu_memory_falls_back_to_256(nvidia_smi):
+    seqs = gpu_space(nvidia_smi)["max-num-seqs"]
+    assert (seqs.high, seqs.log) == (256, True)
+
+
+def test_the_spec_header_says_why_the_ceiling_is_vllms_default():
+    device = first_gpu("0, GPU-1, 81559, NVIDIA H100 80GB HBM3\n")
+    header = default_spec_text("m", gpu=True, device=device).split("\nmodel:")[0]
+    assert "max-num-seqs: 1 to 1024, vLLM's own default on this GPU, log scale" in header
+    assert "several times the load" in header
+
+
+def test_the_cpu_default_space_stays_1_to_32():
+    text = default_spec_text("m")
+    seqs = {d.name: d for d in parse_spec(yaml.safe_load(text)).space}["max-num-seqs"]
+    assert (seqs.low, seqs.high, seqs.log) == (1, 32, False)
+    assert "vLLM's own default" not in text
+    demo = parse_spec(yaml.safe_load(DEMO.read_text()))
+    assert {d.name: d for d in demo.space}["max-num-seqs"].high == 32
