@@ -73,14 +73,18 @@ def test_capture_choices_cover_the_steps_of_the_trace():
     assert capture_choices([5] * 10, 4) == [None, 16]
     # No prompt lengths (a concurrency trace): vLLM's own ceiling.
     assert capture_choices(None, 32) == [None, PINNED_CAPTURE_SIZE]
+    # The GPU space's max-num-seqs runs from 1 to 1024: its low end is a median prompt beside
+    # one decode, so the story trace keeps the ranges of 128 to 512.
+    assert capture_choices(list(range(10, 201)), 1024, 1) == [None, 128, 256, 512, 1024, 2048]
 
 
 def test_the_gpu_default_spec_searches_the_range_and_batched_token_levels():
     prompts = list(range(10, 201))
     spec = parse_spec(yaml.safe_load(default_spec_text("m", gpu=True, prompt_tokens=prompts)))
     dims = {d.name: d for d in spec.space}
-    # No device known: max-num-seqs up to 256, so steps of a prompt beside up to 256 decodes.
-    assert dims[MAX_CAPTURE_SIZE].choices == (None, 512, 1024)
+    # No device known: max-num-seqs 1 to 256, so steps of a median prompt beside one decode
+    # to two long prompts beside 256 decodes.
+    assert dims[MAX_CAPTURE_SIZE].choices == (None, 128, 256, 512, 1024)
     assert dims["max-num-batched-tokens"].kind == "categorical"
     assert spec.baseline == {}  # trial 0: vLLM's defaults
     # The CPU build's default spec is what it was: no range, no levels, no pin.

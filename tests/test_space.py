@@ -46,7 +46,9 @@ def test_the_gpu_space_reaches_vllms_default_max_num_seqs_on_a_log_scale(nvidia_
     seqs = gpu_space(nvidia_smi)["max-num-seqs"]
     assert (seqs.kind, seqs.low, seqs.high, seqs.log) == ("int", 1, high, True)
     # The capture range covers steps of up to that many decodes beside a prompt.
-    assert gpu_space(nvidia_smi)[MAX_CAPTURE_SIZE].choices == tuple(capture_choices(PROMPTS, high))
+    assert gpu_space(nvidia_smi)[MAX_CAPTURE_SIZE].choices == tuple(
+        capture_choices(PROMPTS, high, 1)
+    )
 
 
 @pytest.mark.parametrize("nvidia_smi", ["", "0, GPU-1, [N/A], NVIDIA GB10\n"])

@@ -42,20 +42,25 @@ def _pow2_at_least(n: float) -> int:
     return 1 << max(0, math.ceil(math.log2(max(n, 1))))
 
 
-def capture_choices(prompt_tokens: list[int] | None, max_num_seqs: int) -> list[int | None]:
+def capture_choices(
+    prompt_tokens: list[int] | None, max_num_seqs: int, min_num_seqs: int | None = None
+) -> list[int | None]:
     """Values of the capture-range dimension: None (vLLM's default, min(2 x max-num-seqs, 512)),
     then powers of two covering the token counts the workload's steps carry.
 
-    A step that admits a prompt carries that prompt (or its chunk) beside up to ``max_num_seqs``
-    decodes: the range runs from the step of a median prompt to the step of two 99th-percentile
-    prompts arriving together, at most ``CAPTURE_SIZE_CEILING``. Without prompt lengths (a
-    concurrency trace), up to vLLM's default ceiling.
+    A step that admits a prompt carries that prompt (or its chunk) beside up to max-num-seqs
+    decodes: the range runs from the step of a median prompt beside ``min_num_seqs`` decodes
+    (the smallest max-num-seqs searched; by default ``max_num_seqs``) to the step of two
+    99th-percentile prompts beside ``max_num_seqs``, at most ``CAPTURE_SIZE_CEILING``. (With
+    the GPU space's max-num-seqs reaching 1024, a low end at 1024 decodes would leave out the
+    ranges of 256 and 512 that measured best at max-num-seqs 16 and 32.) Without prompt lengths
+    (a concurrency trace), up to vLLM's default ceiling.
     """
     if prompt_tokens:
         ordered = sorted(prompt_tokens)
         median = ordered[len(ordered) // 2]
         p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-        low = _pow2_at_least(median + max_num_seqs)
+        low = _pow2_at_least(median + (max_num_seqs if min_num_seqs is None else min_num_seqs))
         high = _pow2_at_least(2 * p99 + max_num_seqs)
     else:
         low = high = PINNED_CAPTURE_SIZE
@@ -95,7 +100,7 @@ def gpu_search_space(prompt_tokens: list[int] | None, device: Gpu | None) -> dic
     }
     space[MAX_CAPTURE_SIZE] = {
         "type": "categorical",
-        "choices": capture_choices(prompt_tokens, seqs_high),
+        "choices": capture_choices(prompt_tokens, seqs_high, min_num_seqs=1),
     }
     return space
 
