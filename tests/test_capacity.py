@@ -9,17 +9,37 @@ queue, and with it TTFT, grows for as long as the window lasts.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
+import re
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
+import optuna
 import pytest
+import yaml
+from conftest import REPO, SHIPPED_TRACE, run_tuner, write_spec
 
+from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
+from tuner.cli.main import main
+from tuner.errors import InputError
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest
-from tuner.study.capacity import CapacitySettings, lost_slos, measure_capacity
+from tuner.study.capacity import (
+    CAPACITY_ATTR,
+    CAPACITY_FAILED,
+    POINTS_ATTR,
+    CapacitySettings,
+    capacity_score,
+    lost_slos,
+    measure_capacity,
+)
 from tuner.study.rates import RatePoint, search_capacity
+from tuner.study.search import open_study, run_study
+from tuner.study.spec import parse_spec
+from tuner.study.trial import Objective, TrialOutcome, TrialSetup
 from tuner.traces.model import Request
 from tuner.traces.workload import at_rate
 
@@ -206,3 +226,157 @@ def test_the_search_finds_a_known_capacity(stand_in, caplog):
     stopped = [p for p in found.points if p.figures.get("stopped_at_s") is not None]
     assert all(not p.passed and "lost" in (p.reason or "") for p in stopped)
     assert all(p.figures["prefix_cache_reset"] == 0.0 for p in found.points)  # a 404 here
+
+
+# --- a capacity study on vLLM ------------------------------------------------------------
+
+
+@pytest.mark.vllm
+def test_a_capacity_study_ranks_configurations_by_the_load_they_carry(tmp_path):
+    """vLLM's CPU build, cpu-tiny: one sequence at a time carries about 1 request a second of
+    the conversation trace's window, 16 carry more; the study measures that, each trial on one
+    engine start, and writes the capacity into the YAML header."""
+    spec = yaml.safe_load((REPO / "studies" / "cap.yaml").read_text())
+    spec |= {
+        "model": str(tmp_path / "models" / "cpu-tiny"),
+        "candidates": [{"max-num-seqs": 1}, {"max-num-seqs": 16}],
+        "n_trials": 3,
+        "warmup_requests": 2,
+        # Short windows and a coarse resolution: this checks the ranking, not the last 10 %.
+        "capacity_window_s": 12,
+        "capacity_resolution": 0.25,
+        "capacity_max_windows": 6,
+    }
+    spec_file = write_spec(tmp_path / "cap.yaml", spec)
+    done = run_tuner(
+        "run", "--trace", SHIPPED_TRACE, "--study", "cap", "--spec", spec_file, cwd=tmp_path
+    )  # fmt: skip
+    assert done.returncode in (0, 3), done.stdout + done.stderr
+    study = optuna.load_study(study_name="cap", storage=f"sqlite:///{tmp_path}/studies/cap.db")
+    trials = study.get_trials()
+    assert len(trials) == 3
+    by_seqs = {}
+    for trial in trials:
+        attrs = trial.user_attrs
+        assert trial.value == attrs[CAPACITY_ATTR], attrs
+        points = attrs[POINTS_ATTR]
+        assert 1 <= len(points) <= 6 and attrs["capacity_windows"] == len(points)
+        passed = [p["rate_req_per_s"] for p in points if p["passed"]]
+        assert attrs[CAPACITY_ATTR] == max(passed, default=0.0)
+        assert all("ttft_p95_s" in p for p in points)
+        by_seqs[attrs["engine_args"].get("max-num-seqs")] = attrs[CAPACITY_ATTR]
+    assert by_seqs[16] > by_seqs[1], (by_seqs, done.stdout)
+    assert by_seqs[16] > 0, done.stdout
+    header = (tmp_path / "configs" / "cap.yaml").read_text()
+    line = r"^# capacity: [\d.]+ req/s \([\d.]+x the trace's peak rate; baseline [\d.]+ req/s\)$"
+    assert re.search(line, header, re.M), header
+    assert "# servers for the peak (11.2 req/s): " in header
+    assert "capacity" in done.stdout and "servers for peak" in done.stdout
+
+
+# --- what tuner run says of a capacity study (scripted outcomes, no server) ---------------
+
+
+def capacity_outcome(capacity: float, ttft_p95_s: float = 0.5) -> TrialOutcome:
+    points = (
+        RatePoint(capacity or 1.0, capacity > 0, {"ttft_p95_s": ttft_p95_s}),
+        RatePoint(2 * (capacity or 1.0), False, {"ttft_p95_s": 9.0}, "missed slo_ttft_p95_s"),
+    )
+    metrics = {CAPACITY_ATTR: capacity, "ttft_p95_s": ttft_p95_s, "capacity_windows": 2.0}
+    reason = None if capacity else "no rate met the SLOs"
+    return TrialOutcome(
+        {}, capacity_score(capacity), metrics, {}, reason, points=tuple(p.as_attr() for p in points)
+    )
+
+
+def scripted_capacity_study(tmp_path: Path, model: Path, outcomes: list[TrialOutcome]) -> list[str]:
+    """A capacity study of ``outcomes`` through ``run_study``; the ``tuner run`` arguments that
+    report on it."""
+    spec_raw = {
+        "model": str(model),
+        "dummy_model": None,
+        "engine_args": {"load-format": "dummy"},
+        "search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 32}},
+        "slos": {"ttft_p95_s": 2.0},
+        "objective": {"ttft_p95_s": 1.0},
+        "window_s": 5,
+        "objective_mode": "capacity",
+    }
+    spec_path = write_spec(tmp_path / "spec.yaml", spec_raw)
+    spec = parse_spec(spec_raw)
+    trace = tmp_path / "trace.csv"
+    rows = "".join(f"{0.25 * i},{20 + i},{10 + i}\n" for i in range(40))  # 4 req/s
+    trace.write_text("timestamp,input_tokens,output_tokens\n" + rows)
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    script = iter(outcomes)
+
+    def runner(args, setup, workdir, should_stop=None) -> TrialOutcome:
+        return dataclasses.replace(next(script), engine_args=args)
+
+    setup = TrialSetup(
+        model=spec.model,
+        requests=(),
+        replay=ReplaySettings(model="m", vocab_size=100),
+        objective=Objective(spec.slos, spec.weights),
+    )
+    study = open_study("cap", storage, 0, capacity=True)
+    run_study(study, spec, setup, tmp_path / "runs", len(outcomes), runner=runner)
+    return [
+        "run", "--trace", str(trace), "--study", "cap", "--spec", str(spec_path),
+        "--storage", storage, "--n-trials", "0", "--configs", str(tmp_path / "configs"),
+    ]  # fmt: skip
+
+
+def test_the_highest_capacity_is_written_with_its_servers(tmp_path, cpu_model, capsys):
+    args = scripted_capacity_study(
+        tmp_path,
+        cpu_model,
+        [
+            capacity_outcome(1.5),  # the baseline
+            TrialOutcome({}, CAPACITY_FAILED, {CAPACITY_ATTR: 0.0}, {}, "vLLM exited"),
+            capacity_outcome(2.5, ttft_p95_s=1.2),
+            capacity_outcome(0.0),
+        ],
+    )
+    assert main(args) == EXIT_MEETS_SLOS
+    out = capsys.readouterr().out
+    header = (tmp_path / "configs" / "cap.yaml").read_text()
+    assert "# meets SLOs: yes" in header
+    # The window is the trace's busiest 5 s: 20 requests, 4 req/s.
+    assert "# capacity: 2.5 req/s (0.625x the trace's peak rate; baseline 1.5 req/s)" in header
+    assert "# servers for the peak (4 req/s): 2 like trial 2 (ceil(4 / 2.5)" in header
+    assert "# Measured at 2.5 req/s, its capacity:" in header
+    assert "p95 TTFT" in header and "1200.0 ms" in header
+    assert re.search(r"capacity\s+2\.5 req/s\s+1\.5 req/s", out)
+    assert re.search(r"servers for peak\s+2\s+3", out)
+    assert "trial   2" not in out  # no trials ran: the report only
+
+
+def test_no_rate_met_anywhere_writes_the_closest_and_exits_3(tmp_path, cpu_model, capsys):
+    args = scripted_capacity_study(
+        tmp_path, cpu_model, [capacity_outcome(0.0), capacity_outcome(0.0)]
+    )
+    assert main(args) == EXIT_MISSES_SLOS
+    out = capsys.readouterr().out
+    header = (tmp_path / "configs" / "cap.yaml").read_text()
+    assert "# meets SLOs: no" in header and "no rate tried met every SLO" in header
+    assert "# capacity: 0 req/s" in header
+    assert "n/a, trial 0 met no rate" in header
+    assert "relax the SLOs" in out
+
+
+def test_only_failed_engines_write_nothing(tmp_path, cpu_model, capsys):
+    failed = TrialOutcome({}, CAPACITY_FAILED, {CAPACITY_ATTR: 0.0}, {}, "vLLM exited")
+    args = scripted_capacity_study(tmp_path, cpu_model, [failed, failed])
+    assert main(args) == EXIT_FAILED
+    assert not (tmp_path / "configs" / "cap.yaml").exists()
+
+
+def test_a_latency_study_is_not_resumed_as_a_capacity_one(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    open_study("s", storage, 0)
+    with pytest.raises(InputError, match="is a latency study"):
+        open_study("s", storage, 0, capacity=True)
+    open_study("c", storage, 0, capacity=True)
+    with pytest.raises(InputError, match="is a capacity study"):
+        open_study("c", storage, 0)

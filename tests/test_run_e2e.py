@@ -35,8 +35,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.engine.process import free_port
 from tuner.load.http import ReplaySettings
+from tuner.study.picks import best_trial
 from tuner.study.scoring import FAILED, score
-from tuner.study.search import best_trial, open_study, run_study
+from tuner.study.search import open_study, run_study
 from tuner.study.spec import parse_spec
 from tuner.study.trial import Objective, TrialOutcome, TrialSetup
 

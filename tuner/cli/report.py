@@ -55,7 +55,8 @@ def trial_line(trial: Any, space_names: Sequence[str]) -> str:
         parts.append(prefix + ", ".join(shown))
     if isinstance(attrs.get(CAPACITY_ATTR), int | float):
         windows = attrs.get("capacity_windows", 0)
-        parts.append(f"capacity {attrs[CAPACITY_ATTR]:.3g} req/s ({windows:.0f} rates measured)")
+        found = capacity_text.num(attrs[CAPACITY_ATTR])
+        parts.append(f"capacity {found} req/s ({windows:.0f} rates measured)")
     elif trial.value is not None:
         parts.append(f"score {trial.value:.3f}")
     if attrs.get(search.REASON_ATTR):
@@ -146,7 +147,9 @@ def write_result(
             capacity_text.headline(chosen.user_attrs, baseline_attrs, peak),
             capacity_text.servers_line(found, peak, f"trial {chosen.number}"),
         ]
-        measured = f"at {found:.3g} req/s, its capacity" if found else "at the lowest rate tried"
+        measured = "at the lowest rate tried"
+        if found:
+            measured = f"at {capacity_text.num(found)} req/s, its capacity"
         print("\n".join(extra))
     # What the trial ran on; this machine's only for a trial recorded before tuner kept that.
     attrs = chosen.user_attrs

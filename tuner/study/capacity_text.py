@@ -22,8 +22,13 @@ def servers_for(peak_req_per_s: float, capacity_req_per_s: float) -> int | None:
     return max(1, math.ceil(peak_req_per_s / capacity_req_per_s - 1e-9))
 
 
+def num(value: float) -> str:
+    """Three significant digits, never in exponent form: 0.123, 1.5, 11.2, 257, 1234."""
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
 def _req(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3g} req/s"
+    return "n/a" if value is None else f"{num(value)} req/s"
 
 
 def headline(
@@ -33,7 +38,7 @@ def headline(
     capacity = capacity_of(chosen) or 0.0
     parts = []
     if peak_req_per_s:
-        parts.append(f"{capacity / peak_req_per_s:.2g}x the trace's peak rate")
+        parts.append(f"{num(capacity / peak_req_per_s)}x the trace's peak rate")
     if baseline is not None:
         parts.append(f"baseline {_req(capacity_of(baseline))}")
     suffix = f" ({'; '.join(parts)})" if parts else ""
@@ -45,10 +50,10 @@ def servers_line(capacity_req_per_s: float, peak_req_per_s: float | None, label:
         return "servers for the peak: n/a (no peak rate known)"
     count = servers_for(peak_req_per_s, capacity_req_per_s)
     if count is None:
-        return f"servers for the peak ({peak_req_per_s:.3g} req/s): n/a, {label} met no rate"
+        return f"servers for the peak ({num(peak_req_per_s)} req/s): n/a, {label} met no rate"
     return (
-        f"servers for the peak ({peak_req_per_s:.3g} req/s): {count} like the {label} "
-        f"(ceil({peak_req_per_s:.3g} / {capacity_req_per_s:.3g}), if the load splits evenly)"
+        f"servers for the peak ({num(peak_req_per_s)} req/s): {count} like {label} "
+        f"(ceil({num(peak_req_per_s)} / {num(capacity_req_per_s)}), if the load splits evenly)"
     )
 
 
@@ -63,7 +68,7 @@ def table_rows(
         capacity = capacity_of(attrs)
         if capacity is None or not peak_req_per_s:
             return "n/a"
-        return f"{capacity / peak_req_per_s:.2g}x"
+        return f"{num(capacity / peak_req_per_s)}x"
 
     def servers(attrs: Mapping[str, Any] | None) -> str:
         capacity = capacity_of(attrs)
