@@ -84,6 +84,8 @@ def cpu_spec(model: Path, **overrides: Any) -> dict[str, Any]:
         "n_trials": 3,
         # Pruning is tested where it is written; here every trial runs its whole window.
         "prune_factor": 0,
+        # Re-measuring the winner likewise (test_confirm, test_capacity): here n_trials is all.
+        "confirm_top_k": 0,
     }
     spec.update(overrides)
     return spec

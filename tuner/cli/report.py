@@ -11,7 +11,7 @@ import tuner
 from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
 from tuner.cli.workload import Replay, spec_path
 from tuner.load.window import LOOP_LAG_WARNING_S
-from tuner.study import capacity_text, fingerprint, picks, scoring, search
+from tuner.study import capacity_text, confirm, fingerprint, picks, scoring, search
 from tuner.study.capacity import CAPACITY_ATTR
 from tuner.study.emit import HEADLINE, Provenance, format_figure, render, verdict_lines
 from tuner.study.outcome import next_steps
@@ -44,6 +44,8 @@ def trial_line(trial: Any, space_names: Sequence[str]) -> str:
         state = "pruned"
     if search.BASELINE_ATTR in attrs:
         state += ", baseline"
+    if isinstance(attrs.get(confirm.CONFIRMS_ATTR), int):
+        state += f", repeats trial {attrs[confirm.CONFIRMS_ATTR]}"
     parts = [f"trial {trial.number:>3}", fmt_params(args, space_names), f"[{state}]"]
     shown = [
         f"{label} {attrs[key] * scale:.{digits}f}{unit}"
@@ -118,7 +120,9 @@ def write_result(
 
     Exit 0 (meets the SLOs), 3 (written, misses them) or 1 (no trial served: nothing written).
     """
-    chosen = picks.best_trial(study) or picks.closest_trial(study)
+    confirmed = confirm.confirmed_winner(study) if confirm.any_confirms(study) else None
+    chosen = confirmed.winner.median_trial if confirmed else None
+    chosen = chosen or picks.best_trial(study) or picks.closest_trial(study)
     if chosen is None:
         failed = picks.first_failure(study)
         why = (
@@ -150,6 +154,9 @@ def write_result(
         measured = "at the lowest rate tried"
         if found:
             measured = f"at {capacity_text.num(found)} req/s, its capacity"
+    if confirmed is not None:
+        extra += confirm.summary(confirmed)
+    if extra:
         print("\n".join(extra))
     # What the trial ran on; this machine's only for a trial recorded before tuner kept that.
     attrs = chosen.user_attrs

@@ -29,7 +29,7 @@ from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import Launcher, ProcessLauncher, ZygoteLauncher
 from tuner.errors import InputError
 from tuner.load.http import ReplaySettings
-from tuner.study import fingerprint, search
+from tuner.study import confirm, fingerprint, search
 from tuner.study.capacity import CapacitySettings
 from tuner.study.space import capture_pin, default_spec_text
 from tuner.study.spec import StudySpec, load_spec
@@ -209,6 +209,20 @@ def _run_trials(
         )
         if ran < n_trials:
             print(f"time budget reached: ran {ran} of {n_trials} trials")
+        elif spec.confirm_top_k and spec.confirm_repeats:
+            print(
+                f"confirming: the top {spec.confirm_top_k} and the baseline, measured "
+                f"{spec.confirm_repeats} more times each, in turns"
+            )
+            how = search.Measuring(setup, args.runs / name, machine=machine, on_start=started)
+            confirm.confirm(
+                study,
+                how,
+                spec.confirm_top_k,
+                spec.confirm_repeats,
+                on_trial=finished,
+                deadline=deadline,
+            )
     finally:
         # Interrupted: the line stays, showing where the trial was.
         status.keep()

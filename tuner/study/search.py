@@ -12,6 +12,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -265,33 +266,62 @@ def run_study(
                 args = {**fixed, **suggest(trial, dims, fixed), **chosen}
             else:
                 args = {**fixed, **pinned, **suggest(trial, spec.space, fixed)}
-            trial.set_user_attr(ARGS_ATTR, args)
-            for key, value in machine.items():
-                trial.set_user_attr(key, value)
-            if on_start is not None:
-                on_start(trial.number, args)
-            outcome = runner(
-                args,
-                setup,
-                run_dir / f"trial-{trial.number:04d}",
-                # The baseline and the candidates are reference points: measured in full, but
-                # their ratios are reported too, for the pruner to compare with when one is best.
-                should_stop=_should_stop(trial, prunable=not baseline and candidate is None),
-            )
-            record(trial, outcome)
-            if outcome.pruned:
-                frozen = study.tell(trial, state=TrialState.PRUNED)
-            else:
-                frozen = study.tell(trial, outcome.score.value)
         except BaseException as exc:
             failure = abandon(study, trial, exc)
             if failure is None:
                 raise
             raise failure from exc
+        # The baseline and the candidates are reference points: measured in full, but their
+        # ratios are reported too, for the pruner to compare with when one is best.
+        prunable = not baseline and candidate is None
+        how = Measuring(setup, run_dir, runner, machine, on_start)
+        frozen = measure(study, trial, args, how, prunable)
         if on_trial is not None:
             on_trial(frozen)
         longest_s = max(longest_s, time.monotonic() - began)
     return n_trials
+
+
+@dataclass(frozen=True)
+class Measuring:
+    """What measuring a trial takes besides its arguments: the setup, where its logs go, the
+    runner, the machine recorded on it, and who is told it starts."""
+
+    setup: TrialSetup
+    run_dir: Path
+    runner: TrialRunner = run_trial
+    machine: Mapping[str, str] = field(default_factory=dict)
+    on_start: OnStart | None = None
+
+
+def measure(
+    study: optuna.Study, trial: Trial, args: Mapping[str, Any], how: Measuring, prunable: bool
+) -> FrozenTrial:
+    """Run the asked ``trial`` with ``args``, record what it measured and tell the study.
+
+    Any escape (Ctrl-C, a storage error) marks the trial FAIL with the reason first.
+    """
+    try:
+        trial.set_user_attr(ARGS_ATTR, dict(args))
+        for key, value in how.machine.items():
+            trial.set_user_attr(key, value)
+        if how.on_start is not None:
+            how.on_start(trial.number, args)
+        outcome = how.runner(
+            args,
+            how.setup,
+            how.run_dir / f"trial-{trial.number:04d}",
+            should_stop=_should_stop(trial, prunable),
+        )
+        record(trial, outcome)
+        if outcome.pruned:
+            return study.tell(trial, state=TrialState.PRUNED)
+        return study.tell(trial, outcome.score.value)
+    except BaseException as exc:
+        failure = abandon(study, trial, exc)
+        if failure is None:
+            raise
+        raise failure from exc
 
 
 def _should_stop(trial: Trial, prunable: bool) -> Callable[[int, float], bool]:

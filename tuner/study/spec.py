@@ -81,6 +81,10 @@ class StudySpec:
     capacity_window_s: float = 30.0
     capacity_resolution: float = 0.1
     capacity_max_windows: int = 10
+    # Before a winner is named: the top configurations and the baseline re-measured this many
+    # times each (tuner.study.confirm); 0 for either turns it off.
+    confirm_top_k: int = 2
+    confirm_repeats: int = 2
 
     @property
     def capacity(self) -> bool:
@@ -113,6 +117,8 @@ DEFAULT_SPEC: dict[str, Any] = {
     "capacity_window_s": 30.0,
     "capacity_resolution": 0.1,
     "capacity_max_windows": 10,
+    "confirm_top_k": 2,
+    "confirm_repeats": 2,
 }
 
 _TOP_LEVEL = set(DEFAULT_SPEC)
@@ -230,6 +236,12 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         )
     if not 0 <= max_error_rate <= 1:
         raise SpecError(path, "max_error_rate", "must be between 0 and 1")
+    confirm = {}
+    for key in ("confirm_top_k", "confirm_repeats"):
+        value = merged[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SpecError(path, key, f"must be a whole number >= 0, got {value!r}")
+        confirm[key] = value
     return StudySpec(
         model=model,
         engine_args=engine_args,
@@ -252,6 +264,7 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         capacity_window_s=_number(path, "capacity_window_s", merged["capacity_window_s"]),
         capacity_resolution=_number(path, "capacity_resolution", merged["capacity_resolution"]),
         capacity_max_windows=max_windows,
+        **confirm,
     )
 
 

@@ -1,0 +1,157 @@
+"""The noise-aware winner: the top configurations and the baseline re-measured in turns, the
+winner chosen by its median, and the margin over vLLM's defaults judged against the spread.
+
+Studies are real Optuna studies in SQLite, filled through ``run_study`` and ``confirm`` with a
+stand-in runner whose scores are scripted per configuration and measurement; ``tuner run
+--n-trials 0`` then writes the configuration, as after a real run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from conftest import write_spec
+
+from tuner.cli.main import main
+from tuner.load.http import ReplaySettings
+from tuner.study.confirm import CONFIRMS_ATTR, confirm, confirmed_winner, groups
+from tuner.study.scoring import score
+from tuner.study.search import Measuring, open_study, run_study
+from tuner.study.spec import parse_spec
+from tuner.study.trial import Objective, TrialOutcome, TrialSetup
+
+SLO_S = 2.0
+
+
+def spec_dict(model: Path, **overrides: Any) -> dict[str, Any]:
+    spec = {
+        "model": str(model),
+        "dummy_model": None,
+        "engine_args": {"load-format": "dummy"},
+        "search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 32}},
+        "candidates": [{"max-num-seqs": 4}, {"max-num-seqs": 8}],
+        "slos": {"ttft_p95_s": SLO_S},
+        "objective": {"ttft_p95_s": 1.0},
+        "window_s": 5,
+    }
+    return spec | overrides
+
+
+class Scripted:
+    """Scores by configuration (max-num-seqs, None for the baseline) and measurement."""
+
+    def __init__(self, scores: Mapping[int | None, Sequence[float]]) -> None:
+        self.scores = {k: list(v) for k, v in scores.items()}
+        self.order: list[int | None] = []
+
+    def __call__(self, args, setup, workdir, should_stop=None) -> TrialOutcome:
+        seqs = args.get("max-num-seqs")
+        self.order.append(seqs)
+        value = self.scores[seqs].pop(0)
+        metrics = {"ttft_p95_s": value * SLO_S, "error_rate": 0.0}
+        return TrialOutcome(
+            args, score(metrics, {"ttft_p95_s": SLO_S}, {"ttft_p95_s": 1.0}), metrics, {}
+        )
+
+
+def run_scripted(tmp_path: Path, model: Path, scripted: Scripted, top_k: int, repeats: int):
+    raw = spec_dict(model)
+    spec = parse_spec(raw)
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    setup = TrialSetup(
+        model=spec.model,
+        requests=(),
+        replay=ReplaySettings(model="m", vocab_size=100),
+        objective=Objective(spec.slos, spec.weights),
+    )
+    study = open_study("s", storage, 0)
+    run_study(study, spec, setup, tmp_path / "runs", 3, runner=scripted, measured_on={})
+    how = Measuring(setup, tmp_path / "runs", runner=scripted)
+    ran = confirm(study, how, top_k, repeats)
+    trace = tmp_path / "trace.csv"
+    rows = "".join(f"{0.25 * i},{20 + i},{10 + i}\n" for i in range(40))
+    trace.write_text("timestamp,input_tokens,output_tokens\n" + rows)
+    args = [
+        "run", "--trace", str(trace), "--study", "s", "--spec",
+        str(write_spec(tmp_path / "spec.yaml", raw)), "--storage", storage, "--n-trials", "0",
+        "--configs", str(tmp_path / "configs"),
+    ]  # fmt: skip
+    return study, ran, args
+
+
+def test_a_lucky_first_measurement_loses_to_the_median(tmp_path, cpu_model, capsys):
+    scripted = Scripted(
+        {
+            None: [1.0, 1.05, 0.98],  # the baseline
+            4: [0.5, 0.9, 0.95],  # lucky once, then slower
+            8: [0.6, 0.58, 0.62],
+        }
+    )
+    study, ran, args = run_scripted(tmp_path, cpu_model, scripted, top_k=2, repeats=2)
+    # The first three trials, then the top two and the baseline in turns, twice.
+    assert scripted.order == [None, 4, 8, 4, 8, None, 4, 8, None]
+    assert ran == 6
+    trials = study.get_trials()
+    assert [t.user_attrs.get(CONFIRMS_ATTR) for t in trials] == [None] * 3 + [1, 2, 0] * 2
+    assert all(t.params == trials[t.user_attrs.get(CONFIRMS_ATTR, t.number)].params for t in trials)
+    result = confirmed_winner(study)
+    assert result is not None
+    assert result.winner.number == 2 and result.winner.median == pytest.approx(0.6)
+    assert result.winner.median_trial.number == 2  # 0.6: its first measurement
+    assert not result.within_noise
+    # Before the confirmation, trial 1 led: the winner changed.
+    assert min(trials[:3], key=lambda t: t.value).number == 1
+
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    header = (tmp_path / "configs" / "s.yaml").read_text()
+    assert "# Study 's', trial 2." in header and "max-num-seqs: 8" in header
+    assert "# winner trial 2: score median 0.6 of 3 (0.58 to 0.62; trials 2, 4, 7)" in header
+    assert "# baseline trial 0: score median 1 of 3 (0.98 to 1.05; trials 0, 5, 8)" in header
+    assert "beats vLLM's defaults beyond the measured spread" in header
+    assert "winner trial 2" in out
+
+
+def test_a_lead_inside_the_spread_is_called_noise(tmp_path, cpu_model, capsys):
+    scripted = Scripted({None: [1.0, 0.7, 1.1], 4: [0.8, 0.85, 0.75], 8: [3.0]})
+    study, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
+    assert scripted.order == [None, 4, 8, 4, None, 4, None]  # 8 missed the SLO: not confirmed
+    result = confirmed_winner(study)
+    assert result is not None and result.winner.number == 1 and result.within_noise
+    assert main(args) == 0
+    header = (tmp_path / "configs" / "s.yaml").read_text()
+    assert "# within noise of vLLM's defaults" in header
+
+
+def test_the_baseline_winning_says_so_and_an_earlier_confirmation_is_kept(tmp_path, cpu_model):
+    scripted = Scripted({None: [0.5, 0.55, 0.5], 4: [0.6, 0.9, 0.9], 8: [0.7]})
+    study, ran, _ = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
+    # The top one is the baseline itself: only it is re-measured.
+    assert scripted.order == [None, 4, 8, None, None] and ran == 2
+    result = confirmed_winner(study)
+    assert result is not None and result.is_baseline and not result.within_noise
+    # Run again: every configuration it would confirm has its measurements already.
+    setup = TrialSetup(
+        model="m", requests=(), replay=ReplaySettings(model="m", vocab_size=100),
+        objective=Objective({"ttft_p95_s": SLO_S}, {"ttft_p95_s": 1.0}),
+    )  # fmt: skip
+    assert confirm(study, Measuring(setup, tmp_path, runner=scripted), 1, 2) == 0
+
+
+def test_capacity_groups_take_the_highest_median(tmp_path):
+    study = optuna.create_study(direction="maximize")
+    for value, origin in [(2.0, None), (3.0, None), (1.5, 1), (1.4, 1)]:
+        attrs = {"feasible": True, "capacity_req_per_s": value, "capacity_points": [{}]}
+        if origin is not None:
+            attrs[CONFIRMS_ATTR] = origin
+        study.add_trial(
+            optuna.trial.create_trial(value=value, user_attrs=attrs, params={}, distributions={})
+        )
+    found = {g.number: g for g in groups(study)}
+    assert found[1].median == pytest.approx(1.5) and found[1].worst == 1.4
+    result = confirmed_winner(study)
+    assert result is not None and result.winner.number == 0  # 2.0 once beats a median of 1.5

@@ -1,0 +1,250 @@
+"""The noise-aware winner: re-measure the top trials and the baseline, choose by the median.
+
+One configuration measured twice differs by 10 to 20 % (the H100; more on a shared CPU), so a
+winner picked from one measurement each is partly luck. After a run's trials, the top
+``confirm_top_k`` feasible configurations and the baseline are measured ``confirm_repeats``
+more times each, on fresh engines, in turns (A, B, baseline, A, B, baseline), so that a slow
+minute of the machine does not fall on one configuration. Each re-measurement is a trial of its
+own with the user attribute ``confirms`` (the trial it repeats) and the same parameters, so
+the dashboard shows it and the sampler learns from it.
+
+The winner is the feasible configuration with the best median (a configuration is feasible if
+most of its measurements were); its figures are those of its median measurement, a real one.
+It beats the baseline only beyond the measured spread: its worst measurement better than the
+baseline's best. Otherwise tuner says it is within noise of vLLM's defaults.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial
+
+from tuner.study.attrs import ARGS_ATTR, BASELINE_ATTR, FEASIBLE_ATTR
+from tuner.study.picks import served
+from tuner.study.search import Measuring, measure
+
+logger = logging.getLogger(__name__)
+
+CONFIRMS_ATTR = "confirms"
+
+
+@dataclass(frozen=True)
+class Group:
+    """One configuration's measurements: its first trial and every re-measurement."""
+
+    first: FrozenTrial
+    trials: tuple[FrozenTrial, ...]
+    maximize: bool
+
+    @property
+    def number(self) -> int:
+        return self.first.number
+
+    @property
+    def values(self) -> list[float]:
+        return [float(t.value) for t in self.trials if t.value is not None]
+
+    @property
+    def median(self) -> float:
+        return float(statistics.median(self.values))
+
+    @property
+    def feasible(self) -> bool:
+        return sum(1 for t in self.trials if t.user_attrs.get(FEASIBLE_ATTR)) * 2 > len(self.trials)
+
+    @property
+    def best(self) -> float:
+        return max(self.values) if self.maximize else min(self.values)
+
+    @property
+    def worst(self) -> float:
+        return min(self.values) if self.maximize else max(self.values)
+
+    @property
+    def median_trial(self) -> FrozenTrial:
+        """The measurement at the median (of an even count, the worse middle one): a real one; of
+        a feasible configuration, among its feasible measurements."""
+        trials = self.trials
+        if self.feasible:
+            trials = tuple(t for t in trials if t.user_attrs.get(FEASIBLE_ATTR))
+        ordered = sorted(trials, key=lambda t: (t.value, t.number))
+        if self.maximize:
+            ordered.reverse()
+        return ordered[len(ordered) // 2]
+
+    def key(self) -> tuple[float, int]:
+        """Sorts the best first: the median, then the earlier configuration."""
+        return (-self.median if self.maximize else self.median, self.number)
+
+    def beats(self, other: Group) -> bool:
+        """Better than ``other`` in every measurement: this one's worst beats its best."""
+        if self.maximize:
+            return self.worst > other.best
+        return self.worst < other.best
+
+
+def groups(study: optuna.Study) -> list[Group]:
+    """The served trials, grouped by configuration (a first trial and its re-measurements)."""
+    maximize = study.direction == StudyDirection.MAXIMIZE
+    trials = [t for t in study.get_trials(deepcopy=False) if served(t)]
+    members: dict[int, list[FrozenTrial]] = {}
+    firsts: dict[int, FrozenTrial] = {}
+    for trial in trials:
+        origin = trial.user_attrs.get(CONFIRMS_ATTR)
+        if isinstance(origin, int):
+            members.setdefault(origin, []).append(trial)
+        else:
+            firsts[trial.number] = trial
+            members.setdefault(trial.number, []).insert(0, trial)
+    return [Group(first, tuple(members[n]), maximize) for n, first in firsts.items()]
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """The confirmed winner, the baseline's group, and whether the winner beats it beyond noise."""
+
+    winner: Group
+    baseline: Group | None
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.baseline is not None and self.winner.number == self.baseline.number
+
+    @property
+    def within_noise(self) -> bool:
+        """True where the winner is not the baseline and does not beat it in every measurement,
+        or either was measured once (nothing says how far apart they are)."""
+        if self.baseline is None or self.is_baseline:
+            return False
+        measured = len(self.winner.values) > 1 and len(self.baseline.values) > 1
+        return not (measured and self.winner.beats(self.baseline))
+
+
+def confirmed_winner(study: optuna.Study) -> Confirmed | None:
+    """The feasible configuration with the best median, or None if none is feasible."""
+    all_groups = groups(study)
+    feasible = sorted((g for g in all_groups if g.feasible), key=Group.key)
+    if not feasible:
+        return None
+    baseline = next((g for g in all_groups if g.first.user_attrs.get(BASELINE_ATTR)), None)
+    return Confirmed(feasible[0], baseline)
+
+
+def to_confirm(study: optuna.Study, top_k: int) -> list[Group]:
+    """The top ``top_k`` feasible configurations by median, then the baseline if not among them."""
+    ranked = sorted((g for g in groups(study) if g.feasible), key=Group.key)[:top_k]
+    baseline = next((g for g in groups(study) if g.first.user_attrs.get(BASELINE_ATTR)), None)
+    if baseline is not None and all(g.number != baseline.number for g in ranked):
+        ranked.append(baseline)
+    return ranked if top_k > 0 else []
+
+
+def describe(group: Group, label: str) -> str:
+    """``winner trial 7: score median 0.612 of 3 (0.58 to 0.66; trials 7, 12, 15)``."""
+    values = group.values
+    numbers = ", ".join(str(t.number) for t in group.trials)
+    what, unit = ("capacity", " req/s") if group.maximize else ("score", "")
+    if len(values) == 1:
+        return f"{label} trial {group.number}: {what} {values[0]:.4g}{unit}, measured once"
+    low, high = min(values), max(values)
+    return (
+        f"{label} trial {group.number}: {what} median {group.median:.4g}{unit} of "
+        f"{len(values)} ({low:.4g} to {high:.4g}; trials {numbers})"
+    )
+
+
+def summary(result: Confirmed) -> list[str]:
+    """The lines ``tuner run`` prints and the YAML header carries about the winner's margin."""
+    lines = [describe(result.winner, "winner")]
+    if result.baseline is None:
+        return lines
+    if result.is_baseline:
+        return [*lines, "the winner is vLLM's defaults (the baseline) themselves"]
+    lines.append(describe(result.baseline, "baseline"))
+    if result.within_noise:
+        lines.append(
+            "within noise of vLLM's defaults: the winner does not beat the baseline in every "
+            "measurement, so its lead may be the machine's noise"
+        )
+    else:
+        lines.append("beats vLLM's defaults beyond the measured spread (in every measurement)")
+    return lines
+
+
+OnTrial = Callable[[FrozenTrial], None]
+
+
+def confirm(
+    study: optuna.Study,
+    how: Measuring,
+    top_k: int,
+    repeats: int,
+    on_trial: OnTrial | None = None,
+    deadline: float | None = None,
+) -> int:
+    """Re-measure the top ``top_k`` configurations and the baseline until each has ``repeats``
+    measurements beyond its first, in turns; return how many trials ran.
+
+    Configurations already measured enough (an earlier run's confirmation) are not measured
+    again; with a ``deadline``, no re-measurement starts that would end after it.
+    """
+    if top_k <= 0 or repeats <= 0:
+        return 0
+    chosen = [g.number for g in to_confirm(study, top_k)]
+    ran = 0
+    longest_s = 0.0
+    for turn in range(repeats):
+        for number in chosen:
+            group = next(g for g in groups(study) if g.number == number)
+            if len(group.trials) > turn + 1:
+                continue
+            if deadline is not None and time.monotonic() + longest_s > deadline:
+                logger.info("time budget reached while confirming, after %d trials", ran)
+                return ran
+            began = time.monotonic()
+            frozen = _measure_again(study, group.first, how)
+            ran += 1
+            if on_trial is not None:
+                on_trial(frozen)
+            longest_s = max(longest_s, time.monotonic() - began)
+    return ran
+
+
+def _measure_again(study: optuna.Study, first: FrozenTrial, how: Measuring) -> FrozenTrial:
+    """One more measurement of ``first``'s configuration, as a trial of its own."""
+    study.enqueue_trial(dict(first.params), user_attrs={CONFIRMS_ATTR: first.number})
+    trial = study.ask()
+    for name, distribution in first.distributions.items():
+        _suggest_again(trial, name, distribution)
+    return measure(study, trial, first.user_attrs[ARGS_ATTR], how, prunable=False)
+
+
+def _suggest_again(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> None:
+    """Suggest ``name`` over ``distribution``: the enqueued value comes back, and the trial
+    holds it as a parameter like the first measurement did."""
+    if isinstance(distribution, IntDistribution):
+        d = distribution
+        trial.suggest_int(name, d.low, d.high, step=d.step, log=d.log)
+    elif isinstance(distribution, FloatDistribution):
+        f = distribution
+        trial.suggest_float(name, f.low, f.high, step=f.step, log=f.log)
+    elif isinstance(distribution, CategoricalDistribution):
+        trial.suggest_categorical(name, distribution.choices)
+
+
+def any_confirms(study: optuna.Study) -> bool:
+    """Whether the study holds any re-measurement."""
+    return any(CONFIRMS_ATTR in t.user_attrs for t in study.get_trials(deepcopy=False))
