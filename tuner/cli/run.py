@@ -117,6 +117,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         replay = open_loop_replay(trace, window_s, time_scale, info.max_model_len)
     print(f"window: {replay.text}")
+    settings = capacity_settings(spec, replay)
+    if settings is not None:
+        print(
+            f"capacity search: from {settings.start_req_per_s:.3g} req/s (the window's rate), "
+            f"{settings.window_s:g} s a rate, to within {settings.resolution:.0%}, at most "
+            f"{settings.max_windows} rates a trial"
+        )
 
     sha = sha256_of(args.trace)
     storage = args.storage

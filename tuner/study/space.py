@@ -150,6 +150,13 @@ def default_spec_text(
         "#   before this many seconds into the window.\n"
         "# dummy_model: a shape tuner writes at `model` when that folder is absent (random\n"
         "#   weights, with load-format dummy); null for a real model folder.\n"
+        "# objective_mode: latency (the best score at the window's rate) or capacity (the\n"
+        "#   highest rate one server carries within the SLOs: each trial starts vLLM once and\n"
+        "#   replays the window time-scaled to each rate, capacity_window_s seconds a rate,\n"
+        "#   until a passing and a failing rate are within capacity_resolution; at most\n"
+        "#   capacity_max_windows rates a trial). Pruning applies to latency studies only.\n"
+        "# confirm_top_k, confirm_repeats: before naming a winner, the best configurations and\n"
+        "#   the baseline are measured this many more times each; the best median wins.\n"
     )
     if gpu:
         seqs_high = vllm_default_max_num_seqs(device)
