@@ -149,7 +149,7 @@ def test_every_trial_is_a_row_with_its_outcome_and_kind(storage: str) -> None:
     assert rows[2].reason == "vLLM exited with status 1"
     assert rows[5].reason == "interrupted: KeyboardInterrupt"
     # Only served trials have a score: not the pruned one, whose value is its last report.
-    assert [r.score is not None for r in rows] == [True, True, False, False, True, False]
+    assert [r.value is not None for r in rows] == [True, True, False, False, True, False]
 
 
 def test_landscape_series_take_the_trials_that_measured_the_figure(storage: str) -> None:
@@ -183,11 +183,11 @@ def test_searched_parameters_and_the_slos_come_from_the_study(storage: str) -> N
 def test_history_keeps_the_best_feasible_score_so_far(storage: str) -> None:
     rows = rows_of(trials(storage))
     steps = history(rows)
-    first, best = rows[0].score, rows[4].score
+    first, best = rows[0].value, rows[4].value
     assert first is not None and best is not None and best < first
     # The infeasible candidate (trial 1) and the trials without a score never move it.
     assert [s.best_so_far for s in steps] == [first, first, first, first, best, best]
-    assert [s.score is None for s in steps] == [False, False, True, True, False, True]
+    assert [s.value is None for s in steps] == [False, False, True, True, False, True]
 
 
 def test_cost_has_a_bar_per_trial_that_recorded_its_time(storage: str) -> None:

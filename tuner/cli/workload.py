@@ -10,15 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import InputError
-from tuner.study.fingerprint import differences
+from tuner.study.fingerprint import WORKLOAD_ATTR, differences
 from tuner.study.outcome import Offered
 from tuner.traces import concurrency
 from tuner.traces.concurrency import ClosedLoop, ConcurrencyTrace, LengthSource
 from tuner.traces.formats import load_trace
 from tuner.traces.model import Request, Trace
 from tuner.traces.workload import Workload, build_workload
-
-WORKLOAD_ATTR = "workload"
 
 
 def length_source(args: argparse.Namespace) -> LengthSource:

@@ -2,7 +2,8 @@
 
 The page does not need the network: every figure is embedded in it (a ``data:`` URI) and also
 written beside it as a PNG. The trial it puts first is the one ``tuner run`` writes: the best
-feasible trial, else the closest (``tuner.study.search``).
+feasible trial, else the closest (``tuner.study.picks``): in a latency study the lowest score,
+in a capacity study the highest capacity.
 """
 
 from __future__ import annotations
@@ -14,14 +15,19 @@ from typing import TYPE_CHECKING
 
 from tuner.flags import SERVER_ONLY, config_yaml
 from tuner.report import plots
+from tuner.report.capacity import curves
 from tuner.report.data import (
+    CAPACITY_GOAL,
+    LATENCY_GOAL,
     Configuration,
     StudyReport,
+    recorded_slos,
     rows_of,
     searched_parameters,
     slo_limits,
 )
 from tuner.report.page import render
+from tuner.report.rate_plot import plot_rates
 from tuner.study import picks, search
 
 if TYPE_CHECKING:
@@ -46,11 +52,13 @@ def read_report(name: str, storage: str, configs: Path) -> StudyReport:
         storage=storage,
         rows=rows,
         parameters=searched_parameters(trials),
-        slos=slo_limits(rows),
+        # As the spec gave them where tuner run recorded them; else as the trials were held to.
+        slos=recorded_slos(study.user_attrs) or slo_limits(rows),
         chosen=None if chosen is None else chosen.number,
         meets_slos=best is not None,
         baseline=None if baseline is None else baseline.number,
         configuration=configuration,
+        goal=CAPACITY_GOAL if picks.is_capacity(study) else LATENCY_GOAL,
     )
 
 
@@ -66,10 +74,18 @@ def read_configuration(path: Path, name: str, chosen: FrozenTrial) -> Configurat
     return Configuration(path, config_yaml(shown), written=False, trial=None)
 
 
+def _rates(report: StudyReport, path: Path) -> Path | None:
+    """A capacity study's latency against offered rate; none in a latency study."""
+    if report.goal != CAPACITY_GOAL:
+        return None
+    return plot_rates(curves(report.rows, report.parameters, report.slos), report.slos, path)
+
+
 FIGURES: tuple[tuple[str, Callable[[StudyReport, Path], Path | None]], ...] = (
-    ("landscape.png", lambda r, p: plots.plot_landscape(r.rows, r.parameters, r.slos, p)),
+    ("rates.png", _rates),
+    ("landscape.png", lambda r, p: plots.plot_landscape(r.rows, r.parameters, r.slos, p, r.goal)),
     ("trials.png", lambda r, p: plots.plot_trials(r.rows, r.slos, p)),
-    ("history.png", lambda r, p: plots.plot_history(r.rows, p)),
+    ("history.png", lambda r, p: plots.plot_history(r.rows, p, r.goal)),
     ("cost.png", lambda r, p: plots.plot_cost(r.rows, p)),
 )
 

@@ -4,12 +4,16 @@ Pure: reads finished trials (Optuna's ``FrozenTrial``, through its public attrib
 builds frozen values; no I/O. Which trial goes into which series is decided here, not in the
 plotting code, so that it can be tested without drawing anything:
 
-- a trial is ``feasible`` or ``infeasible`` (it served its whole window: it has a score and
+- a trial is ``feasible`` or ``infeasible`` (it served its whole window: it has a value and
   figures, and met every SLO or missed one), ``pruned`` (stopped early: its figures are what it
-  had reached, lower bounds, and it has no score), ``failed`` (its engine failed or it measured
+  had reached, lower bounds, and it has no value), ``failed`` (its engine failed or it measured
   nothing usable), ``interrupted`` (Ctrl-C) or ``running``;
+- a trial's value is what the study ranks it by (its ``Goal``): the score, lowest best, or in a
+  capacity study the capacity, highest best;
 - the landscape and the per-trial figures show feasible, infeasible and pruned trials; the
-  score only the first two; failed, interrupted and running trials only the table.
+  value only the first two; failed, interrupted and running trials only the table.
+
+A capacity study's rates, per configuration, are ``tuner.report.capacity``'s.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuner.study import picks, search
+from tuner.study.capacity import CAPACITY_ATTR
+from tuner.study.fingerprint import WORKLOAD_ATTR
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -29,6 +35,9 @@ FAILED, INTERRUPTED, RUNNING = "failed", "interrupted", "running"
 # The series of the landscape and of the per-trial figures, in drawing order.
 SERIES = (FEASIBLE, INFEASIBLE, PRUNED)
 SCORE = search.SCORE_NAME
+CAPACITY = CAPACITY_ATTR
+# The names a trial's value goes by: a latency study's score, a capacity study's capacity.
+VALUES = (SCORE, CAPACITY)
 # How SLOs are listed: the usual ones first, the error rate last.
 SLO_ORDER = ("ttft_p95_s", "tpot_p95_s", "e2e_p99_s")
 
@@ -42,6 +51,26 @@ COST_PARTS = (
 
 
 @dataclass(frozen=True)
+class Goal:
+    """What a study ranks its trials by: the name of the trials' value, and which way is best."""
+
+    metric: str
+    maximise: bool
+
+    def better(self, value: float, than: float) -> bool:
+        return value > than if self.maximise else value < than
+
+
+LATENCY_GOAL = Goal(SCORE, maximise=False)
+CAPACITY_GOAL = Goal(CAPACITY, maximise=True)
+
+
+def in_seconds(metric: str) -> bool:
+    """``ttft_p95_s`` is in seconds; ``capacity_req_per_s`` is a rate."""
+    return metric.endswith("_s") and not metric.endswith("_per_s")
+
+
+@dataclass(frozen=True)
 class TrialRow:
     """One trial as the report shows it."""
 
@@ -49,14 +78,15 @@ class TrialRow:
     outcome: str
     kind: str  # "baseline", "candidate N" or "searched"
     engine_args: Mapping[str, Any]
-    score: float | None  # served trials only
+    value: float | None  # the study's value (score or capacity): served trials only
     attrs: Mapping[str, Any] = field(repr=False)
     constraints: Mapping[str, float] = field(repr=False)
     reason: str = ""
 
     def figure(self, metric: str) -> float | None:
-        """The trial's ``metric`` (its score for ``SCORE``), or None if it has none."""
-        value = self.score if metric == SCORE else self.attrs.get(metric)
+        """The trial's ``metric`` (its value for ``SCORE`` or ``CAPACITY``), or None if it has
+        none."""
+        value = self.value if metric in VALUES else self.attrs.get(metric)
         return float(value) if isinstance(value, int | float) else None
 
 
@@ -81,9 +111,9 @@ class Point:
 @dataclass(frozen=True)
 class HistoryStep:
     trial: int
-    score: float | None
+    value: float | None
     outcome: str
-    best_so_far: float | None  # best feasible score among trials up to this one
+    best_so_far: float | None  # best feasible value among trials up to this one
 
 
 @dataclass(frozen=True)
@@ -132,7 +162,7 @@ def row_of(trial: FrozenTrial) -> TrialRow:
         outcome=outcome,
         kind=_kind(attrs),
         engine_args=dict(attrs.get(search.ARGS_ATTR, {})),
-        score=trial.value if outcome in (FEASIBLE, INFEASIBLE) else None,
+        value=trial.value if outcome in (FEASIBLE, INFEASIBLE) else None,
         attrs=attrs,
         constraints=dict(trial.constraints),
         reason=str(attrs.get(search.REASON_ATTR, "")),
@@ -156,8 +186,22 @@ def searched_parameters(trials: Iterable[FrozenTrial]) -> tuple[Parameter, ...]:
     return tuple(found.values())
 
 
+def recorded_slos(study_attrs: Mapping[str, Any]) -> dict[str, float]:
+    """The SLOs in the fingerprint ``tuner run`` recorded on the study (``WORKLOAD_ATTR``), the
+    error rate's last; empty for a study recorded without them (then see ``slo_limits``)."""
+    workload = study_attrs.get(WORKLOAD_ATTR)
+    if not isinstance(workload, Mapping) or not isinstance(workload.get("slos"), Mapping):
+        return {}
+    limits = {str(m): float(v) for m, v in workload["slos"].items() if isinstance(v, int | float)}
+    if isinstance(workload.get("max_error_rate"), int | float):
+        limits["error_rate"] = float(workload["max_error_rate"])
+    return {metric: limits[metric] for metric in sorted(limits, key=_slo_rank)}
+
+
 def slo_limits(rows: Sequence[TrialRow]) -> dict[str, float]:
     """Each SLO the trials were held to, recovered from the latest trial that measured it.
+
+    Not for a capacity study: its trials' one constraint is whether some rate met every SLO.
 
     ``score`` set each constraint to ``(value - limit) / limit``, so ``limit`` is
     ``value / (1 + constraint)``; the error rate's is ``rate - max_error_rate``.
@@ -192,7 +236,7 @@ def landscape(
     """The trials that have ``metric``, by series, against ``parameter``.
 
     A pruned trial's figure is what it had reached when it was stopped (a lower bound); it has
-    no score, so it is not in the score's landscape.
+    no value, so it is not in the value's landscape.
     """
     series: dict[str, list[Point]] = {name: [] for name in SERIES}
     for row in rows:
@@ -202,14 +246,16 @@ def landscape(
     return {name: tuple(points) for name, points in series.items()}
 
 
-def history(rows: Sequence[TrialRow]) -> tuple[HistoryStep, ...]:
-    """Each trial in order, with the best feasible score found up to it."""
+def history(rows: Sequence[TrialRow], goal: Goal = LATENCY_GOAL) -> tuple[HistoryStep, ...]:
+    """Each trial in order, with the best feasible value found up to it (the lowest score, or
+    the highest capacity)."""
     best: float | None = None
     steps = []
     for row in sorted(rows, key=lambda r: r.number):
-        if row.outcome == FEASIBLE and row.score is not None:
-            best = row.score if best is None else min(best, row.score)
-        steps.append(HistoryStep(row.number, row.score, row.outcome, best))
+        value = row.value
+        if row.outcome == FEASIBLE and value is not None:
+            best = value if best is None or goal.better(value, best) else best
+        steps.append(HistoryStep(row.number, value, row.outcome, best))
     return tuple(steps)
 
 
@@ -254,3 +300,4 @@ class StudyReport:
     meets_slos: bool
     baseline: int | None
     configuration: Configuration | None
+    goal: Goal = LATENCY_GOAL

@@ -1,4 +1,5 @@
-"""The report's HTML: the verdict first, then every trial, the landscape, history and cost.
+"""The report's HTML: the verdict first, then every trial, the landscape, history and cost; in
+a capacity study, each configuration's latency against offered rate after the trials.
 
 Pure: builds one self-contained page (figures embedded as ``data:`` URIs, no script, no link
 off the page) from a ``StudyReport`` and the PNG bytes of its figures.
@@ -10,18 +11,23 @@ import base64
 from collections.abc import Mapping, Sequence
 from html import escape
 
+from tuner.report.capacity import MOST_CURVES, CurveSet, curves
 from tuner.report.data import (
+    CAPACITY,
     FEASIBLE,
     INFEASIBLE,
     PRUNED,
     SCORE,
+    VALUES,
     StudyReport,
     TrialRow,
     cost,
+    in_seconds,
     not_measurement_share,
     value_of,
 )
 from tuner.report.plots import label_of
+from tuner.study.capacity_text import num
 from tuner.study.emit import verdict_lines
 from tuner.study.scoring import verdict
 
@@ -32,6 +38,9 @@ THROUGHPUT = (
 )
 # Figures in the trials table.
 TABLE_FIGURES = ("ttft_p95_s", "tpot_p95_s", "e2e_p99_s", "throughput_req_per_s")
+# A capacity trial's user attributes: how many rates it measured, whether it ended resolved.
+WINDOWS, RESOLVED = "capacity_windows", "capacity_resolved"
+AT_CAPACITY = "those at its capacity (at the lowest rate it tried, where none passed)"
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1300px; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
@@ -53,10 +62,12 @@ def fmt(metric: str, value: float | None) -> str:
         return f"{value:.1%}"
     if metric == SCORE:
         return f"{value:.3f}"
+    if metric == CAPACITY:
+        return f"{num(value)} req/s"
     for key, _, scale, digits, unit in THROUGHPUT:
         if key == metric:
             return f"{value * scale:.{digits}f}{unit}"
-    if metric.endswith("_s"):
+    if in_seconds(metric):
         ms = value * 1000
         return f"{ms:.0f} ms" if ms >= 100 else f"{ms:.3g} ms"
     return f"{value:g}"
@@ -84,12 +95,49 @@ def _columns(report: StudyReport) -> list[tuple[TrialRow, str]]:
 def _cell(row: TrialRow, metric: str, limit: float | None) -> str:
     value = row.figure(metric)
     text = fmt(metric, value)
-    if row.outcome == PRUNED and value is not None and metric != SCORE:
+    if row.outcome == PRUNED and value is not None and metric not in VALUES:
         text = f"&ge; {text}"
     if limit is None or value is None or (row.outcome == PRUNED and value <= limit):
         # A pruned trial's figure is a lower bound: under the limit, it says nothing.
         return f"<td>{text}</td>"
     return f'<td class="{"ok" if value <= limit else "miss"}">{text}</td>'
+
+
+def _windows_cell(row: TrialRow) -> str:
+    """How many rates a capacity trial measured; ``unresolved`` where its search stopped (at
+    its window limit, floor or ceiling) before its passing and failing rates were close."""
+    windows = row.figure(WINDOWS)
+    if windows is None:
+        return "<td></td>"
+    return f"<td>{windows:.0f}{' (unresolved)' if row.figure(RESOLVED) == 0.0 else ''}</td>"
+
+
+def _said(report: StudyReport, chosen: TrialRow) -> str:
+    """The verdict, in a sentence or two."""
+    if not report.meets_slos:
+        misses = verdict(chosen.constraints, chosen.attrs)
+        return f"No trial met the SLOs. The closest, trial {chosen.number}: " + "; ".join(
+            escape(line.strip()) for line in verdict_lines(misses)[1:]
+        )
+    feasible = sum(r.outcome == FEASIBLE for r in report.rows)
+    if report.goal.metric != CAPACITY:
+        said = (
+            f"Trial {chosen.number} meets every SLO, with the best score of the {feasible} "
+            "feasible trials."
+        )
+        if chosen.number == report.baseline:
+            said += " It is vLLM's own defaults: no searched configuration scored better."
+        return said
+    said = (
+        f"Trial {chosen.number} carries {fmt(CAPACITY, chosen.value)} within every SLO: the "
+        f"highest capacity of the {feasible} trials that met them at some rate."
+    )
+    baseline = next((r for r in report.rows if r.number == report.baseline), None)
+    if chosen.number == report.baseline:
+        said += " It is vLLM's own defaults: no searched configuration carried more."
+    elif baseline is not None and baseline.value is not None:
+        said += f" vLLM's defaults (trial {baseline.number}) carry {fmt(CAPACITY, baseline.value)}."
+    return said
 
 
 def verdict_section(report: StudyReport) -> str:
@@ -99,19 +147,6 @@ def verdict_section(report: StudyReport) -> str:
         why = f"trial {first.number}: {escape(first.reason)}" if first else "no trial finished"
         return f'<section id="verdict"><h2>Verdict</h2><p>No trial served the window. {why}</p>'
     chosen = next(r for r in report.rows if r.number == report.chosen)
-    if report.meets_slos:
-        feasible = sum(r.outcome == FEASIBLE for r in report.rows)
-        said = (
-            f"Trial {chosen.number} meets every SLO, with the best score of the {feasible} "
-            "feasible trials."
-        )
-        if chosen.number == report.baseline:
-            said += " It is vLLM's own defaults: no searched configuration scored better."
-    else:
-        misses = verdict(chosen.constraints, chosen.attrs)
-        said = f"No trial met the SLOs. The closest, trial {chosen.number}: " + "; ".join(
-            escape(line.strip()) for line in verdict_lines(misses)[1:]
-        )
     head = "".join(f"<th>{escape(label)}</th>" for _, label in columns)
     body = []
     for metric, limit in report.slos.items():
@@ -119,8 +154,17 @@ def verdict_section(report: StudyReport) -> str:
         body.append(
             f"<tr><th>{escape(short_label(metric))}</th><td>{fmt(metric, limit)}</td>{cells}</tr>"
         )
-    score = "".join(_cell(row, SCORE, None) for row, _ in columns)
-    body.append(f"<tr><th>{SCORE} (lower is better)</th><td></td>{score}</tr>")
+    goal = report.goal.metric
+    value = "".join(_cell(row, goal, None) for row, _ in columns)
+    value_row = f"<tr><th>{escape(label_of(goal))}</th><td></td>{value}</tr>"
+    note = ""
+    if goal == CAPACITY:
+        # The capacity is the headline; the SLO rows are the figures measured at it.
+        windows = "".join(_windows_cell(row) for row, _ in columns)
+        body[:0] = [value_row, f"<tr><th>rates measured</th><td></td>{windows}</tr>"]
+        note = f'<p class="note">Each trial\'s SLO metrics and throughput are {AT_CAPACITY}.</p>'
+    else:
+        body.append(value_row)
     outcomes = "".join(
         f'<td class="{"ok" if row.outcome == FEASIBLE else "miss"}">{row.outcome}</td>'
         for row, _ in columns
@@ -130,9 +174,9 @@ def verdict_section(report: StudyReport) -> str:
         cells = "".join(_cell(row, key, None) for row, _ in columns)
         body.append(f"<tr><th>{label}</th><td></td>{cells}</tr>")
     return (
-        f'<section id="verdict"><h2>Verdict</h2><p>{said}</p>'
+        f'<section id="verdict"><h2>Verdict</h2><p>{_said(report, chosen)}</p>'
         f'<table id="verdict-table"><tr><th></th><th>SLO</th>{head}</tr>{"".join(body)}</table>'
-        f"{configuration_part(report, chosen.number)}</section>"
+        f"{note}{configuration_part(report, chosen.number)}</section>"
     )
 
 
@@ -161,8 +205,13 @@ def configuration_part(report: StudyReport, chosen: int) -> str:
 
 
 def trials_section(report: StudyReport) -> str:
+    """Every trial as a row; a capacity study's capacity and rates measured after its outcome,
+    a latency study's score after its figures."""
     names = [p.name for p in report.parameters]
-    head = ["trial", "kind", *names, "outcome", *map(short_label, TABLE_FIGURES), "score"]
+    capacity = report.goal.metric == CAPACITY
+    head = ["trial", "kind", *names, "outcome"]
+    head += ["capacity", "rates measured"] if capacity else []
+    head += [*map(short_label, TABLE_FIGURES)] + ([] if capacity else ["score"])
     head += ["engine start s", "trial s", "why it failed or was pruned"]
     rows = []
     for row in report.rows:
@@ -170,7 +219,10 @@ def trials_section(report: StudyReport) -> str:
         cells = [f'<td class="text">{row.kind}</td>']
         cells += [f"<td>{'default' if v is None else escape(str(v))}</td>" for v in shown]
         cells.append(f'<td class="text">{row.outcome}</td>')
-        cells += [_cell(row, m, report.slos.get(m)) for m in (*TABLE_FIGURES, SCORE)]
+        if capacity:
+            cells += [_cell(row, CAPACITY, None), _windows_cell(row)]
+        figures = TABLE_FIGURES if capacity else (*TABLE_FIGURES, SCORE)
+        cells += [_cell(row, m, report.slos.get(m)) for m in figures]
         for key in ("time_engine_healthy_s", "time_trial_s"):
             seconds = row.figure(key)
             cells.append(f"<td>{'' if seconds is None else f'{seconds:.1f}'}</td>")
@@ -178,8 +230,15 @@ def trials_section(report: StudyReport) -> str:
         mark = ' class="chosen"' if row.number == report.chosen else ""
         rows.append(f"<tr{mark}><td>{row.number}</td>{''.join(cells)}</tr>")
     header = "".join(f"<th>{escape(h)}</th>" for h in head)
+    note = (
+        f'<p class="note">Each trial\'s latency and throughput are {AT_CAPACITY}; unresolved: '
+        "its search stopped (at its window limit, floor or ceiling) before its passing and "
+        "failing rates were within the resolution.</p>"
+        if capacity
+        else ""
+    )
     return (
-        f'<section id="trials"><h2>Trials</h2><table id="trials-table"><tr>{header}</tr>'
+        f'<section id="trials"><h2>Trials</h2>{note}<table id="trials-table"><tr>{header}</tr>'
         f"{''.join(rows)}</table></section>"
     )
 
@@ -191,6 +250,44 @@ def _img(images: Mapping[str, bytes], name: str, alt: str) -> str:
     return f'<img src="data:image/png;base64,{data}" alt="{escape(alt)}" title="{name}">'
 
 
+def _listed(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def rates_caption(drawn: CurveSet) -> str:
+    """What the capacity figure shows, and which configurations it leaves out."""
+    panels = _listed([short_label(m) for m in drawn.metrics])
+    said = (
+        f"{panels} of each configuration at each rate it replayed: a filled dot met every SLO, "
+        "a cross missed one, a hollow triangle was stopped early once an SLO was lost for "
+        "certain (its figures are lower bounds); the star is the configuration's capacity, the "
+        "highest rate at which it met every SLO; dashed: the SLO."
+    )
+    if drawn.left_out:
+        added = len(drawn.curves) > MOST_CURVES
+        baseline = " and the baseline" if added else " (the baseline among them)"
+        trials = _listed([str(n) for n in drawn.left_out])
+        said += (
+            f" Drawn: the {MOST_CURVES} configurations of the highest capacity{baseline}; left "
+            f"out, with less capacity: trial{'s' if len(drawn.left_out) > 1 else ''} {trials} "
+            "(see the table)."
+        )
+    return said
+
+
+def rates_section(report: StudyReport, images: Mapping[str, bytes]) -> str:
+    """A capacity study's latency against offered rate; nothing for a latency study."""
+    if report.goal.metric != CAPACITY:
+        return ""
+    drawn = curves(report.rows, report.parameters, report.slos)
+    return (
+        '<section id="rates"><h2>Latency against offered rate</h2>'
+        f'<p class="note">{rates_caption(drawn)}</p>'
+        f"{_img(images, 'rates.png', 'latency against offered rate')}</section>"
+    )
+
+
 def figures_section(report: StudyReport, images: Mapping[str, bytes]) -> str:
     share = not_measurement_share(cost(report.rows))
     cost_text = (
@@ -198,16 +295,19 @@ def figures_section(report: StudyReport, images: Mapping[str, bytes]) -> str:
         if share is not None
         else ""
     )
+    value = "capacity" if report.goal.metric == CAPACITY else "score"
+    at = " (at each trial's capacity)" if value == "capacity" else ""
     parts: Sequence[str] = (
+        rates_section(report, images),
         '<section id="landscape"><h2>Landscape</h2><p class="note">Each searched parameter '
-        "against the score, TTFT p95 and TPOT p95; dashed: the SLO; pruned trials show what "
-        "they had reached when stopped.</p>",
+        f"against the {value}, TTFT p95 and TPOT p95{at}; dashed: the SLO; pruned trials show "
+        "what they had reached when stopped.</p>",
         _img(images, "landscape.png", "landscape")
         if report.parameters
         else '<p class="note">No parameter was searched yet.</p>',
         '</section><section id="history"><h2>Search history</h2>',
         _img(images, "trials.png", "figures per trial"),
-        _img(images, "history.png", "score history"),
+        _img(images, "history.png", f"{value} history"),
         f'</section><section id="cost"><h2>Trial cost</h2><p>{cost_text}</p>',
         _img(images, "cost.png", "trial cost"),
         "</section>",

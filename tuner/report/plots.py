@@ -4,6 +4,7 @@ Each function draws series that ``tuner.report.data`` chose and returns the file
 None when there is nothing to draw. matplotlib is imported inside, with the Agg backend.
 Feasible trials are green circles, infeasible ones red crosses, pruned ones hollow orange
 triangles (their figures are lower bounds: where they were when stopped); SLOs are dashed.
+A capacity study's latency against offered rate is ``tuner.report.rate_plot``'s.
 """
 
 from __future__ import annotations
@@ -13,22 +14,26 @@ from pathlib import Path
 from typing import Any
 
 from tuner.report.data import (
+    CAPACITY,
     COST_PARTS,
     FEASIBLE,
     INFEASIBLE,
+    LATENCY_GOAL,
     PRUNED,
     SCORE,
     SERIES,
+    Goal,
     Parameter,
     Point,
     TrialRow,
     cost,
     history,
+    in_seconds,
     landscape,
     not_measurement_share,
 )
 
-# The metrics the landscape draws each parameter against, after the score.
+# The metrics the landscape draws each parameter against, after the study's value.
 LANDSCAPE_METRICS = ("ttft_p95_s", "tpot_p95_s")
 # The figures drawn per trial.
 TRIAL_METRICS = ("ttft_p95_s", "tpot_p95_s", "e2e_p99_s")
@@ -44,13 +49,15 @@ STYLE: dict[str, dict[str, Any]] = {
 }
 DPI = 100
 LABELS = {
+    SCORE: "score (lower is better)",
+    CAPACITY: "capacity (req/s, higher is better)",
     "error_rate": "error rate",
     "throughput_req_per_s": "throughput (req/s)",
     "throughput_output_tokens_per_s": "output tokens (tok/s)",
 }
 
 
-def _figure(rows: int, cols: int, size: tuple[float, float]) -> tuple[Any, Any]:
+def new_figure(rows: int, cols: int, size: tuple[float, float]) -> tuple[Any, Any]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -60,7 +67,7 @@ def _figure(rows: int, cols: int, size: tuple[float, float]) -> tuple[Any, Any]:
     return fig, axes
 
 
-def _save(fig: Any, path: Path) -> Path:
+def save(fig: Any, path: Path) -> Path:
     fig.savefig(path, dpi=DPI)
     import matplotlib.pyplot as plt
 
@@ -70,17 +77,15 @@ def _save(fig: Any, path: Path) -> Path:
 
 def label_of(metric: str) -> str:
     """``ttft_p95_s`` -> ``TTFT p95 (ms)``: how a person reads a figure's name."""
-    if metric == SCORE:
-        return "score (lower is better)"
     if metric in LABELS:
         return LABELS[metric]
     name, _, quantile = metric.removesuffix("_s").partition("_")
-    if metric.endswith("_s") and name in ("ttft", "tpot", "e2e", "itl"):
+    if in_seconds(metric) and name in ("ttft", "tpot", "e2e", "itl"):
         return f"{name.upper()} {quantile} (ms)"
     return metric
 
 
-def _plain_log_axis(axis: Any, set_scale: Any) -> None:
+def plain_log_axis(axis: Any, set_scale: Any) -> None:
     """A log axis whose ticks read 1, 2, 5, 10, 20 ... rather than powers of ten."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -97,8 +102,9 @@ def _trial_axis(ax: Any) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _scale(metric: str) -> float:
-    return 1000.0 if metric.endswith("_s") and metric != SCORE else 1.0
+def scale_of(metric: str) -> float:
+    """What a figure is multiplied by on an axis: seconds are drawn in milliseconds."""
+    return 1000.0 if in_seconds(metric) else 1.0
 
 
 def _positions(points: Sequence[Point], parameter: Parameter) -> dict[Any, float]:
@@ -113,7 +119,7 @@ def _landscape_panel(
     ax: Any, rows: Sequence[TrialRow], parameter: Parameter, metric: str, slo: float | None
 ) -> None:
     series = landscape(rows, parameter.name, metric)
-    scale = _scale(metric)
+    scale = scale_of(metric)
     every = [p for points in series.values() for p in points]
     where = _positions(every, parameter)
     for name in SERIES:
@@ -138,10 +144,10 @@ def _landscape_panel(
         ax.set_xticks(list(where.values()))
         ax.set_xticklabels(["default" if v is None else str(v) for v in where])
     elif parameter.log:
-        _plain_log_axis(ax.xaxis, ax.set_xscale)
+        plain_log_axis(ax.xaxis, ax.set_xscale)
     ys = [p.y * scale for p in every]
     if ys and min(ys) > 0 and max(ys) / min(ys) > 20:
-        _plain_log_axis(ax.yaxis, ax.set_yscale)
+        plain_log_axis(ax.yaxis, ax.set_yscale)
     ax.set_xlabel(parameter.name)
     ax.set_ylabel(label_of(metric))
 
@@ -151,18 +157,22 @@ def plot_landscape(
     parameters: Sequence[Parameter],
     slos: Mapping[str, float],
     path: Path,
+    goal: Goal = LATENCY_GOAL,
 ) -> Path | None:
-    """Each searched parameter (a row of panels) against the score, TTFT p95 and TPOT p95."""
+    """Each searched parameter (a row of panels) against the study's value (the score, or the
+    capacity), TTFT p95 and TPOT p95."""
     if not parameters:
         return None
-    metrics = (SCORE, *LANDSCAPE_METRICS)
-    fig, axes = _figure(len(parameters), len(metrics), (4.2 * len(metrics), 3.2 * len(parameters)))
+    metrics = (goal.metric, *LANDSCAPE_METRICS)
+    fig, axes = new_figure(
+        len(parameters), len(metrics), (4.2 * len(metrics), 3.2 * len(parameters))
+    )
     for i, parameter in enumerate(parameters):
         for j, metric in enumerate(metrics):
             _landscape_panel(axes[i][j], rows, parameter, metric, slos.get(metric))
     handles, labels = axes[0][-1].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside upper center", ncols=len(labels), fontsize=8)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_trials(rows: Sequence[TrialRow], slos: Mapping[str, float], path: Path) -> Path | None:
@@ -170,9 +180,9 @@ def plot_trials(rows: Sequence[TrialRow], slos: Mapping[str, float], path: Path)
     drawn = [r for r in rows if r.outcome in SERIES]
     if not drawn:
         return None
-    fig, axes = _figure(1, len(TRIAL_METRICS), (4.2 * len(TRIAL_METRICS), 3.4))
+    fig, axes = new_figure(1, len(TRIAL_METRICS), (4.2 * len(TRIAL_METRICS), 3.4))
     for ax, metric in zip(axes[0], TRIAL_METRICS, strict=True):
-        scale = _scale(metric)
+        scale = scale_of(metric)
         for name in SERIES:
             mine = [r for r in drawn if r.outcome == name and r.figure(metric) is not None]
             ys = [(r.figure(metric) or 0.0) * scale for r in mine]
@@ -189,27 +199,28 @@ def plot_trials(rows: Sequence[TrialRow], slos: Mapping[str, float], path: Path)
         ax.set_ylabel(label_of(metric))
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside upper center", ncols=len(labels), fontsize=8)
-    return _save(fig, path)
+    return save(fig, path)
 
 
-def plot_history(rows: Sequence[TrialRow], path: Path) -> Path | None:
-    """Every served trial's score, and the best feasible score found so far."""
-    steps = history(rows)
-    if not any(s.score is not None for s in steps):
+def plot_history(rows: Sequence[TrialRow], path: Path, goal: Goal = LATENCY_GOAL) -> Path | None:
+    """Every served trial's value, and the best feasible value found so far (the lowest
+    score, or the highest capacity)."""
+    steps = history(rows, goal)
+    if not any(s.value is not None for s in steps):
         return None
-    fig, axes = _figure(1, 1, (8.0, 3.4))
+    fig, axes = new_figure(1, 1, (8.0, 3.4))
     ax = axes[0][0]
     for name in (FEASIBLE, INFEASIBLE):
-        mine = [s for s in steps if s.outcome == name and s.score is not None]
-        ax.scatter([s.trial for s in mine], [s.score for s in mine], s=36, **STYLE[name])
+        mine = [s for s in steps if s.outcome == name and s.value is not None]
+        ax.scatter([s.trial for s in mine], [s.value for s in mine], s=36, **STYLE[name])
     best = [s for s in steps if s.best_so_far is not None]
     if best:
         ax.step([s.trial for s in best], [s.best_so_far for s in best], where="post",
                 color="tab:blue", label="best feasible so far")  # fmt: skip
     _trial_axis(ax)
-    ax.set_ylabel(label_of(SCORE))
+    ax.set_ylabel(label_of(goal.metric))
     fig.legend(loc="outside right upper", fontsize=8)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_cost(rows: Sequence[TrialRow], path: Path) -> Path | None:
@@ -217,7 +228,7 @@ def plot_cost(rows: Sequence[TrialRow], path: Path) -> Path | None:
     bars = cost(rows)
     if not bars:
         return None
-    fig, axes = _figure(1, 1, (8.0, 3.6))
+    fig, axes = new_figure(1, 1, (8.0, 3.6))
     ax = axes[0][0]
     numbers = [b.trial for b in bars]
     bottom = [0.0] * len(bars)
@@ -231,4 +242,4 @@ def plot_cost(rows: Sequence[TrialRow], path: Path) -> Path | None:
     _trial_axis(ax)
     ax.set_ylabel("seconds")
     fig.legend(loc="outside right upper", fontsize=8)
-    return _save(fig, path)
+    return save(fig, path)

@@ -19,6 +19,8 @@ from typing import Any
 from tuner.engine import environment
 from tuner.study.spec import StudySpec
 
+# The study user attribute that holds the fingerprint.
+WORKLOAD_ATTR = "workload"
 # Trial user attributes, and keys of the fingerprint: what a trial ran on.
 VLLM_VERSION = "vllm_version"
 DEVICE = "device"

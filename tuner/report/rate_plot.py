@@ -1,0 +1,149 @@
+"""A capacity study's figure: latency against offered rate, one line per configuration.
+
+Draws the curves ``tuner.report.capacity`` chose, one panel per metric (TTFT p95 first), with
+the helpers and conventions of ``tuner.report.plots``: a rate that passed is a filled circle,
+one that missed an SLO a cross, one stopped early a hollow triangle (its figures are lower
+bounds, as a pruned trial's are); the star is the configuration's capacity; SLOs are dashed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tuner.report.capacity import MISSED, PASSED, STOPPED, Curve, CurveSet
+from tuner.report.plots import label_of, new_figure, plain_log_axis, save, scale_of
+
+# How each kind of point is drawn, in the curve's colour; and its entry in the key.
+MARKERS: dict[str, tuple[dict[str, Any], str]] = {
+    PASSED: ({"marker": "o"}, "passed every SLO"),
+    MISSED: ({"marker": "x"}, "missed an SLO"),
+    STOPPED: ({"marker": "^", "fillstyle": "none"}, "stopped early (at least this)"),
+}
+BASELINE_COLOUR = "black"
+# matplotlib's ten-colour cycle without its grey (C7), which the key and the SLO lines use.
+COLOURS = ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C8", "C9")
+# The configurations' legend, below the panels: this many to a row.
+LEGEND_COLUMNS = 2
+# Beyond these ratios between an axis's largest and smallest value, the axis is logarithmic:
+# the rates (the search doubles and halves them), and the latencies.
+RATE_LOG_SPAN, LATENCY_LOG_SPAN = 2.5, 20.0
+
+
+def _colours(curves: tuple[Curve, ...]) -> list[str]:
+    """A colour per curve, in ``COLOURS`` order; the baseline's black."""
+    colours, used = [], 0
+    for curve in curves:
+        if curve.baseline:
+            colours.append(BASELINE_COLOUR)
+        else:
+            colours.append(COLOURS[used % len(COLOURS)])
+            used += 1
+    return colours
+
+
+def _panel(ax: Any, drawn: CurveSet, colours: list[str], metric: str, slo: float | None) -> None:
+    scale = scale_of(metric)
+    ys: list[float] = []
+    for curve, colour in zip(drawn.curves, colours, strict=True):
+        line = curve.line(metric)
+        ax.plot(
+            [x for x, _ in line],
+            [y * scale for _, y in line],
+            color=colour,
+            lw=1.2,
+            alpha=0.75,
+            label=curve.label,
+        )
+        for mark, points in curve.series(metric).items():
+            style, _ = MARKERS[mark]
+            ax.plot(
+                [x for x, _ in points],
+                [y * scale for _, y in points],
+                linestyle="none",
+                color=colour,
+                markersize=6,
+                **style,
+            )
+        top = curve.capacity_mark(metric)
+        if top is not None:
+            ax.plot(
+                top[0],
+                top[1] * scale,
+                marker="*",
+                markersize=15,
+                color=colour,
+                markeredgecolor="black",
+                linestyle="none",
+                zorder=4,
+            )
+        ys += [y * scale for _, y in line]
+    if slo is not None:
+        ax.axhline(slo * scale, color="grey", linestyle="--", lw=1)
+        ys.append(slo * scale)
+    rates = [p.rate_req_per_s for c in drawn.curves for p in c.points]
+    if rates and max(rates) / min(rates) > RATE_LOG_SPAN:
+        plain_log_axis(ax.xaxis, ax.set_xscale)
+    if ys and min(ys) > 0 and max(ys) / min(ys) > LATENCY_LOG_SPAN:
+        plain_log_axis(ax.yaxis, ax.set_yscale)
+    ax.set_xlabel("offered rate (req/s)")
+    ax.set_ylabel(label_of(metric))
+
+
+def _key() -> tuple[list[Any], list[str]]:
+    """The legend of the markers, in grey: what a point, the star and the dashed line mean."""
+    from matplotlib.lines import Line2D
+
+    handles = [
+        Line2D([], [], color="grey", linestyle="none", markersize=6, **style)
+        for style, _ in MARKERS.values()
+    ]
+    labels = [text for _, text in MARKERS.values()]
+    handles.append(
+        Line2D(
+            [],
+            [],
+            color="grey",
+            marker="*",
+            markersize=12,
+            linestyle="none",
+            markeredgecolor="black",
+        )
+    )
+    labels.append("capacity (highest rate passed)")
+    handles.append(Line2D([], [], color="grey", linestyle="--", lw=1))
+    labels.append("SLO")
+    return handles, labels
+
+
+def plot_rates(drawn: CurveSet, slos: Mapping[str, float], path: Path) -> Path | None:
+    """Each drawn configuration's latencies against the offered rate, the key above the panels
+    and the configurations below them; None if there is none."""
+    if not drawn.curves:
+        return None
+    panels = len(drawn.metrics)
+    columns = min(len(drawn.curves), LEGEND_COLUMNS)
+    legend_rows = -(-len(drawn.curves) // columns)
+    fig, axes = new_figure(1, panels, (max(5.0 * panels, 10.0), 4.0 + 0.22 * legend_rows))
+    colours = _colours(drawn.curves)
+    for ax, metric in zip(axes[0], drawn.metrics, strict=True):
+        _panel(ax, drawn, colours, metric, slos.get(metric))
+    key_handles, key_labels = _key()
+    fig.legend(
+        key_handles, key_labels, loc="outside upper center", ncols=len(key_labels), fontsize=8
+    )
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    title = "configurations, highest capacity first"
+    if drawn.left_out:
+        title += f"; {len(drawn.left_out)} more left out, of less capacity"
+    fig.legend(
+        handles,
+        labels,
+        loc="outside lower center",
+        ncols=columns,
+        fontsize=8,
+        title=title,
+        title_fontsize=8,
+    )
+    return save(fig, path)
