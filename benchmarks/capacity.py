@@ -66,7 +66,7 @@ def point_line(point: RatePoint) -> str:
     return (
         f"{point.rate_req_per_s:7.3f} req/s  {verdict}  TTFT p95 {ttft_ms:6.0f} ms  "
         f"e2e p99 {e2e_s:5.2f} s  {lag_text}{point.reason or ''}"
-    )
+    ).rstrip()
 
 
 def spread(values: Sequence[float]) -> str:
