@@ -37,6 +37,7 @@ from tuner.study.capacity import (
     capacity_score,
     lost_slos,
     measure_capacity,
+    measure_rate,
 )
 from tuner.study.confirm import CONFIRMS_ATTR
 from tuner.study.rates import RatePoint, search_capacity
@@ -243,6 +244,29 @@ def test_the_search_finds_a_known_capacity(stand_in, caplog):
     stopped = [p for p in found.points if p.figures.get("stopped_at_s") is not None]
     assert all(not p.passed and "lost" in (p.reason or "") for p in stopped)
     assert all(p.figures["prefix_cache_reset"] == 1.0 for p in found.points)
+
+
+def test_one_rate_is_measured_alone_as_the_search_would(stand_in):
+    # What a caller that picks its own rates gets (benchmarks/capacity.py's scan): the same
+    # point the search would record for that rate, told to ``on_rate`` under its index.
+    window = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
+    settings = CapacitySettings(window, period_s=1.0, window_s=3.0)
+    replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
+    slos = {"ttft_p95_s": SERVICE_S + 0.1}
+    told: set[tuple[int, float]] = set()
+
+    def on_rate(index, rate, elapsed_s, live):
+        told.add((index, rate))
+
+    below = CAPACITY_REQ_PER_S / 2
+    point = measure_rate(stand_in.url, settings, replay, slos, {}, below, 7, on_rate)
+    assert point.passed and point.rate_req_per_s == below, point
+    assert point.figures["requests"] == 15 and point.figures["ttft_p95_s"] <= slos["ttft_p95_s"]
+    assert told == {(7, below)}
+    far_above = CAPACITY_REQ_PER_S * 4
+    point = measure_rate(stand_in.url, settings, replay, slos, {}, far_above)
+    assert not point.passed and "lost" in (point.reason or ""), point
+    assert point.figures["stopped_at_s"] < settings.window_s
 
 
 # --- a capacity study on vLLM ------------------------------------------------------------

@@ -6,6 +6,8 @@ carries within every SLO, with no request failing.
 the server to be idle, resets vLLM's prefix cache where the server allows it, and replays the
 window time-scaled to that rate for ``CapacitySettings.window_s`` seconds. Each window draws
 its prompts from its own seed, so no window reuses another's prompts from the prefix cache.
+``measure_rate`` is one such rate alone, for a caller that picks its own rates (a brute-force
+scan, as ``benchmarks/capacity.py`` does to check the search).
 
 A rate is stopped early once its SLOs are lost for certain: more of the window's requests
 have already waited past a TTFT or end-to-end SLO (a request still waiting counting with its
@@ -14,6 +16,7 @@ wait so far, which only grows) than the percentile lets through.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
@@ -143,6 +146,57 @@ def reset_prefix_cache(base_url: str) -> bool:
     return response.status_code == 200
 
 
+def measure_rate(
+    base_url: str,
+    settings: CapacitySettings,
+    replay_settings: ReplaySettings,
+    slos: Mapping[str, float],
+    weights: Mapping[str, float],
+    rate: float,
+    index: int = 0,
+    on_rate: OnRate | None = None,
+) -> RatePoint:
+    """Replay the window at ``rate`` for ``settings.window_s`` on the running server, and judge
+    it: passed if every SLO is met and no request failed.
+
+    ``index`` is the window's place in its search: it numbers the window for ``on_rate`` and
+    picks the seed of its prompts. The server is first waited on until idle, and its prefix
+    cache reset where it allows; the window stops early once its SLOs are lost for certain.
+    """
+    idle = wait_idle(base_url)
+    reset = reset_prefix_cache(base_url)
+    window = at_rate(settings.requests, settings.period_s, rate, settings.window_s)
+    seeded = replace(replay_settings, seed=replay_settings.seed + SEED_STRIDE * (index + 1))
+    lost: list[str] = []
+    checked_s = 0.0
+
+    def monitor(elapsed_s: float, live: Sequence[LiveRequest]) -> bool:
+        nonlocal checked_s
+        if on_rate is not None:
+            on_rate(index, rate, elapsed_s, live)
+        if elapsed_s - checked_s < LOST_CHECK_S:
+            return False
+        checked_s = elapsed_s
+        lost.extend(lost_slos(elapsed_s, live, len(window), slos))
+        return bool(lost)
+
+    result = replay(base_url, window, seeded, monitor=monitor)
+    if result.stopped_at_s is not None:
+        figures = provisional(result.stopped_at_s, result.live)
+        figures["stopped_at_s"] = result.stopped_at_s
+        reason = f"stopped {result.stopped_at_s:.0f} s in: {', '.join(lost)} lost"
+        return RatePoint(rate, False, _point_figures(figures, len(window), idle, reset), reason)
+    figures = replay_figures(result)
+    judged = score(figures, slos, weights)
+    errors = sum(1 for r in result.results if r.error)
+    reasons = [] if judged.feasible else [f"missed {', '.join(judged.violations)}"]
+    if errors:
+        reasons.append(f"{errors} requests failed")
+    passed = judged.feasible and not errors
+    point_figures = _point_figures(figures, len(window), idle, reset)
+    return RatePoint(rate, passed, point_figures, "; ".join(reasons) or None)
+
+
 def measure_capacity(
     base_url: str,
     settings: CapacitySettings,
@@ -152,44 +206,13 @@ def measure_capacity(
     on_rate: OnRate | None = None,
 ) -> CapacityFound:
     """Search the capacity of the server at ``base_url`` (already healthy, warmed up)."""
-    count = 0
+    windows = itertools.count()
 
     def measure(rate: float) -> RatePoint:
-        nonlocal count
-        index = count
-        count += 1
-        idle = wait_idle(base_url)
-        reset = reset_prefix_cache(base_url)
-        window = at_rate(settings.requests, settings.period_s, rate, settings.window_s)
-        seeded = replace(replay_settings, seed=replay_settings.seed + SEED_STRIDE * (index + 1))
-        lost: list[str] = []
-        checked_s = 0.0
-
-        def monitor(elapsed_s: float, live: Sequence[LiveRequest]) -> bool:
-            nonlocal checked_s
-            if on_rate is not None:
-                on_rate(index, rate, elapsed_s, live)
-            if elapsed_s - checked_s < LOST_CHECK_S:
-                return False
-            checked_s = elapsed_s
-            lost.extend(lost_slos(elapsed_s, live, len(window), slos))
-            return bool(lost)
-
-        result = replay(base_url, window, seeded, monitor=monitor)
-        if result.stopped_at_s is not None:
-            figures = provisional(result.stopped_at_s, result.live)
-            figures["stopped_at_s"] = result.stopped_at_s
-            reason = f"stopped {result.stopped_at_s:.0f} s in: {', '.join(lost)} lost"
-            return RatePoint(rate, False, _point_figures(figures, len(window), idle, reset), reason)
-        figures = replay_figures(result)
-        judged = score(figures, slos, weights)
-        errors = sum(1 for r in result.results if r.error)
-        reasons = [] if judged.feasible else [f"missed {', '.join(judged.violations)}"]
-        if errors:
-            reasons.append(f"{errors} requests failed")
-        passed = judged.feasible and not errors
-        point_figures = _point_figures(figures, len(window), idle, reset)
-        return RatePoint(rate, passed, point_figures, "; ".join(reasons) or None)
+        index = next(windows)
+        return measure_rate(
+            base_url, settings, replay_settings, slos, weights, rate, index, on_rate
+        )
 
     return search_capacity(
         measure,
