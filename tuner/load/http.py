@@ -121,6 +121,7 @@ async def send(
     sent = clock()
     if live is not None:
         live.sent_s = sent - start
+        live.sent = True
     ttft_s: float | None = None
     tokens = 0
     usage_tokens: int | None = None

@@ -49,12 +49,15 @@ class RequestResult:
 class LiveRequest:
     """What is known of a request while the window runs; times in seconds from its start.
 
-    ``done_s`` is set only for a request that succeeded; one that failed stays not done.
+    ``sent_s`` is the scheduled time until the request's task runs, then the time it was sent
+    (``sent`` True): on a busy client the two differ, and the final figures count from the
+    second. ``done_s`` is set only for a request that succeeded; one that failed stays not done.
     """
 
     sent_s: float
     first_token_s: float | None = None
     done_s: float | None = None
+    sent: bool = False
 
 
 def provisional(now_s: float, live: Sequence[LiveRequest]) -> dict[str, float]:
