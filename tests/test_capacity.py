@@ -307,7 +307,7 @@ def test_a_capacity_study_ranks_configurations_by_the_load_they_carry(tmp_path):
     trials = study.get_trials()
     firsts = [t for t in trials if CONFIRMS_ATTR not in t.user_attrs]
     repeats = [t.user_attrs[CONFIRMS_ATTR] for t in trials if CONFIRMS_ATTR in t.user_attrs]
-    assert len(firsts) == 3 and 1 <= len(repeats) <= 2, done.stdout
+    assert len(firsts) == 3 and 1 <= len(repeats) <= 4, done.stdout
     assert 0 in repeats  # the baseline
     by_seqs = {}
     for trial in firsts:

@@ -124,6 +124,12 @@ class Confirmed:
         return self.baseline is not None and self.winner.number == self.baseline.number
 
     @property
+    def confirmed(self) -> bool:
+        """Whether the winner and the baseline were each measured more than once."""
+        measured = [self.winner] if self.baseline is None else [self.winner, self.baseline]
+        return all(len(g.values) > 1 for g in measured)
+
+    @property
     def within_noise(self) -> bool:
         """True where the winner is not the baseline and does not beat it in every measurement,
         or either was measured once (nothing says how far apart they are)."""
@@ -174,6 +180,12 @@ def summary(result: Confirmed) -> list[str]:
     if result.is_baseline:
         return [*lines, "the winner is vLLM's defaults (the baseline) themselves"]
     lines.append(describe(result.baseline, "baseline"))
+    if not result.confirmed:
+        lines.append(
+            "not confirmed: the winner or the baseline was measured once, so nothing says "
+            "whether the lead is beyond noise (the confirmation was cut short or is off)"
+        )
+        return lines
     if result.within_noise:
         lines.append(
             "within noise of vLLM's defaults: the winner does not beat the baseline in every "
@@ -198,19 +210,27 @@ def confirm(
     """Re-measure the top ``top_k`` configurations and the baseline until each has ``repeats``
     measurements beyond its first, in turns; return how many trials ran.
 
-    Configurations already measured enough (an earlier run's confirmation) are not measured
-    again; with a ``deadline``, no re-measurement starts that would end after it.
+    The top is taken again after every turn: a leader whose re-measurements pull its median
+    down gives way, and the configuration that overtakes it is measured in its turn too (on
+    the demo, the baseline led by one measurement, fell behind on two more, and the winner was
+    left measured once). Each turn measures the configurations with the fewest measurements,
+    best first. Configurations measured enough already (an earlier run's confirmation) are
+    not measured again; at most ``repeats * (2 * top_k + 2)`` trials run; with a
+    ``deadline``, none starts that would end after it.
     """
     if top_k <= 0 or repeats <= 0:
         return 0
-    chosen = [g.number for g in to_confirm(study, top_k)]
+    limit = repeats * (2 * top_k + 2)
     ran = 0
     longest_s = 0.0
-    for turn in range(repeats):
-        for number in chosen:
-            group = next(g for g in groups(study) if g.number == number)
-            if len(group.trials) > turn + 1:
-                continue
+    while ran < limit:
+        short = [g for g in to_confirm(study, top_k) if len(g.trials) < 1 + repeats]
+        if not short:
+            break
+        fewest = min(len(g.trials) for g in short)
+        for group in [g for g in short if len(g.trials) == fewest]:
+            if ran >= limit:
+                break
             if deadline is not None and time.monotonic() + longest_s > deadline:
                 logger.info("time budget reached while confirming, after %d trials", ran)
                 return ran
