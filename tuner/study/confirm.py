@@ -135,27 +135,32 @@ class Confirmed:
         or either was measured once (nothing says how far apart they are)."""
         if self.baseline is None or self.is_baseline:
             return False
-        measured = len(self.winner.values) > 1 and len(self.baseline.values) > 1
-        return not (measured and self.winner.beats(self.baseline))
+        return not (self.confirmed and self.winner.beats(self.baseline))
+
+
+def _ranked(study: optuna.Study) -> tuple[list[Group], Group | None]:
+    """The feasible configurations, best median first, and the baseline's group (if served)."""
+    all_groups = groups(study)
+    ranked = sorted((g for g in all_groups if g.feasible), key=Group.key)
+    baseline = next((g for g in all_groups if g.first.user_attrs.get(BASELINE_ATTR)), None)
+    return ranked, baseline
 
 
 def confirmed_winner(study: optuna.Study) -> Confirmed | None:
     """The feasible configuration with the best median, or None if none is feasible."""
-    all_groups = groups(study)
-    feasible = sorted((g for g in all_groups if g.feasible), key=Group.key)
-    if not feasible:
-        return None
-    baseline = next((g for g in all_groups if g.first.user_attrs.get(BASELINE_ATTR)), None)
-    return Confirmed(feasible[0], baseline)
+    ranked, baseline = _ranked(study)
+    return Confirmed(ranked[0], baseline) if ranked else None
 
 
 def to_confirm(study: optuna.Study, top_k: int) -> list[Group]:
     """The top ``top_k`` feasible configurations by median, then the baseline if not among them."""
-    ranked = sorted((g for g in groups(study) if g.feasible), key=Group.key)[:top_k]
-    baseline = next((g for g in groups(study) if g.first.user_attrs.get(BASELINE_ATTR)), None)
-    if baseline is not None and all(g.number != baseline.number for g in ranked):
-        ranked.append(baseline)
-    return ranked if top_k > 0 else []
+    if top_k <= 0:
+        return []
+    ranked, baseline = _ranked(study)
+    top = ranked[:top_k]
+    if baseline is not None and all(g.number != baseline.number for g in top):
+        top.append(baseline)
+    return top
 
 
 def describe(group: Group, label: str) -> str:
