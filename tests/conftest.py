@@ -91,6 +91,14 @@ def cpu_spec(model: Path, **overrides: Any) -> dict[str, Any]:
     return spec
 
 
+def write_small_trace(path: Path) -> Path:
+    """40 requests, one every 0.25 s (4 req/s over 10 s), prompts of 20 to 59 tokens and
+    outputs of 10 to 49: a canonical CSV for tests that start no server."""
+    rows = "".join(f"{0.25 * i},{20 + i},{10 + i}\n" for i in range(40))
+    path.write_text("timestamp,input_tokens,output_tokens\n" + rows)
+    return path
+
+
 def write_spec(path: Path, spec: dict[str, Any]) -> Path:
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path

@@ -22,7 +22,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
-from conftest import REPO, SHIPPED_TRACE, run_tuner, write_spec
+from conftest import REPO, SHIPPED_TRACE, run_tuner, write_small_trace, write_spec
 
 from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
 from tuner.cli.main import main
@@ -361,8 +361,7 @@ def scripted_capacity_study(tmp_path: Path, model: Path, outcomes: list[TrialOut
     spec_path = write_spec(tmp_path / "spec.yaml", spec_raw)
     spec = parse_spec(spec_raw)
     trace = tmp_path / "trace.csv"
-    rows = "".join(f"{0.25 * i},{20 + i},{10 + i}\n" for i in range(40))  # 4 req/s
-    trace.write_text("timestamp,input_tokens,output_tokens\n" + rows)
+    write_small_trace(trace)
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     script = iter(outcomes)
 

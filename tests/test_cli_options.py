@@ -10,7 +10,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import write_spec
+from conftest import write_small_trace, write_spec
 
 from tuner.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED
 from tuner.cli.main import main
@@ -29,8 +29,7 @@ SPEC = {
 @pytest.fixture
 def folder(tmp_path: Path, cpu_model: Path) -> Path:
     write_spec(tmp_path / "spec.yaml", {"model": str(cpu_model), **SPEC})
-    rows = "".join(f"{0.25 * i},{20 + i},{10 + i}\n" for i in range(40))
-    (tmp_path / "trace.csv").write_text("timestamp,input_tokens,output_tokens\n" + rows)
+    write_small_trace(tmp_path / "trace.csv")
     return tmp_path
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import optuna
 import pytest
-from conftest import write_spec
+from conftest import write_small_trace, write_spec
 
 from tuner.cli.main import main
 from tuner.load.http import ReplaySettings
@@ -73,8 +73,7 @@ def run_scripted(tmp_path: Path, model: Path, scripted: Scripted, top_k: int, re
     how = Measuring(setup, tmp_path / "runs", runner=scripted)
     ran = confirm(study, how, top_k, repeats)
     trace = tmp_path / "trace.csv"
-    rows = "".join(f"{0.25 * i},{20 + i},{10 + i}\n" for i in range(40))
-    trace.write_text("timestamp,input_tokens,output_tokens\n" + rows)
+    write_small_trace(trace)
     args = [
         "run", "--trace", str(trace), "--study", "s", "--spec",
         str(write_spec(tmp_path / "spec.yaml", raw)), "--storage", storage, "--n-trials", "0",

@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 import pytest
 import yaml
-from conftest import write_spec
+from conftest import write_small_trace, write_spec
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState, create_trial
 
@@ -49,8 +49,7 @@ class Folder:
             "time_scale": 1,
         }
         self.write_spec()
-        rows = "".join(f"{0.25 * i},{20 + i},{10 + i}\n" for i in range(40))
-        (root / "trace.csv").write_text("timestamp,input_tokens,output_tokens\n" + rows)
+        write_small_trace(root / "trace.csv")
         self.storage = f"sqlite:///{root / 'study.db'}"
 
     def write_spec(self) -> None:

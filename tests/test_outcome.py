@@ -15,7 +15,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
-from conftest import write_spec
+from conftest import write_small_trace, write_spec
 from optuna.trial import TrialState
 
 from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
@@ -69,8 +69,7 @@ class Study:
         self.spec_path = write_spec(folder / "spec.yaml", spec_dict(model))
         self.spec = parse_spec(spec_dict(model))
         self.trace = folder / "trace.csv"
-        rows = "".join(f"{0.25 * i},{20 + i},{10 + i}\n" for i in range(40))
-        self.trace.write_text("timestamp,input_tokens,output_tokens\n" + rows)
+        write_small_trace(self.trace)
         self.configs = folder / "configs"
         self.args: list[dict] = []
 

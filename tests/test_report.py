@@ -14,7 +14,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import REPO, run_tuner, write_spec
+from conftest import REPO, run_tuner, write_small_trace, write_spec
 
 from tuner.errors import InputError
 from tuner.load.http import ReplaySettings
@@ -300,8 +300,7 @@ def test_run_ends_with_the_report_command_or_writes_it(tmp_path: Path, cpu_model
     fill(storage, SCRIPT)
     spec = write_spec(tmp_path / "spec.yaml", {**SPEC, "model": str(cpu_model)})
     trace = tmp_path / "trace.csv"
-    rows = "".join(f"{0.25 * i},{20 + i},{10 + i}\n" for i in range(40))
-    trace.write_text("timestamp,input_tokens,output_tokens\n" + rows)
+    write_small_trace(trace)
     run = ("run", "--trace", trace, "--study", "s", "--spec", spec, "--storage", storage)
     run += ("--n-trials", "0", "--configs", tmp_path / "configs")
     done = run_tuner(*run, cwd=tmp_path, timeout_s=300)

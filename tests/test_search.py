@@ -15,7 +15,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import run_tuner, write_spec
+from conftest import run_tuner, write_small_trace, write_spec
 from optuna.trial import TrialState
 
 from tuner.errors import TunerError
@@ -191,8 +191,7 @@ def inputs(tmp_path: Path, cpu_model: Path) -> Path:
     folder.mkdir()
     spec = {**SPEC, "model": str(cpu_model), "engine_args": {"max-model-len": 4096}}
     write_spec(folder / "spec.yaml", spec)
-    rows = "".join(f"{0.25 * i},{20 + i},{10 + i}\n" for i in range(40))
-    (folder / "trace.csv").write_text("timestamp,input_tokens,output_tokens\n" + rows)
+    write_small_trace(folder / "trace.csv")
     return folder
 
 
