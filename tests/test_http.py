@@ -131,16 +131,16 @@ MALFORMED = {
         "completion_tokens is a string, not an integer",
     ),
     # The connection closes in the middle of the body: no last chunk, or a chunk cut short;
-    # or in the middle of the headers.
+    # or in the middle of the headers (aiohttp's errors: the replay's transport).
     "closed between chunks": (
         chunk(b"data: %s\n\n" % TOKEN.encode()),
-        "RemoteProtocolError: peer closed connection",
+        "ClientPayloadError: Response payload is not completed",
     ),
     "closed inside a chunk": (
         chunk(b"data: %s\n\n" % TOKEN.encode())[:-9],
-        "RemoteProtocolError: peer closed connection",
+        "ClientPayloadError: Response payload is not completed",
     ),
-    "closed inside the headers": (None, "RemoteProtocolError: Server disconnected"),
+    "closed inside the headers": (None, "ServerDisconnectedError"),
 }
 
 

@@ -62,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="latency: the best score at the window's rate; capacity: the highest rate one "
         "server carries within the SLOs (default: the spec's objective_mode, else latency)",
     )
+    run.add_argument(
+        "--client-procs",
+        type=client_procs,
+        metavar="auto|N",
+        help="processes tuner's replay client is spread over; auto: as many as the window's "
+        "busiest second needs (default: the spec's client_procs, else auto)",
+    )
     add_trace_commands(commands)
     add_report_command(commands)
     keys = commands.add_parser(
@@ -70,6 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     keys.add_argument("--spec", type=Path, required=True, help="study spec")
     return parser
+
+
+def client_procs(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be auto or a whole number >= 1, not {text!r}")
+    return value
 
 
 def add_trace_options(parser: argparse.ArgumentParser) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import tuner
 from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
 from tuner.cli.workload import Replay, spec_path
+from tuner.load.health import CLIENT_BEHIND
 from tuner.load.window import LOOP_LAG_WARNING_S
 from tuner.study import capacity_text, confirm, fingerprint, picks, scoring, search
 from tuner.study.capacity import CAPACITY_ATTR
@@ -61,6 +62,8 @@ def trial_line(trial: Any, space_names: Sequence[str]) -> str:
         parts.append(f"capacity {found} req/s ({windows:.0f} rates measured)")
     elif trial.value is not None:
         parts.append(f"score {trial.value:.3f}")
+    if attrs.get(CLIENT_BEHIND):
+        parts.append("[tuner's client fell behind: not ranked]")
     if attrs.get(search.REASON_ATTR):
         parts.append(f"({attrs[search.REASON_ATTR][:160]})")
     lag_s = attrs.get("client_lag_max_s", 0.0)

@@ -32,7 +32,7 @@ from tuner.load.http import ReplaySettings
 from tuner.study import confirm, fingerprint, search
 from tuner.study.capacity import CapacitySettings
 from tuner.study.space import capture_pin, default_spec_text
-from tuner.study.spec import StudySpec, load_spec
+from tuner.study.spec import AUTO, StudySpec, load_spec
 from tuner.study.trial import Objective, TrialSetup
 from tuner.traces.concurrency import load_concurrency
 from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
@@ -84,6 +84,7 @@ def capacity_settings(spec: StudySpec, replay: Replay) -> CapacitySettings | Non
         window_s=spec.capacity_window_s,
         resolution=spec.capacity_resolution,
         max_windows=spec.capacity_max_windows,
+        client_tolerance_s=spec.client_tolerance_s,
     )
 
 
@@ -100,6 +101,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec = load_study_spec(args, name, trace)
     if args.objective is not None:
         spec = dataclasses.replace(spec, objective_mode=args.objective)
+    if args.client_procs is not None:
+        spec = dataclasses.replace(spec, client_procs=args.client_procs)
     if spec.capacity and trace is None:
         raise InputError(
             "a capacity study replays a request trace at rates of its choosing; a concurrency "
@@ -181,6 +184,7 @@ def _run_trials(
             vocab_size=vocab_size,
             block_tokens=replay.block_tokens,
             seed=spec.seed,
+            client_procs=0 if spec.client_procs == AUTO else int(spec.client_procs),
         ),
         objective=Objective(spec.slos, spec.weights, spec.max_error_rate),
         health_timeout_s=spec.health_timeout_s,
@@ -189,6 +193,7 @@ def _run_trials(
         closed_loop=replay.closed_loop,
         progress=status.show if status.live else None,
         capacity=capacity_settings(spec, replay),
+        client_tolerance_s=spec.client_tolerance_s,
         # vLLM serves /reset_prefix_cache, which the capacity search calls between rates, only
         # in its development mode.
         env={"VLLM_SERVER_DEV_MODE": "1"} if spec.capacity else {},

@@ -20,6 +20,7 @@ from tuner.load.window import (
     ReplayResult,
     clients,
     drain,
+    run,
     unfinished,
     watch,
     why_unfinished,
@@ -47,7 +48,7 @@ async def replay_closed_loop_async(
     for ``error_backoff_s``, so that a server refusing everything is not flooded. With a
     ``monitor``, the replay stops early once it says so, as the open loop does.
     """
-    async with clients(base_url, settings) as (pools, observed):
+    async with clients(base_url, settings) as (client, observed):
         loop = asyncio.get_running_loop()
         wake = asyncio.Event()
         stopped = asyncio.Event()
@@ -81,11 +82,7 @@ async def replay_closed_loop_async(
                 request = replace(next(requests), arrival_s=now)
                 body = request_body(len(sent), request, settings)
                 live.append(LiveRequest(sent_s=now))
-                # One pool: in flight here is at most the schedule's target, and a connection
-                # opened per pool would count its set-up as time in flight.
-                task = asyncio.create_task(
-                    send(pools[0], body, request, now, start, clock, live[-1])
-                )
+                task = asyncio.create_task(send(client, body, request, now, start, clock, live[-1]))
                 task.add_done_callback(finished)
                 in_flight.add(task)
                 sent.append((request, task))
@@ -116,6 +113,6 @@ def replay_closed_loop(
     monitor: Monitor | None = None,
 ) -> ReplayResult:
     """Blocking wrapper around ``replay_closed_loop_async``."""
-    return asyncio.run(
+    return run(
         replay_closed_loop_async(base_url, schedule, requests, settings, clock, monitor=monitor)
     )

@@ -7,12 +7,16 @@ fails, however it fails, comes back as a ``RequestResult`` with its error: it is
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
+import aiohttp
 import httpx
+from httpx_aiohttp import AiohttpTransport
 
 from tuner.load.metrics import LiveRequest, RequestResult
 from tuner.load.prompts import prompt_token_ids
@@ -22,12 +26,38 @@ logger = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 
-# Connection pools a replay spreads its requests over. httpcore (1.0.9) scans every connection
-# of a pool, and for idle ones every connection again, each time a request starts or ends; with
-# hundreds of streams in flight that bookkeeping starved the send loop (2 s streams at 200 req/s
-# on two cores: send lag p99 6.5 s with one pool, 57 ms with 16; benchmarks/replay_fidelity.py
-# --hold-s 2).
-POOLS = 16
+# The moment the request's bytes were written: the transport's trace hook (aiohttp's, on the same
+# task as ``send``) fills the holder that ``send`` puts here, with ``send``'s own clock.
+_WRITTEN: contextvars.ContextVar[list[Any]] = contextvars.ContextVar("tuner_written")
+
+
+async def _written(*_: object) -> None:
+    holder = _WRITTEN.get(None)
+    if holder is not None:
+        holder[1] = holder[0]()
+
+
+def make_client(base_url: str, settings: ReplaySettings) -> httpx.AsyncClient:
+    """The replay's HTTP client: httpx over aiohttp's transport.
+
+    httpx's own transport (httpcore over anyio) spent about half of a replay's CPU reading
+    streamed events, in anyio's per-read overhead: one process was faithful to about 40 req/s of
+    the story's shape on two cores. aiohttp's reads cost about half as much
+    (``benchmarks/replay_fidelity.py``). Its pool has no limit (in flight is what the trace
+    says), and its trace hook tells ``send`` when each request's bytes were written.
+    """
+    trace = aiohttp.TraceConfig()
+    trace.on_request_headers_sent.append(_written)
+    trace.on_request_chunk_sent.append(_written)
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, force_close=False),
+        trace_configs=[trace],
+    )
+    return httpx.AsyncClient(
+        base_url=base_url,
+        timeout=httpx.Timeout(settings.request_timeout_s, connect=30.0),
+        transport=AiohttpTransport(client=session),
+    )
 
 
 @dataclass(frozen=True)
@@ -42,6 +72,8 @@ class ReplaySettings:
     drain_timeout_s: float = 600.0
     gauge_interval_s: float = 1.0
     monitor_interval_s: float = 1.0
+    # Client processes an open-loop replay is spread over (``tuner.load.spread``).
+    client_procs: int = 1
 
 
 def request_body(index: int, request: Request, settings: ReplaySettings) -> bytes:
@@ -75,7 +107,19 @@ def json_type(value: object) -> str:
     return JSON_TYPES.get(type(value), "a number")
 
 
-def read_chunk(data: str) -> tuple[bool, int | None]:
+async def event_lines(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The lines of a streamed body, split here: httpx's ``aiter_lines`` decodes to text and
+    passes every line through two more generators, which a replay pays for at every token."""
+    rest = b""
+    async for data in response.aiter_bytes():
+        *lines, rest = (rest + data).split(b"\n")
+        for line in lines:
+            yield line
+    if rest:
+        yield rest
+
+
+def read_chunk(data: str | bytes) -> tuple[bool, int | None]:
     """Whether one event's JSON carries a choice (a token), and the ``completion_tokens`` its
     ``usage`` reports (None where it reports none).
 
@@ -84,6 +128,8 @@ def read_chunk(data: str) -> tuple[bool, int | None]:
     is not an integer.
     """
     chunk = json.loads(data)
+    if isinstance(data, bytes):
+        data = data.decode(errors="replace")
     if not isinstance(chunk, dict):
         raise MalformedChunk(f"{json_type(chunk)}, not an object: {data[:100]}")
     choices = chunk.get("choices")
@@ -100,6 +146,10 @@ def read_chunk(data: str) -> tuple[bool, int | None]:
             f"completion_tokens is {json_type(count)}, not an integer: {data[:100]}"
         )
     return bool(choices), count
+
+
+def _since(written: list[Any], start: float) -> float | None:
+    return None if written[1] is None else written[1] - start
 
 
 async def send(
@@ -119,6 +169,8 @@ async def send(
     never done there, so that the pruner's figures count it as a miss, as the final ones do.
     """
     sent = clock()
+    written = [clock, None]
+    _WRITTEN.set(written)
     if live is not None:
         live.sent_s = sent - start
         live.sent = True
@@ -140,12 +192,13 @@ async def send(
                     request.input_tokens,
                     request.output_tokens,
                     error=f"HTTP {response.status_code}: {text}",
+                    written_s=_since(written, start),
                 )
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
+            async for line in event_lines(response):
+                if not line.startswith(b"data:"):
                     continue
                 data = line[5:].strip()
-                if data == "[DONE]":
+                if data == b"[DONE]":
                     # Read on to the end of the body: a connection closed mid-body cannot
                     # be reused, and a new one per request costs the replay loop dearly.
                     continue
@@ -164,6 +217,9 @@ async def send(
         # errors, a bug): still one failed request, but logged with its traceback.
         if not isinstance(exc, httpx.HTTPError | ValueError):
             logger.warning("request failed unexpectedly", exc_info=True)
+        # The transport maps aiohttp's errors onto httpx's loosely (a server that hung up in
+        # the headers comes back as a ConnectTimeout): aiohttp's own says what happened.
+        shown = exc.__cause__ if isinstance(exc.__cause__, aiohttp.ClientError) else exc
         return RequestResult(
             scheduled_s,
             sent - start,
@@ -171,7 +227,8 @@ async def send(
             request.output_tokens,
             ttft_s=ttft_s,
             tokens_received=tokens,
-            error=f"{type(exc).__name__}: {exc}"[:300],
+            error=f"{type(shown).__name__}: {shown}"[:300],
+            written_s=_since(written, start),
         )
     e2e_s = clock() - sent
     received = usage_tokens if usage_tokens is not None else tokens
@@ -189,4 +246,5 @@ async def send(
         e2e_s=e2e_s,
         tokens_received=received,
         error=error,
+        written_s=_since(written, start),
     )

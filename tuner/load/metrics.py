@@ -31,6 +31,9 @@ class RequestResult:
     e2e_s: float | None = None
     tokens_received: int = 0
     error: str | None = None
+    # When the request's bytes were written (None where the transport does not tell): on a
+    # client short of CPU, later than ``sent_s``.
+    written_s: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -2,6 +2,7 @@
 
 Each request is sent at its trace time, whatever the server is doing, and streamed
 (``tuner.load.http``); vLLM's ``/metrics`` is read around the window (``tuner.load.window``).
+Where one process cannot keep up, ``tuner.load.spread`` runs the same loop in several.
 """
 
 from __future__ import annotations
@@ -10,18 +11,67 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from tuner.load.http import POOLS, Clock, ReplaySettings, request_body, send
+import httpx
+
+from tuner.load.http import Clock, ReplaySettings, request_body, send
 from tuner.load.metrics import LiveRequest, RequestResult
 from tuner.load.window import (
     Monitor,
     ReplayResult,
     clients,
     drain,
+    run,
     unfinished,
     watch,
     why_unfinished,
 )
 from tuner.traces.model import Request
+
+
+async def send_all(
+    client: httpx.AsyncClient,
+    requests: Sequence[tuple[int, Request]],
+    settings: ReplaySettings,
+    start: float,
+    clock: Clock,
+    stopped: asyncio.Event,
+    live: list[LiveRequest],
+    tasks: list[asyncio.Task[RequestResult]],
+) -> None:
+    """Start each ``(index, request)`` at ``start`` plus its arrival time, until ``stopped``;
+    ``live`` and ``tasks`` grow by one for each request started."""
+    bodies = [request_body(i, r, settings) for i, r in requests]
+    for (_, request), body in zip(requests, bodies, strict=True):
+        # Sleep in short steps so that a stop is seen during long silences too.
+        while (delay := start + request.arrival_s - clock()) > 0 and not stopped.is_set():
+            await asyncio.sleep(min(delay, 1.0))
+        if stopped.is_set():
+            break
+        live.append(LiveRequest(sent_s=request.arrival_s))
+        tasks.append(
+            asyncio.create_task(
+                send(client, body, request, request.arrival_s, start, clock, live[-1])
+            )
+        )
+
+
+def results_of(
+    requests: Sequence[Request],
+    tasks: Sequence[asyncio.Task[RequestResult]],
+    pending: set[asyncio.Task[RequestResult]],
+    live: Sequence[LiveRequest],
+    why: str,
+) -> list[RequestResult]:
+    """One result per request: its own, or why it has none (not sent, cancelled)."""
+    results = []
+    for i, request in enumerate(requests):
+        if i >= len(tasks):
+            results.append(unfinished(request, None, "not sent: the replay stopped early"))
+        elif tasks[i] in pending:
+            results.append(unfinished(request, live[i].sent_s, why))
+        else:
+            results.append(tasks[i].result())
+    return results
 
 
 async def replay_async(
@@ -36,8 +86,7 @@ async def replay_async(
     With a ``monitor``, the replay stops early once it says so: nothing more is sent and the
     requests in flight are cancelled.
     """
-    bodies = [request_body(i, r, settings) for i, r in enumerate(requests)]
-    async with clients(base_url, settings) as (pools, observed):
+    async with clients(base_url, settings) as (client, observed):
         stopped = asyncio.Event()
         live: list[LiveRequest] = []
         tasks: list[asyncio.Task[RequestResult]] = []
@@ -47,38 +96,13 @@ async def replay_async(
             watcher = asyncio.create_task(
                 watch(monitor, live, start, clock, settings.monitor_interval_s, stopped)
             )
-        for request, body in zip(requests, bodies, strict=True):
-            # Sleep in short steps so that a stop is seen during long silences too.
-            while (delay := start + request.arrival_s - clock()) > 0 and not stopped.is_set():
-                await asyncio.sleep(min(delay, 1.0))
-            if stopped.is_set():
-                break
-            live.append(LiveRequest(sent_s=request.arrival_s))
-            tasks.append(
-                asyncio.create_task(
-                    send(
-                        pools[len(tasks) % POOLS],
-                        body,
-                        request,
-                        request.arrival_s,
-                        start,
-                        clock,
-                        live[-1],
-                    )
-                )
-            )
+        indexed = list(enumerate(requests))
+        await send_all(client, indexed, settings, start, clock, stopped, live, tasks)
         pending = await drain(tasks, stopped, settings.drain_timeout_s, clock, watcher)
         duration_s = clock() - start
         stopped_at_s = duration_s if stopped.is_set() else None
     why = why_unfinished(stopped_at_s is not None, settings)
-    results = []
-    for i, request in enumerate(requests):
-        if i >= len(tasks):
-            results.append(unfinished(request, None, "not sent: the replay stopped early"))
-        elif tasks[i] in pending:
-            results.append(unfinished(request, live[i].sent_s, why))
-        else:
-            results.append(tasks[i].result())
+    results = results_of(requests, tasks, pending, live, why)
     return observed.result(results, duration_s, stopped_at_s, live)
 
 
@@ -89,5 +113,6 @@ def replay(
     clock: Clock = time.perf_counter,
     monitor: Monitor | None = None,
 ) -> ReplayResult:
-    """Blocking wrapper around ``replay_async``."""
-    return asyncio.run(replay_async(base_url, requests, settings, clock, monitor))
+    """Blocking wrapper around ``replay_async``: one client process (``tuner.load.spread``
+    spreads a replay over several)."""
+    return run(replay_async(base_url, requests, settings, clock, monitor))

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import httpx
+import numpy as np
 
-from tuner.load.http import POOLS, Clock, ReplaySettings
+from tuner.load.http import Clock, ReplaySettings, make_client
 from tuner.load.metrics import (
     LiveRequest,
     RequestResult,
@@ -28,6 +31,8 @@ from tuner.traces.model import Request
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 # A wall clock that moved more than this against the monotonic one over a window is reported
 # (a slewing NTP daemon moves it by at most 0.5 ms a second).
 WALL_CLOCK_TOLERANCE_S = 0.05
@@ -37,6 +42,7 @@ WALL_CLOCK_TOLERANCE_S = 0.05
 # slowness (a client short of CPU), not only the server's.
 LOOP_PROBE_INTERVAL_S = 0.01
 LOOP_LAG_WARNING_S = 0.1
+GC_THRESHOLDS = (100_000, 50, 1000)
 
 
 # Called every ``ReplaySettings.monitor_interval_s`` (1 s: a progress display's tick; the pruner
@@ -65,6 +71,8 @@ class ReplayResult:
     # percentile. tuner's latencies include up to this much of its own delay.
     client_lag_max_s: float = 0.0
     client_lag_p99_s: float = 0.0
+    # The CPU each client process spent over the window, in cores (CPU seconds per second).
+    client_cpu: tuple[float, ...] = ()
 
 
 async def scrape(client: httpx.AsyncClient) -> str:
@@ -104,6 +112,9 @@ class Observed:
     wall_offset_before_s: float = field(default_factory=lambda: time.time() - time.monotonic())
     wall_offset_after_s: float | None = None
     loop_lags: list[float] = field(default_factory=list)
+    cpu_before_s: float = field(default_factory=time.process_time)
+    wall_before_s: float = field(default_factory=time.perf_counter)
+    cpu: float = 0.0
 
     @property
     def wall_clock_step_s(self) -> float:
@@ -139,35 +150,48 @@ class Observed:
             self.wall_clock_step_s,
             self.client_lag_max_s,
             self.client_lag_p99_s,
+            (self.cpu,),
         )
 
 
 @contextlib.asynccontextmanager
 async def clients(
-    base_url: str, settings: ReplaySettings
-) -> AsyncIterator[tuple[list[httpx.AsyncClient], Observed]]:
-    """``POOLS`` clients of the server, with its ``/metrics`` read around what runs inside."""
-    timeout = httpx.Timeout(settings.request_timeout_s, connect=30.0)
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with contextlib.AsyncExitStack() as stack:
-        pools = [
-            await stack.enter_async_context(
-                httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits)
-            )
-            for _ in range(POOLS)
-        ]
-        observed = Observed(before=await scrape(pools[0]))
+    base_url: str, settings: ReplaySettings, scrape_metrics: bool = True
+) -> AsyncIterator[tuple[httpx.AsyncClient, Observed]]:
+    """A client of the server, with its ``/metrics`` read around what runs inside (unless
+    ``scrape_metrics`` is False: a client process of a replay spread over several), tuner's own
+    loop probed and its CPU counted.
+
+    For the window's length, the objects that exist before it are frozen out of the garbage
+    collector's scans and its young generation is collected less often: collections held the
+    loop up to 0.1 s at 300 req/s (a replay leaves about 40 objects in cycles a request, so the
+    collector cannot simply be turned off for a long window).
+    """
+    async with make_client(base_url, settings) as client:
+        observed = Observed(before=await scrape(client) if scrape_metrics else "")
         stop = asyncio.Event()
-        sampler = asyncio.create_task(
-            sample_gauges(pools[0], settings.gauge_interval_s, observed.during, stop)
-        )
+        sampler = None
+        if scrape_metrics:
+            sampler = asyncio.create_task(
+                sample_gauges(client, settings.gauge_interval_s, observed.during, stop)
+            )
         prober = asyncio.create_task(probe_loop(LOOP_PROBE_INTERVAL_S, observed.loop_lags, stop))
+        gc.collect()
+        gc.freeze()
+        thresholds = gc.get_threshold()
+        gc.set_threshold(*GC_THRESHOLDS)
+        observed.cpu_before_s, observed.wall_before_s = time.process_time(), time.perf_counter()
         try:
-            yield pools, observed
+            yield client, observed
         finally:
+            wall_s = time.perf_counter() - observed.wall_before_s
+            observed.cpu = (time.process_time() - observed.cpu_before_s) / max(wall_s, 1e-9)
+            gc.set_threshold(*thresholds)
+            gc.unfreeze()
             stop.set()
-            await asyncio.gather(sampler, prober)
-            observed.after = await scrape(pools[0])
+            await asyncio.gather(prober, *([sampler] if sampler else []))
+            if scrape_metrics:
+                observed.after = await scrape(client)
             observed.wall_offset_after_s = time.time() - time.monotonic()
             if abs(observed.wall_clock_step_s) > WALL_CLOCK_TOLERANCE_S:
                 logger.warning(
@@ -181,6 +205,19 @@ async def clients(
                     "latencies include that much of its own delay (is the machine short of CPU?)",
                     observed.client_lag_max_s,
                 )
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """Run a replay on its own event loop: uvloop's where it is installed (it comes with vLLM;
+    its loop cost a replay about a quarter less CPU than asyncio's), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        factory = None
+    else:
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main)
 
 
 async def watch(
@@ -247,6 +284,20 @@ def replay_figures(result: ReplayResult) -> dict[str, float]:
     figures |= summarize_server(before, after)
     figures |= summarize_gauges([parse_scrape(text) for text in result.metrics_during])
     figures["wall_clock_step_s"] = result.wall_clock_step_s
-    figures["client_lag_max_s"] = result.client_lag_max_s
-    figures["client_lag_p99_s"] = result.client_lag_p99_s
+    return figures | client_figures(result)
+
+
+def client_figures(result: ReplayResult) -> dict[str, float]:
+    """The client's own figures of a window: processes, CPU of the busiest, and how late the
+    requests' bytes were written against their schedule (``write_lag``)."""
+    lags = [r.written_s - r.scheduled_s for r in result.results if r.written_s is not None]
+    figures = {
+        "client_procs": float(max(1, len(result.client_cpu))),
+        "client_cpu_max": max(result.client_cpu, default=0.0),
+        "client_lag_max_s": result.client_lag_max_s,
+        "client_lag_p99_s": result.client_lag_p99_s,
+    }
+    if lags:
+        figures["write_lag_p50_s"] = float(np.percentile(lags, 50))
+        figures["write_lag_p99_s"] = float(np.percentile(lags, 99))
     return figures

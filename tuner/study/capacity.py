@@ -25,10 +25,11 @@ from dataclasses import dataclass, replace
 
 import httpx
 
+from tuner.load.health import CLIENT_TOLERANCE_S, client_behind
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, parse_scrape, provisional
-from tuner.load.open_loop import replay
-from tuner.load.window import replay_figures
+from tuner.load.spread import replay
+from tuner.load.window import client_figures, replay_figures
 from tuner.study.rates import CapacityFound, RatePoint, search_capacity
 from tuner.study.scoring import Score, score
 from tuner.traces.model import Request
@@ -64,6 +65,7 @@ class CapacitySettings:
     window_s: float = 30.0
     resolution: float = 0.1
     max_windows: int = 10
+    client_tolerance_s: float = CLIENT_TOLERANCE_S
 
     @property
     def start_req_per_s(self) -> float:
@@ -190,8 +192,11 @@ def measure_rate(
     if result.stopped_at_s is not None:
         figures = provisional(result.stopped_at_s, result.live)
         figures["stopped_at_s"] = result.stopped_at_s
+        figures |= client_figures(result)
         reason = f"stopped {result.stopped_at_s:.0f} s in: {', '.join(lost)} lost"
-        return RatePoint(rate, False, _point_figures(figures, len(window), idle, reset), reason)
+        behind = client_behind(figures, settings.client_tolerance_s)
+        point_figures = _point_figures(figures, len(window), idle, reset)
+        return RatePoint(rate, False, point_figures, reason, behind)
     figures = replay_figures(result)
     judged = score(figures, slos, weights)
     errors = sum(1 for r in result.results if r.error)
@@ -200,7 +205,8 @@ def measure_rate(
         reasons.append(f"{errors} requests failed")
     passed = judged.feasible and not errors
     point_figures = _point_figures(figures, len(window), idle, reset)
-    return RatePoint(rate, passed, point_figures, "; ".join(reasons) or None)
+    behind = client_behind(figures, settings.client_tolerance_s)
+    return RatePoint(rate, passed, point_figures, "; ".join(reasons) or None, behind)
 
 
 def measure_capacity(

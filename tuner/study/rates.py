@@ -30,6 +30,9 @@ class RatePoint:
     passed: bool
     figures: Mapping[str, Any] = field(default_factory=dict)
     reason: str | None = None
+    # Set where tuner's client fell behind in the window (tuner.load.health): a failure then says
+    # nothing of the server.
+    client_behind: str | None = None
 
     def as_attr(self) -> dict[str, Any]:
         """The point as a JSON-able mapping, for the trial's user attributes."""
@@ -37,6 +40,8 @@ class RatePoint:
         point |= {k: v for k, v in self.figures.items() if isinstance(v, int | float)}
         if self.reason:
             point["reason"] = self.reason
+        if self.client_behind:
+            point["client_behind"] = self.client_behind
         return point
 
 
@@ -64,6 +69,12 @@ class CapacityFound:
 Measure = Callable[[float], RatePoint]
 
 
+class _ClientBehind(Exception):
+    def __init__(self, rate_req_per_s: float) -> None:
+        super().__init__(rate_req_per_s)
+        self.rate_req_per_s = rate_req_per_s
+
+
 def search_capacity(
     measure: Measure,
     start_req_per_s: float,
@@ -85,6 +96,8 @@ def search_capacity(
     def at(rate: float) -> RatePoint:
         point = measure(rate)
         points.append(point)
+        if not point.passed and point.client_behind:
+            raise _ClientBehind(rate)
         logger.info(
             "rate %.3f req/s: %s%s",
             rate,
@@ -97,38 +110,45 @@ def search_capacity(
         passed = [p.rate_req_per_s for p in points if p.passed]
         return CapacityFound(max(passed, default=0.0), tuple(points), resolved, why)
 
-    rate = min(start_req_per_s, ceiling_req_per_s)
-    first = at(rate)
-    lo, hi = (rate, math.inf) if first.passed else (0.0, rate)
-    # Bracket: grow while passing, shrink while failing.
-    while math.isinf(hi) or lo == 0.0:
-        if len(points) >= max_windows:
-            return found(False, f"window limit ({max_windows}) reached while bracketing")
-        if math.isinf(hi):
-            rate = lo * GROWTH
-            if rate > ceiling_req_per_s:
-                if lo >= ceiling_req_per_s:
-                    return found(False, f"passed at the ceiling {ceiling_req_per_s:g} req/s")
-                rate = ceiling_req_per_s
+    try:
+        rate = min(start_req_per_s, ceiling_req_per_s)
+        first = at(rate)
+        lo, hi = (rate, math.inf) if first.passed else (0.0, rate)
+        # Bracket: grow while passing, shrink while failing.
+        while math.isinf(hi) or lo == 0.0:
+            if len(points) >= max_windows:
+                return found(False, f"window limit ({max_windows}) reached while bracketing")
+            if math.isinf(hi):
+                rate = lo * GROWTH
+                if rate > ceiling_req_per_s:
+                    if lo >= ceiling_req_per_s:
+                        return found(False, f"passed at the ceiling {ceiling_req_per_s:g} req/s")
+                    rate = ceiling_req_per_s
+                if at(rate).passed:
+                    lo = rate
+                else:
+                    hi = rate
+            else:
+                rate = hi / GROWTH
+                if rate < floor_req_per_s:
+                    return found(False, f"failed down to the floor {floor_req_per_s:g} req/s")
+                if at(rate).passed:
+                    lo = rate
+                else:
+                    hi = rate
+        # Bisect on a log scale: the resolution is relative.
+        while hi / lo > 1.0 + resolution:
+            if len(points) >= max_windows:
+                return found(False, f"window limit ({max_windows}) reached while bisecting")
+            rate = math.sqrt(lo * hi)
             if at(rate).passed:
                 lo = rate
             else:
                 hi = rate
-        else:
-            rate = hi / GROWTH
-            if rate < floor_req_per_s:
-                return found(False, f"failed down to the floor {floor_req_per_s:g} req/s")
-            if at(rate).passed:
-                lo = rate
-            else:
-                hi = rate
-    # Bisect on a log scale: the resolution is relative.
-    while hi / lo > 1.0 + resolution:
-        if len(points) >= max_windows:
-            return found(False, f"window limit ({max_windows}) reached while bisecting")
-        rate = math.sqrt(lo * hi)
-        if at(rate).passed:
-            lo = rate
-        else:
-            hi = rate
-    return found(True, f"bracketed within {resolution:.0%}: {lo:.3g} passed, {hi:.3g} failed")
+        return found(True, f"bracketed within {resolution:.0%}: {lo:.3g} passed, {hi:.3g} failed")
+    except _ClientBehind as behind:
+        return found(
+            False,
+            f"tuner's client fell behind at {behind.rate_req_per_s:.3g} req/s, which failed: the "
+            "capacity is at least the highest rate passed (more client processes: --client-procs)",
+        )

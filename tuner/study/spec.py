@@ -54,6 +54,9 @@ class Dimension:
     choices: tuple[Any, ...] = ()
 
 
+AUTO = "auto"
+
+
 @dataclass(frozen=True)
 class StudySpec:
     model: str
@@ -85,6 +88,11 @@ class StudySpec:
     # times each (tuner.study.confirm); 0 for either turns it off.
     confirm_top_k: int = 2
     confirm_repeats: int = 2
+    # Client processes the replay is spread over ("auto": as many as the window's peak needs,
+    # tuner.load.spread.procs_for), and how far behind tuner's client may fall before a window's
+    # figures are not used to rank (tuner.load.health).
+    client_procs: int | str = AUTO
+    client_tolerance_s: float = 0.005
 
     @property
     def capacity(self) -> bool:
@@ -119,6 +127,8 @@ DEFAULT_SPEC: dict[str, Any] = {
     "capacity_max_windows": 10,
     "confirm_top_k": 2,
     "confirm_repeats": 2,
+    "client_procs": AUTO,
+    "client_tolerance_s": 0.005,
 }
 
 _TOP_LEVEL = set(DEFAULT_SPEC)
@@ -242,6 +252,13 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise SpecError(path, key, f"must be a whole number >= 0, got {value!r}")
         confirm[key] = value
+    client_procs = merged["client_procs"]
+    if client_procs != AUTO and (
+        isinstance(client_procs, bool) or not isinstance(client_procs, int) or client_procs < 1
+    ):
+        raise SpecError(
+            path, "client_procs", f"must be 'auto' or a whole number >= 1, got {client_procs!r}"
+        )
     return StudySpec(
         model=model,
         engine_args=engine_args,
@@ -264,6 +281,8 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         capacity_window_s=_number(path, "capacity_window_s", merged["capacity_window_s"]),
         capacity_resolution=_number(path, "capacity_resolution", merged["capacity_resolution"]),
         capacity_max_windows=max_windows,
+        client_procs=client_procs,
+        client_tolerance_s=_number(path, "client_tolerance_s", merged["client_tolerance_s"]),
         **confirm,
     )
 

@@ -18,9 +18,10 @@ from typing import Any
 from tuner.engine.launchers import EngineFailed, Launcher, ProcessLauncher, tail
 from tuner.engine.process import Engine
 from tuner.load.closed_loop import replay_closed_loop
+from tuner.load.health import CLIENT_BEHIND, CLIENT_TOLERANCE_S, client_behind
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, provisional, so_far
-from tuner.load.open_loop import replay
+from tuner.load.spread import replay
 from tuner.load.window import Monitor, ReplayResult, replay_figures
 from tuner.study.capacity import (
     CAPACITY_ATTR,
@@ -92,6 +93,7 @@ class TrialSetup:
     progress: OnProgress | None = None
     # Set for a capacity study: the trial searches the highest rate that meets the SLOs.
     capacity: CapacitySettings | None = None
+    client_tolerance_s: float = CLIENT_TOLERANCE_S
 
 
 @dataclass(frozen=True)
@@ -325,6 +327,11 @@ def run_trial(
     objective = setup.objective
     trial_score = score(metrics, objective.slos, objective.weights, objective.max_error_rate)
     reason = _why_infeasible(trial_score, metrics)
+    if behind := client_behind(metrics, setup.client_tolerance_s):
+        # Not the configuration's figures: infeasible, so never ranked (the dashboard shows why).
+        metrics[CLIENT_BEHIND] = 1.0
+        trial_score = Score(trial_score.value, {**trial_score.constraints, CLIENT_BEHIND: 1.0})
+        reason = behind if reason is None else f"{behind}; {reason}"
     log_tail = ""
     if crashed:
         reason = "vLLM exited during the window; " + (reason or "")
