@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, args.cpu)
     sock = listening_socket(args.port)
     settings = Settings(args.ttft_ms / 1000, args.itl_ms / 1000)
-    print("ready", flush=True)
+    print("ready", sock.getsockname()[1], flush=True)
     run(serve(sock, settings))  # on uvloop where installed: a faster stand-in, not a different one
     return 0
 

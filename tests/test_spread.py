@@ -1,0 +1,167 @@
+"""The replay client against a stand-in server whose latencies are known (tuner.load.standin):
+one process or several, and whether tuner says when its client fell behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from types import SimpleNamespace
+
+import httpx
+import numpy as np
+import pytest
+
+from tuner.cli.report import trial_line
+from tuner.load.health import CLIENT_BEHIND, client_behind
+from tuner.load.http import ReplaySettings, request_body
+from tuner.load.spread import procs_for, replay
+from tuner.load.standin import body_key
+from tuner.load.window import replay_figures
+from tuner.study.rates import RatePoint, search_capacity
+from tuner.traces.model import Request
+
+SETTINGS = ReplaySettings(model="standin", vocab_size=1000, request_timeout_s=30)
+
+
+@pytest.fixture(scope="module")
+def standin() -> Iterator[str]:
+    """The stand-in in its own process: first token after 20 ms, then one every 10 ms."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tuner.load.standin", "--port", "0"],
+        stdout=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline().split()
+    assert line[0] == b"ready", line
+    yield f"http://127.0.0.1:{int(line[1])}"
+    process.terminate()
+    process.wait()
+
+
+def steady(rate_per_s: float, n: int, output_tokens: int = 5) -> list[Request]:
+    return [Request(i / rate_per_s, 10 + i % 7, output_tokens) for i in range(n)]
+
+
+def stats(url: str) -> dict[str, list[float]]:
+    return httpx.get(url + "/stats").json()
+
+
+@pytest.mark.parametrize("procs", [1, 3])
+def test_a_replay_over_processes_reads_what_the_server_sent(standin, procs):
+    """Every request comes back in the window's order, whole, with a TTFT no less than the
+    stand-in's 20 ms and close to what it recorded; each process reports its CPU."""
+    stats(standin)  # forget earlier tests' requests
+    requests = steady(20, 30)
+    settings = replace(SETTINGS, client_procs=procs)
+    result = replay(standin, requests, settings)
+    assert [r.scheduled_s for r in result.results] == [r.arrival_s for r in requests]
+    assert all(r.ok and r.tokens_received == 5 for r in result.results), result.results[0]
+    assert len(result.client_cpu) == procs
+    served = stats(standin)
+    keys = [body_key(request_body(i, r, settings)) for i, r in enumerate(requests)]
+    assert set(keys) == set(served)  # every request, each once, with the prompt index i gives
+    for key, r in zip(keys, result.results, strict=True):
+        arrived, first_written = served[key]
+        assert r.ttft_s is not None
+        assert r.ttft_s >= first_written - arrived >= 0.019
+        assert r.ttft_s - (first_written - arrived) < 0.5
+    # The schedule is kept across processes: sent within a second of its time.
+    assert max(r.sent_s - r.scheduled_s for r in result.results) < 1.0
+    assert all(r.written_s is not None and r.written_s >= r.sent_s for r in result.results)
+
+
+def test_a_monitor_stops_every_process(standin):
+    """The monitor sees the requests of all processes and its stop reaches all of them."""
+    requests = steady(10, 100, output_tokens=50)  # 10 s of requests
+    seen: list[int] = []
+
+    def monitor(elapsed_s: float, live) -> bool:
+        seen.append(len(live))
+        return elapsed_s > 1.5
+
+    result = replay(standin, requests, replace(SETTINGS, client_procs=2), monitor=monitor)
+    assert result.stopped_at_s is not None and result.stopped_at_s < 6
+    assert max(seen) >= 15  # both processes' requests, about 10 a second
+    not_sent = [r for r in result.results if r.error and r.error.startswith("not sent")]
+    assert len(not_sent) > 50
+
+
+def test_auto_sizes_processes_from_the_busiest_second():
+    quiet = steady(10, 50, output_tokens=100)  # 1,000 events a second
+    busy = steady(390, 2000, output_tokens=100)  # 39,000 a second
+    assert procs_for(quiet, cpus=16) == 1
+    assert procs_for(busy, cpus=16, per_proc=10_000) == 4
+    assert procs_for(busy, cpus=4, per_proc=10_000) == 2  # never more than half the CPUs
+    assert procs_for([], cpus=16) == 1
+
+
+def test_a_client_that_fell_behind_is_named():
+    kept_up = {"client_lag_p99_s": 0.002, "send_lag_p99_s": 0.001, "client_cpu_max": 0.4}
+    assert client_behind(kept_up) is None
+    late_loop = kept_up | {"client_lag_p99_s": 0.030}
+    assert "event loop ran 30 ms late" in (client_behind(late_loop) or "")
+    late_writes = kept_up | {"write_lag_p99_s": 0.012}
+    assert "went out 12 ms after" in (client_behind(late_writes) or "")
+    busy = kept_up | {"client_cpu_max": 0.95}
+    assert "0.95 of a core" in (client_behind(busy) or "")
+    assert client_behind(late_loop, tolerance_s=0.05) is None
+
+
+def test_a_saturated_client_is_flagged_against_the_stand_in(standin):
+    """Squeezed onto a fraction of one core (a busy sibling process), the replay's own figures
+    say it fell behind; with room it does not."""
+    requests = steady(100, 300, output_tokens=40)
+    calm = replay(standin, requests, SETTINGS)
+    calm_figures = replay_figures(calm)
+    spinner = subprocess.Popen(
+        [sys.executable, "-c", "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass"]
+    )
+    try:
+        # The client shares one core with the spinner; the stand-in runs wherever it runs.
+        mask = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {0})
+        try:
+            squeezed = replay(standin, steady(300, 900, output_tokens=40), SETTINGS)
+        finally:
+            os.sched_setaffinity(0, mask)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    squeezed_figures = replay_figures(squeezed)
+    reason = client_behind(squeezed_figures)
+    assert reason is not None, squeezed_figures
+    assert calm_figures["client_lag_p99_s"] < squeezed_figures["client_lag_p99_s"]
+
+
+def test_a_flagged_trial_says_so_in_its_line():
+    """The line tuner prints of a trial whose client fell behind says it was not ranked."""
+
+    trial = SimpleNamespace(
+        number=4,
+        state=SimpleNamespace(name="COMPLETE"),
+        value=0.5,
+        user_attrs={CLIENT_BEHIND: 1.0, "reason": "tuner's client fell behind: x"},
+    )
+    assert "fell behind: not ranked" in trial_line(trial, [])
+
+
+def test_a_capacity_search_does_not_count_a_rate_the_client_failed():
+    """A rate that failed while the client fell behind ends the search: the capacity is the
+    highest rate passed, and the failure is not read as the server's."""
+
+    def measure(rate: float) -> RatePoint:
+        if rate <= 4:
+            return RatePoint(rate, True)
+        return RatePoint(
+            rate, False, reason="missed ttft", client_behind="tuner's client fell behind"
+        )
+
+    found = search_capacity(measure, start_req_per_s=2.0)
+    assert found.capacity_req_per_s == 4.0
+    assert "client fell behind" in found.why_stopped
+    assert not found.resolved
+    assert found.points[-1].as_attr()["client_behind"]
+    np.testing.assert_equal([p.rate_req_per_s for p in found.points], [2.0, 4.0, 8.0])
