@@ -2,9 +2,9 @@
 latencies are known.
 
 Starts ``tuner.load.standin`` (first token 20 ms after a request's body arrives, then one token
-every 10 ms, each its own server-sent event) pinned to ``--server-cpus``, pins itself and its
-client processes to the other CPUs, and replays the founding story's traffic shape (Poisson
-arrivals, prompts and outputs uniform over 10 to 200 tokens) through
+every 10 ms, each its own server-sent event), one per CPU of ``--server-cpus`` sharing a port,
+pins itself and its client processes to the other CPUs, and replays the founding story's
+traffic shape (Poisson arrivals, prompts and outputs uniform over 10 to 200 tokens) through
 ``tuner.load.spread.replay`` at each rate with 1, 2, 4 or 8 client processes. For each it
 reports the client's TTFT p95 against the stand-in's own (the time from a body's arrival to its
 first event written, as the stand-in recorded it): their difference is the client's error; the
@@ -60,19 +60,29 @@ def story(rate_per_s: float, duration_s: float, seed: int) -> list[Request]:
     ]
 
 
-def start_server(cpus: list[int]) -> tuple[subprocess.Popen[bytes], str]:
+def start_servers(cpus: list[int]) -> tuple[list[subprocess.Popen[bytes]], str, list[str]]:
+    """One stand-in per CPU of ``cpus``, sharing a port where there are several; the URL the
+    client replays against, and the URLs each answers ``/stats`` on."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "tuner.load.standin", "--port", str(port)]
-    process = subprocess.Popen([*command, "--cpu", *map(str, cpus)], stdout=subprocess.PIPE)
-    assert process.stdout is not None
-    if not process.stdout.readline().startswith(b"ready"):
-        raise SystemExit("the stand-in server did not start")
-    return process, f"http://127.0.0.1:{port}"
+    processes, stats_urls = [], []
+    for cpu in cpus:
+        command = [sys.executable, "-m", "tuner.load.standin", "--port", str(port)]
+        command += ["--cpu", str(cpu)] + (["--shared"] if len(cpus) > 1 else [])
+        process = subprocess.Popen(command, stdout=subprocess.PIPE)
+        processes.append(process)
+        assert process.stdout is not None
+        line = process.stdout.readline().split()
+        if not line or line[0] != b"ready":
+            raise SystemExit("a stand-in server did not start")
+        stats_urls.append(f"http://127.0.0.1:{int(line[-1])}")
+    return processes, f"http://127.0.0.1:{port}", stats_urls
 
 
-def measure(base_url: str, rate: float, procs: int, duration_s: float, seed: int) -> dict:
+def measure(
+    base_url: str, stats_urls: list[str], rate: float, procs: int, duration_s: float, seed: int
+) -> dict:
     requests = story(rate, duration_s, seed)
     settings = ReplaySettings(
         model="standin",
@@ -83,12 +93,16 @@ def measure(base_url: str, rate: float, procs: int, duration_s: float, seed: int
         client_procs=procs,
     )
     result = replay(base_url, requests, settings)
-    stats = httpx.get(base_url + "/stats", timeout=30).json()
+    stats: dict[str, list[float]] = {}
+    for url in stats_urls:
+        stats |= httpx.get(url + "/stats", timeout=30).json()
     truth = [
         stats[key][1] - stats[key][0]
         for key in (body_key(request_body(i, r, settings)) for i, r in enumerate(requests))
         if key in stats
     ]
+    if len(truth) < len(requests):
+        print(f"    warning: the stand-ins recorded {len(truth)} of {len(requests)} requests")
     figures = replay_figures(result)
     failed = sum(1 for r in result.results if not r.ok)
     if failed:
@@ -127,14 +141,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.server_cpus}, client on {client_cpus}), python {platform.python_version()}, "
         f"load average before {load[0]:.2f}"
     )
-    server, base_url = start_server(args.server_cpus)
+    servers, base_url, stats_urls = start_servers(args.server_cpus)
     os.sched_setaffinity(0, client_cpus)
     rows = []
     try:
         for rate in args.rates:
             for procs in args.procs:
                 runs = [
-                    measure(base_url, rate, procs, args.duration_s, seed)
+                    measure(base_url, stats_urls, rate, procs, args.duration_s, seed)
                     for seed in range(args.repeats)
                 ]
                 row = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
@@ -142,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
                 each = ", ".join(f"{run['error_ms']:.1f}" for run in runs)
                 print(f"  {rate:>5g} req/s, {procs} procs: TTFT p95 error per repeat {each} ms")
     finally:
-        server.terminate()
-        server.wait()
+        for server in servers:
+            server.terminate()
+            server.wait()
 
     print(
         f"\nmedians of {args.repeats} repeats of {args.duration_s:g} s; stand-in: first token "

@@ -86,7 +86,7 @@ async def replay_async(
     With a ``monitor``, the replay stops early once it says so: nothing more is sent and the
     requests in flight are cancelled.
     """
-    async with clients(base_url, settings) as (client, observed):
+    async with clients(base_url, settings, requests=requests) as (client, observed):
         stopped = asyncio.Event()
         live: list[LiveRequest] = []
         tasks: list[asyncio.Task[RequestResult]] = []

@@ -219,7 +219,8 @@ async def _child_async(
         await asyncio.sleep(POLL_S / 4)
     _, start = pipe.recv()
     clock = time.perf_counter
-    async with clients(base_url, settings, scrape_metrics=False) as (client, observed):
+    mine = [r for _, r in share]
+    async with clients(base_url, settings, False, mine) as (client, observed):
         stopped = asyncio.Event()
         live: list[LiveRequest] = []
         tasks: list[asyncio.Task[RequestResult]] = []

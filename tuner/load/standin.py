@@ -4,15 +4,17 @@ It answers every completion with ``max_tokens`` server-sent events shaped like v
 ``ttft_s`` after the request's body arrived and the others ``itl_s`` apart, and keeps, per request,
 when its body arrived and when its first event was written (``GET /stats`` returns them and
 forgets them). What a client measures against it, less what the stand-in recorded, is the
-client's own error: ``benchmarks/replay_fidelity.py`` and ``tuner client-check`` measure tuner's
-replay client this way, and tests use it where the point is the client, not vLLM.
+client's own error: ``benchmarks/replay_fidelity.py`` measures tuner's replay client this way,
+and tests use it where the point is the client, not vLLM.
 
 Run it in its own process, so that it does not share the client's CPU::
 
     python -m tuner.load.standin --port 8123 --ttft-ms 20 --itl-ms 10 --cpu 0
 
-The times it records are ``time.monotonic()``: the same clock as the client's
-``time.perf_counter()`` on Linux, so the two can be compared across processes.
+Where one core cannot write the events fast enough, several stand-ins share a port
+(``--shared``), each answering ``/stats`` for its own requests on a port of its own. The times
+it records are ``time.monotonic()``: the same clock as the client's ``time.perf_counter()`` on
+Linux, so the two can be compared across processes.
 """
 
 from __future__ import annotations
@@ -154,17 +156,21 @@ class _Server:
             stream.conn.write(chunk(_LAST % (stream.tokens, stream.tokens)) + DONE)
 
 
-async def serve(sock: socket.socket, settings: Settings) -> None:
+async def serve(socks: list[socket.socket], settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     state = _Server(settings)
-    server = await loop.create_server(lambda: _Connection(state), sock=sock, backlog=4096)
-    async with server:
-        await server.serve_forever()
+    servers = [
+        await loop.create_server(lambda: _Connection(state), sock=sock, backlog=4096)
+        for sock in socks
+    ]
+    await asyncio.gather(*(server.serve_forever() for server in servers))
 
 
-def listening_socket(port: int) -> socket.socket:
+def listening_socket(port: int, shared: bool = False) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if shared:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind(("127.0.0.1", port))
     sock.listen(4096)
     return sock
@@ -172,17 +178,26 @@ def listening_socket(port: int) -> socket.socket:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, required=True, help="0: any free port")
     parser.add_argument("--ttft-ms", type=float, default=20.0)
     parser.add_argument("--itl-ms", type=float, default=10.0)
     parser.add_argument("--cpu", type=int, nargs="*", help="pin the process to these CPUs")
+    parser.add_argument(
+        "--shared",
+        action="store_true",
+        help="share --port with other stand-ins (SO_REUSEPORT), where one core cannot write "
+        "the events fast enough; each also listens on a port of its own, for its /stats",
+    )
     args = parser.parse_args(argv)
     if args.cpu:
         os.sched_setaffinity(0, args.cpu)
-    sock = listening_socket(args.port)
+    socks = [listening_socket(args.port, args.shared)]
+    if args.shared:
+        socks.append(listening_socket(0))
     settings = Settings(args.ttft_ms / 1000, args.itl_ms / 1000)
-    print("ready", sock.getsockname()[1], flush=True)
-    run(serve(sock, settings))  # on uvloop where installed: a faster stand-in, not a different one
+    # "ready PORT [OWN_PORT]": the port it serves, and where --shared its own.
+    print("ready", *(sock.getsockname()[1] for sock in socks), flush=True)
+    run(serve(socks, settings))  # on uvloop where installed: a faster stand-in, not a different one
     return 0
 
 

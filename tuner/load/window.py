@@ -43,6 +43,7 @@ WALL_CLOCK_TOLERANCE_S = 0.05
 LOOP_PROBE_INTERVAL_S = 0.01
 LOOP_LAG_WARNING_S = 0.1
 GC_THRESHOLDS = (100_000, 50, 1000)
+PREOPEN_MAX = 256
 
 
 # Called every ``ReplaySettings.monitor_interval_s`` (1 s: a progress display's tick; the pruner
@@ -156,7 +157,10 @@ class Observed:
 
 @contextlib.asynccontextmanager
 async def clients(
-    base_url: str, settings: ReplaySettings, scrape_metrics: bool = True
+    base_url: str,
+    settings: ReplaySettings,
+    scrape_metrics: bool = True,
+    requests: Sequence[Request] = (),
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Observed]]:
     """A client of the server, with its ``/metrics`` read around what runs inside (unless
     ``scrape_metrics`` is False: a client process of a replay spread over several), tuner's own
@@ -168,6 +172,11 @@ async def clients(
     collector cannot simply be turned off for a long window).
     """
     async with make_client(base_url, settings) as client:
+        # Connections for the window's first second, opened before it (``GET /health``), so
+        # that its first requests do not each wait for a connection of their own.
+        await asyncio.gather(
+            *(client.get("/health") for _ in range(preopen(requests))), return_exceptions=True
+        )
         observed = Observed(before=await scrape(client) if scrape_metrics else "")
         stop = asyncio.Event()
         sampler = None
@@ -205,6 +214,15 @@ async def clients(
                     "latencies include that much of its own delay (is the machine short of CPU?)",
                     observed.client_lag_max_s,
                 )
+
+
+def preopen(requests: Sequence[Request], most: int = PREOPEN_MAX) -> int:
+    """How many connections to open before a window: its first second's requests, at most
+    ``most``."""
+    if not requests:
+        return 0
+    first = min(r.arrival_s for r in requests)
+    return min(most, sum(1 for r in requests if r.arrival_s < first + 1.0))
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
