@@ -34,7 +34,14 @@ from tuner.study.attrs import (
 from tuner.study.capacity import CAPACITY_ATTR, POINTS_ATTR
 from tuner.study.picks import best_trial
 from tuner.study.spec import Dimension, StudySpec
-from tuner.study.storage import OPEN_ERRORS, STORAGE_ERRORS, abandon, cause, open_failure
+from tuner.study.storage import (
+    OPEN_ERRORS,
+    STORAGE_ERRORS,
+    abandon,
+    cause,
+    open_failure,
+    rdb_storage,
+)
 from tuner.study.trial import TrialOutcome, TrialSetup, run_trial
 
 logger = logging.getLogger(__name__)
@@ -96,7 +103,10 @@ def open_study(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     existing = 0
     direction = StudyDirection.MAXIMIZE if capacity else StudyDirection.MINIMIZE
+    shown = storage if isinstance(storage, str) else type(storage).__name__
     try:
+        if isinstance(storage, str):
+            storage = rdb_storage(storage)
         with contextlib.suppress(KeyError):
             loaded = optuna.load_study(study_name=name, storage=storage)
             existing = len(loaded.trials)
@@ -121,7 +131,6 @@ def open_study(
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names([CAPACITY_ATTR if capacity else SCORE_NAME])
     except OPEN_ERRORS as exc:
-        shown = storage if isinstance(storage, str) else type(storage).__name__
         raise TunerError(open_failure(shown, exc)) from None
     return study
 
