@@ -35,6 +35,7 @@ from tuner.study.capacity import CapacitySettings
 from tuner.study.space import capture_pin, default_spec_text
 from tuner.study.spec import StudySpec, load_spec
 from tuner.study.trial import Objective, TrialSetup
+from tuner.study.workers import fail_orphans
 from tuner.traces.concurrency import load_concurrency
 from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
 from tuner.traces.model import Trace
@@ -157,6 +158,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         storage = f"sqlite:///studies/{name}.db"
     pruner = None if spec.capacity else search.pruner_for(spec)
     study = search.open_study(name, storage, spec.seed, pruner, capacity=spec.capacity)
+    for orphan in fail_orphans(study):
+        print(f"trial {orphan.number}: its tuner is gone (killed or crashed); marked failed")
     # Asked once a run, and only to add trials: a report may be written on another machine.
     machine = fingerprint.measured_on() if n_trials else {}
     workload = {"trace_sha256": sha, "window_s": window_s, "time_scale": time_scale}
