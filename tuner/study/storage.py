@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import time
 from pathlib import Path
 
 import optuna
@@ -67,7 +68,16 @@ def rdb_storage(url: str) -> optuna.storages.RDBStorage:
     engine_kwargs = {}
     if sqlalchemy.make_url(url).get_backend_name() == "postgresql":
         engine_kwargs = {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
-    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+    # Two workers opening a new database at once both create Optuna's tables; the slower one
+    # finds them made under it (a unique-key error) and, on a second try, uses them.
+    for attempt in range(3):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        except sqlalchemy.exc.IntegrityError:
+            if attempt == 2:
+                raise
+            time.sleep(0.5 + attempt)
+    raise AssertionError("unreachable")
 
 
 def missing_folder(url: str) -> Path | None:
