@@ -156,6 +156,9 @@ def _mapping(path: str, name: str, value: Any) -> Mapping[str, Any]:
         return {}
     if not isinstance(value, Mapping):
         raise SpecError(path, name, f"must be a mapping, got {type(value).__name__}")
+    odd = [key for key in value if not isinstance(key, str) or not key.strip()]
+    if odd:
+        raise SpecError(path, name, f"has a key that is not a name: {odd[0]!r}")
     return value
 
 
