@@ -156,7 +156,7 @@ def _mapping(path: str, name: str, value: Any) -> Mapping[str, Any]:
         return {}
     if not isinstance(value, Mapping):
         raise SpecError(path, name, f"must be a mapping, got {type(value).__name__}")
-    odd = [key for key in value if not isinstance(key, str) or not key.strip()]
+    odd = [k for k in value if not isinstance(k, str) or not k.strip() or not k.isprintable()]
     if odd:
         raise SpecError(path, name, f"has a key that is not a name: {odd[0]!r}")
     return value
@@ -240,7 +240,7 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
     warmup = _whole(path, "warmup_requests", merged["warmup_requests"], 0, 10**6)
     seed = _whole(path, "seed", merged["seed"], -(2**31), 2**31 - 1)
     dummy_model = merged["dummy_model"]
-    if dummy_model is not None and dummy_model not in SHAPES:
+    if dummy_model is not None and (not isinstance(dummy_model, str) or dummy_model not in SHAPES):
         raise SpecError(
             path, "dummy_model", f"unknown shape {dummy_model!r}; known: {list(SHAPES)}"
         )
