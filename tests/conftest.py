@@ -6,10 +6,13 @@ the rest in seconds.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,9 @@ from tuner.engine.dummy_model import write_model
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_TRACE = REPO / "traces" / "azure-conv-peak.csv"
+# Set to a fresh value in the environment of a ``tuner run``, which every process it starts
+# inherits: "no process left behind" is then checked by scanning ``/proc`` for it.
+MARKER = "TUNER_TEST_RUN"
 
 # Engine arguments that make the CPU build start in about half a minute.
 CPU_ENGINE_ARGS = {"load-format": "dummy", "max-model-len": 4096, "enforce-eager": True}
@@ -125,3 +131,78 @@ def run_tuner(
         timeout=timeout_s,
         check=False,
     )
+
+
+def marked_processes(marker: str) -> list[str]:
+    """``pid cmdline`` of every live process whose environment carries ``MARKER=marker``."""
+    needle = f"{MARKER}={marker}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue  # gone, or not ours
+        if needle in environ.split(b"\0"):
+            command = cmdline.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{entry.name} {command}")
+    return found
+
+
+def wait_for_no_processes(marker: str, timeout_s: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while (left := marked_processes(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+@pytest.fixture(scope="session")
+def stand_in_vllm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Environment under which ``tuner run`` starts ``stand_in_vllm.py`` in place of vLLM.
+
+    A ``vllm`` package holding only ``vllm.entrypoints.openai.api_server`` comes first on
+    ``PYTHONPATH``; tuner itself imports no vLLM to run a study.
+    """
+    root = tmp_path_factory.mktemp("stand-in")
+    package = root / "vllm" / "entrypoints" / "openai"
+    package.mkdir(parents=True)
+    for folder in (root / "vllm", root / "vllm" / "entrypoints", package):
+        (folder / "__init__.py").write_text("")
+    shutil.copy(Path(__file__).with_name("stand_in_vllm.py"), package / "api_server.py")
+    path = [str(root), os.environ.get("PYTHONPATH", "")]
+    return {"PYTHONPATH": os.pathsep.join(p for p in path if p)}
+
+
+def listening_sockets(pids: list[int]) -> set[tuple[str, int]]:
+    """``(address, port)`` of every TCP socket these processes listen on, IPv4 and IPv6."""
+    listening: dict[str, tuple[str, int]] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as handle:
+            next(handle)
+            for line in handle:
+                fields = line.split()
+                if fields[3] != "0A":  # LISTEN
+                    continue
+                address, port = fields[1].split(":")
+                listening[fields[9]] = (_address(address), int(port, 16))
+    found = set()
+    for pid in pids:
+        try:
+            links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+        except OSError:
+            continue  # gone
+        for link in links:
+            if link.startswith("socket:[") and link[8:-1] in listening:
+                found.add(listening[link[8:-1]])
+    return found
+
+
+def _address(hexed: str) -> str:
+    """An address as /proc/net/tcp{,6} writes it (32-bit words, each little-endian)."""
+    raw = bytes.fromhex(hexed)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    if len(words) == 4:
+        return ".".join(str(b) for b in words)
+    return str(ipaddress.IPv6Address(words))

@@ -17,7 +17,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -25,10 +25,14 @@ import optuna
 import pytest
 import yaml
 from conftest import (
+    MARKER,
     SHIPPED_TRACE,
     cpu_spec,
+    listening_sockets,
+    marked_processes,
     run_tuner,
     tuner_command,
+    wait_for_no_processes,
     write_spec,
 )
 from optuna.trial import FrozenTrial, TrialState
@@ -41,33 +45,9 @@ from tuner.study.search import open_study, run_study
 from tuner.study.spec import parse_spec
 from tuner.study.trial import Objective, TrialOutcome, TrialSetup
 
-MARKER = "TUNER_TEST_RUN"
 STUDY = "azure-slice"
-
-
-def marked_processes(marker: str) -> list[str]:
-    """``pid cmdline`` of every live process whose environment carries ``MARKER=marker``."""
-    needle = f"{MARKER}={marker}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue  # gone, or not ours
-        if needle in environ.split(b"\0"):
-            command = cmdline.replace(b"\0", b" ").decode(errors="replace")
-            found.append(f"{entry.name} {command}")
-    return found
-
-
-def wait_for_no_processes(marker: str, timeout_s: float = 10.0) -> list[str]:
-    deadline = time.monotonic() + timeout_s
-    while (left := marked_processes(marker)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left
+# A secret in the environment of the shared run: no file it writes may hold it.
+SECRET = "hf_" + uuid.uuid4().hex
 
 
 def load_trials(storage: str, name: str) -> list[FrozenTrial]:
@@ -89,6 +69,8 @@ class Run:
     result: subprocess.CompletedProcess[str]
     trials: list[FrozenTrial]
     left_behind: list[str]
+    # (address, port) of every socket the run's processes were seen listening on.
+    listening: set[tuple[str, int]] = field(default_factory=set)
 
     @property
     def config(self) -> Path:
@@ -116,12 +98,32 @@ class Run:
 
 @pytest.fixture(scope="module")
 def study(cpu_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """Three trials (the baseline and two from the search space) on the trace's busiest second."""
+    """Three trials (the baseline and two from the search space) on the trace's busiest second.
+
+    Run with ``HF_TOKEN`` set to ``SECRET`` and tuner's log on (``-v``, into ``tuner.err``); the
+    sockets its processes listen on are sampled twice a second while it runs.
+    """
     folder = tmp_path_factory.mktemp("study")
     write_spec(folder / "spec.yaml", cpu_spec(cpu_model, window_s=1))
     run = Run(folder, f"sqlite:///{folder / 'study.db'}", None, [], [])  # type: ignore[arg-type]
     marker = uuid.uuid4().hex
-    run.result = run_tuner(*run.args(3), cwd=folder, env={MARKER: marker}, timeout_s=900)
+    env = {**os.environ, MARKER: marker, "HF_TOKEN": SECRET}
+    out, err = folder / "tuner.out", folder / "tuner.err"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            tuner_command("-v", *run.args(3)), cwd=folder, env=env, stdout=stdout, stderr=stderr
+        )
+        deadline = time.monotonic() + 900
+        while proc.poll() is None and time.monotonic() < deadline:
+            pids = [int(line.split()[0]) for line in marked_processes(marker)]
+            run.listening |= listening_sockets(pids)
+            time.sleep(0.5)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    run.result = subprocess.CompletedProcess(
+        proc.args, proc.returncode, out.read_text(), err.read_text()
+    )
     run.trials = load_trials(run.storage, STUDY)
     run.left_behind = wait_for_no_processes(marker)
     return run
@@ -163,6 +165,25 @@ def test_run_of_three_trials(study: Run) -> None:
 @pytest.mark.vllm
 def test_no_process_outlives_the_run(study: Run) -> None:
     assert study.left_behind == []
+
+
+@pytest.mark.vllm
+def test_servers_listen_on_127_0_0_1_only(study: Run) -> None:
+    """Every socket that tuner or a vLLM process of the run listened on was on 127.0.0.1."""
+    assert study.listening, "no listening socket seen: the sampling missed the servers"
+    assert {address for address, _ in study.listening} == {"127.0.0.1"}, study.listening
+
+
+@pytest.mark.vllm
+def test_no_secret_in_any_file_written(study: Run) -> None:
+    """``HF_TOKEN`` was set for the run (vLLM needs it for gated models): it is in no file the
+    run wrote (the study database, the YAML, the engine configs and logs, tuner's own log)."""
+    written = [path for path in study.folder.rglob("*") if path.is_file()]
+    assert study.folder / "study.db" in written and study.config in written
+    assert any(path.name == "engine.log" for path in written)
+    assert "INFO" in study.result.stderr  # tuner's log was on
+    holding = [path for path in written if SECRET.encode() in path.read_bytes()]
+    assert holding == []
 
 
 @pytest.mark.vllm

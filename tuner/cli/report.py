@@ -9,7 +9,9 @@ from typing import Any
 
 import tuner
 from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
+from tuner.cli.output import write_whole
 from tuner.cli.workload import Replay, spec_path
+from tuner.errors import TunerError
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.window import LOOP_LAG_WARNING_S
 from tuner.study import capacity_text, confirm, fingerprint, picks, scoring, search
@@ -186,9 +188,13 @@ def write_result(
         extra,
         measured,
     )
-    args.configs.mkdir(parents=True, exist_ok=True)
     out = args.configs / f"{name}.yaml"
-    out.write_text(text)
+    try:
+        write_whole(out, text)
+    except TunerError as exc:
+        raise TunerError(
+            f"{exc}; the study keeps every trial: --n-trials 0 writes the file again"
+        ) from None
     if verdict.meets_slos:
         print(f"best: trial {chosen.number}; wrote {out} (serve: vllm serve --config {out})")
         return EXIT_MEETS_SLOS

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tuner.cli.output import check_writable, write_whole
 from tuner.cli.parser import trace_options
 from tuner.cli.progress import StatusLine
 from tuner.cli.report import fmt_params, overhead_summary, trial_line, write_result
@@ -24,7 +25,7 @@ from tuner.cli.workload import (
     sha256_of,
     spec_path,
 )
-from tuner.engine import environment
+from tuner.engine import arguments, environment
 from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import Launcher, ProcessLauncher, ZygoteLauncher
 from tuner.errors import InputError
@@ -34,6 +35,7 @@ from tuner.study.capacity import CapacitySettings
 from tuner.study.space import capture_pin, default_spec_text
 from tuner.study.spec import AUTO, StudySpec, load_spec
 from tuner.study.trial import Objective, TrialSetup
+from tuner.study.workers import fail_orphans
 from tuner.traces.concurrency import load_concurrency
 from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
 from tuner.traces.model import Trace
@@ -54,7 +56,7 @@ def load_study_spec(args: argparse.Namespace, name: str, trace: Trace | None) ->
         gpu = not environment.is_cpu_build()
         device = next(iter(environment.visible_gpus()), None) if gpu else None
         text = default_spec_text(args.model, gpu=gpu, prompt_tokens=prompts, device=device)
-        path.write_text(text)
+        write_whole(path, text)
         print(f"wrote a default study spec to {path}")
     spec = load_spec(path)
     if args.model and args.model != spec.model:
@@ -63,6 +65,22 @@ def load_study_spec(args: argparse.Namespace, name: str, trace: Trace | None) ->
         write_model(spec.model, spec.dummy_model)
         print(f"wrote a {spec.dummy_model} dummy model to {spec.model}")
     return spec
+
+
+def check_engine_arguments(spec: StudySpec, path: Path) -> None:
+    """An ``InputError`` for an engine argument the installed vLLM does not accept."""
+    known = arguments.known_arguments()
+    if known is None:
+        return
+    names = [*spec.engine_args, *spec.baseline, *(d.name for d in spec.space)]
+    names += [name for candidate in spec.candidates for name in candidate]
+    unknown = arguments.unknown_arguments(dict.fromkeys(names), known)
+    if unknown:
+        name, close = next(iter(unknown.items()))
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise InputError(
+            f"{path}: {name}: not an engine argument of vLLM {environment.vllm_version()}{hint}"
+        )
 
 
 def launcher_for(choice: str, log: Path) -> Launcher:
@@ -99,6 +117,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         trace = load_trace(args.trace, args.format, **trace_options(args))
         print(f"trace {args.trace}: {len(trace)} requests over {trace.span_s:.0f} s")
     spec = load_study_spec(args, name, trace)
+    n_trials = spec.n_trials if args.n_trials is None else args.n_trials
+    check_writable(args.configs, "--configs")
+    if n_trials:
+        check_writable(args.runs, "--runs")
+        check_engine_arguments(spec, spec_path(args, name))
     if args.objective is not None:
         spec = dataclasses.replace(spec, objective_mode=args.objective)
     if args.client_procs is not None:
@@ -138,7 +161,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         storage = f"sqlite:///studies/{name}.db"
     pruner = None if spec.capacity else search.pruner_for(spec)
     study = search.open_study(name, storage, spec.seed, pruner, capacity=spec.capacity)
-    n_trials = spec.n_trials if args.n_trials is None else args.n_trials
+    for orphan in fail_orphans(study):
+        print(f"trial {orphan.number}: its tuner is gone (killed or crashed); marked failed")
     # Asked once a run, and only to add trials: a report may be written on another machine.
     machine = fingerprint.measured_on() if n_trials else {}
     workload = {"trace_sha256": sha, "window_s": window_s, "time_scale": time_scale}

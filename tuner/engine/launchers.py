@@ -7,6 +7,7 @@ A ``Launcher`` starts a server process as its own process group and hands back a
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import select
@@ -15,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,6 +26,11 @@ from tuner.engine.zygote import Channel
 logger = logging.getLogger(__name__)
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+# prctl(2) option: the signal a process gets when the thread that forked it exits.
+_PR_SET_PDEATHSIG = 1
+# Looked up before any fork: a child between fork and exec should do as little as it can.
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
 class EngineFailed(Exception):
@@ -108,11 +114,31 @@ class ProcessLauncher:
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **env},
                 start_new_session=True,
+                preexec_fn=_die_with(os.getpid()),
             )
         return ServerProcess(popen.pid, popen)
 
     def close(self) -> None:
         pass
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """What the server runs between fork and exec: the kernel is to send it SIGTERM when the
+    thread of tuner that started it ends, even by SIGKILL (Linux's parent-death signal, which
+    ``exec`` keeps); if tuner is gone already, it exits at once.
+
+    SIGTERM, not SIGKILL: vLLM's server stops its engine-core processes on SIGTERM. Elsewhere
+    than Linux, a server whose tuner was killed runs on until its process group is stopped.
+    """
+    prctl = _LIBC.prctl if _LIBC is not None else None
+
+    def die_with_parent() -> None:
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return die_with_parent
 
 
 # How long a new zygote may take to import the server module and say it is ready. vLLM's import

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tuner.engine.arguments import server_parser
 from tuner.errors import TunerError
 from tuner.flags import SERVER_ONLY, config_yaml
 from tuner.study.spec import Dimension
@@ -107,25 +108,13 @@ def key_dependence(
     ]
 
 
-def _server_parser() -> Any:
-    """``vllm serve``'s argument parser, wherever this vLLM keeps it."""
-    try:
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-    except ImportError:  # older releases
-        from vllm.utils import FlexibleArgumentParser  # type: ignore[attr-defined,no-redef]
-    for module in ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.launchers.cli_args"):
-        try:
-            make_arg_parser = __import__(module, fromlist=["make_arg_parser"]).make_arg_parser
-        except (ImportError, AttributeError):
-            continue
-        return make_arg_parser(FlexibleArgumentParser())
-    raise CompileKeyError("this vLLM has no server argument parser tuner knows")
-
-
 def _hash_configs(model: str, configs: Sequence[Mapping[str, Any]]) -> list[str]:
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    parser = _server_parser()
+    try:
+        parser = server_parser()
+    except ImportError as exc:
+        raise CompileKeyError(str(exc)) from None
     keys = []
     with tempfile.TemporaryDirectory() as folder:
         for i, args in enumerate(configs):

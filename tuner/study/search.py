@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tuner.errors import InputError, TunerError
 from tuner.flags import flag_name
-from tuner.study import fingerprint
+from tuner.study import fingerprint, references
 from tuner.study.attrs import (
     ARGS_ATTR,
     BASELINE_ATTR,
@@ -34,8 +34,16 @@ from tuner.study.attrs import (
 from tuner.study.capacity import CAPACITY_ATTR, POINTS_ATTR
 from tuner.study.picks import best_trial
 from tuner.study.spec import Dimension, StudySpec
-from tuner.study.storage import OPEN_ERRORS, STORAGE_ERRORS, abandon, cause, open_failure
+from tuner.study.storage import (
+    OPEN_ERRORS,
+    STORAGE_ERRORS,
+    abandon,
+    cause,
+    open_failure,
+    rdb_storage,
+)
 from tuner.study.trial import TrialOutcome, TrialSetup, run_trial
+from tuner.study.workers import WORKER_ATTR, this_worker
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +104,10 @@ def open_study(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     existing = 0
     direction = StudyDirection.MAXIMIZE if capacity else StudyDirection.MINIMIZE
+    shown = storage if isinstance(storage, str) else type(storage).__name__
     try:
+        if isinstance(storage, str):
+            storage = rdb_storage(storage)
         with contextlib.suppress(KeyError):
             loaded = optuna.load_study(study_name=name, storage=storage)
             existing = len(loaded.trials)
@@ -121,7 +132,6 @@ def open_study(
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names([CAPACITY_ATTR if capacity else SCORE_NAME])
     except OPEN_ERRORS as exc:
-        shown = storage if isinstance(storage, str) else type(storage).__name__
         raise TunerError(open_failure(shown, exc)) from None
     return study
 
@@ -164,30 +174,6 @@ def suggest(trial: Trial, space: tuple[Dimension, ...], fixed: Mapping[str, Any]
             # Keep stepped floats free of binary noise (0.30000000000000004) in the YAML.
             args[dim.name] = round(value, 10)
     return args
-
-
-def has_baseline(study: optuna.Study) -> bool:
-    return any(
-        t.user_attrs.get(BASELINE_ATTR) and t.state == TrialState.COMPLETE
-        for t in study.get_trials(deepcopy=False)
-    )
-
-
-def next_candidate(study: optuna.Study, spec: StudySpec) -> int | None:
-    """The first of the spec's candidates that no finished trial measured yet, if any."""
-    measured = {
-        t.user_attrs.get(CANDIDATE_ATTR)
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-    }
-    return next((i for i in range(len(spec.candidates)) if i not in measured), None)
-
-
-def _enqueue_candidate(study: optuna.Study, spec: StudySpec, index: int) -> None:
-    """Queue candidate ``index`` so that the next ``ask`` suggests its values of the space."""
-    names = {d.name for d in spec.space}
-    params = {k: v for k, v in spec.candidates[index].items() if k in names}
-    # Out-of-range values are kept (Optuna warns): the candidate is what it is.
-    study.enqueue_trial(params, user_attrs={CANDIDATE_ATTR: index})
 
 
 def record(trial: Trial, outcome: TrialOutcome) -> None:
@@ -242,23 +228,27 @@ def run_study(
     pinned = dict(pinned or {})
     machine = fingerprint.measured_on() if measured_on is None else measured_on
     longest_s = 0.0
-    for done in range(n_trials):
+    done = 0
+    while done < n_trials:
         if deadline is not None and done and time.monotonic() + longest_s > deadline:
             logger.info("time budget reached after %d trials", done)
             return done
         began = time.monotonic()
         try:
-            baseline = not has_baseline(study)
-            candidate = None if baseline else next_candidate(study, spec)
-            if candidate is not None:
-                _enqueue_candidate(study, spec, candidate)
+            references.queue_next(study, spec)
             trial = study.ask()
+            trial.set_user_attr(WORKER_ATTR, this_worker())
+            original = references.duplicate_of(study, trial)
+            if original is not None:
+                references.drop_duplicate(study, trial, original)
+                continue
         except STORAGE_ERRORS as exc:
             raise TunerError(f"the study's storage failed: {cause(exc)}") from exc
+        baseline = bool(trial.user_attrs.get(BASELINE_ATTR))
+        candidate = trial.user_attrs.get(CANDIDATE_ATTR)
         try:
             if baseline:
                 args = {**fixed, **spec.baseline}
-                trial.set_user_attr(BASELINE_ATTR, True)
             elif candidate is not None:
                 # Only the dimensions it sets: the others stay at vLLM's defaults, as configured.
                 chosen = spec.candidates[candidate]
@@ -279,6 +269,7 @@ def run_study(
         if on_trial is not None:
             on_trial(frozen)
         longest_s = max(longest_s, time.monotonic() - began)
+        done += 1
     return n_trials
 
 
@@ -302,6 +293,7 @@ def measure(
     Any escape (Ctrl-C, a storage error) marks the trial FAIL with the reason first.
     """
     try:
+        trial.set_user_attr(WORKER_ATTR, this_worker())
         trial.set_user_attr(ARGS_ATTR, dict(args))
         for key, value in how.machine.items():
             trial.set_user_attr(key, value)

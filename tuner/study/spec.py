@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tuner.engine.dummy_model import SHAPES
 from tuner.errors import SpecError
 from tuner.flags import (
@@ -22,6 +20,7 @@ from tuner.flags import (
     nest,
     normalize,
 )
+from tuner.study.spec_file import read_spec_document
 
 LATENCY = "latency"
 CAPACITY = "capacity"
@@ -133,13 +132,33 @@ DEFAULT_SPEC: dict[str, Any] = {
 
 _TOP_LEVEL = set(DEFAULT_SPEC)
 
+# Beyond these a value is a slip, not a setting: seconds (a day), a time scale, a count of
+# trials or measurements, a bound of a searched argument (what a float holds exactly).
+MOST_S = 86400.0
+MOST_SCALE = 1000.0
+MOST_TRIALS = 100_000
+MOST_REPEATS = 1000
+MOST_BOUND = float(2**53)
+# Choices of a categorical dimension: what Optuna stores as a parameter.
+CHOICE_TYPES = (str, int, float, bool, type(None))
 
-def _number(path: str, name: str, value: Any, *, positive: bool = True) -> float:
+
+def _number(
+    path: str, name: str, value: Any, *, positive: bool = True, most: float = MOST_BOUND
+) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise SpecError(path, name, f"must be a number, got {value!r}")
     if positive and value <= 0:
         raise SpecError(path, name, f"must be positive, got {value!r}")
+    if abs(value) > most:
+        raise SpecError(path, name, f"{value!r} is beyond any sensible value (at most {most:g})")
     return float(value)
+
+
+def _whole(path: str, name: str, value: Any, least: int, most: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        raise SpecError(path, name, f"must be a whole number from {least} to {most}, got {value!r}")
+    return value
 
 
 def _mapping(path: str, name: str, value: Any) -> Mapping[str, Any]:
@@ -147,6 +166,9 @@ def _mapping(path: str, name: str, value: Any) -> Mapping[str, Any]:
         return {}
     if not isinstance(value, Mapping):
         raise SpecError(path, name, f"must be a mapping, got {type(value).__name__}")
+    odd = [k for k in value if not isinstance(k, str) or not k.strip() or not k.isprintable()]
+    if odd:
+        raise SpecError(path, name, f"has a key that is not a name: {odd[0]!r}")
     return value
 
 
@@ -162,6 +184,9 @@ def _dimension(path: str, raw_name: str, raw: Any) -> Dimension:
         choices = raw.get("choices")
         if not isinstance(choices, list) or not choices:
             raise SpecError(path, f"{where}.choices", "must be a non-empty list")
+        odd = [c for c in choices if not isinstance(c, CHOICE_TYPES)]
+        if odd or any(isinstance(c, float) and not math.isfinite(c) for c in choices):
+            raise SpecError(path, f"{where}.choices", "must be numbers, strings, booleans or null")
         return Dimension(name, kind, choices=tuple(choices))
     if kind not in ("int", "float"):
         raise SpecError(path, f"{where}.type", f"must be int, float or categorical, got {kind!r}")
@@ -221,17 +246,11 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
     missing = set(weights) - set(slos)
     if missing:
         raise SpecError(path, f"objective.{sorted(missing)[0]}", "has a weight but no SLO")
-    n_trials = merged["n_trials"]
-    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
-        raise SpecError(path, "n_trials", f"must be a whole number >= 1, got {n_trials!r}")
-    warmup = merged["warmup_requests"]
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise SpecError(path, "warmup_requests", f"must be a whole number >= 0, got {warmup!r}")
-    seed = merged["seed"]
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise SpecError(path, "seed", f"must be a whole number, got {seed!r}")
+    n_trials = _whole(path, "n_trials", merged["n_trials"], 1, MOST_TRIALS)
+    warmup = _whole(path, "warmup_requests", merged["warmup_requests"], 0, 10**6)
+    seed = _whole(path, "seed", merged["seed"], -(2**31), 2**31 - 1)
     dummy_model = merged["dummy_model"]
-    if dummy_model is not None and dummy_model not in SHAPES:
+    if dummy_model is not None and (not isinstance(dummy_model, str) or dummy_model not in SHAPES):
         raise SpecError(
             path, "dummy_model", f"unknown shape {dummy_model!r}; known: {list(SHAPES)}"
         )
@@ -239,26 +258,16 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
     mode = merged["objective_mode"]
     if mode not in OBJECTIVE_MODES:
         raise SpecError(path, "objective_mode", f"must be one of {OBJECTIVE_MODES}, got {mode!r}")
-    max_windows = merged["capacity_max_windows"]
-    if isinstance(max_windows, bool) or not isinstance(max_windows, int) or max_windows < 2:
-        raise SpecError(
-            path, "capacity_max_windows", f"must be a whole number >= 2, got {max_windows!r}"
-        )
+    max_windows = _whole(path, "capacity_max_windows", merged["capacity_max_windows"], 2, 1000)
     if not 0 <= max_error_rate <= 1:
         raise SpecError(path, "max_error_rate", "must be between 0 and 1")
-    confirm = {}
-    for key in ("confirm_top_k", "confirm_repeats"):
-        value = merged[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise SpecError(path, key, f"must be a whole number >= 0, got {value!r}")
-        confirm[key] = value
+    confirm = {
+        key: _whole(path, key, merged[key], 0, MOST_REPEATS)
+        for key in ("confirm_top_k", "confirm_repeats")
+    }
     client_procs = merged["client_procs"]
-    if client_procs != AUTO and (
-        isinstance(client_procs, bool) or not isinstance(client_procs, int) or client_procs < 1
-    ):
-        raise SpecError(
-            path, "client_procs", f"must be 'auto' or a whole number >= 1, got {client_procs!r}"
-        )
+    if client_procs != AUTO:
+        client_procs = _whole(path, "client_procs", client_procs, 1, 1024)
     return StudySpec(
         model=model,
         engine_args=engine_args,
@@ -268,21 +277,29 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         baseline=baseline,
         candidates=candidates,
         n_trials=n_trials,
-        window_s=_number(path, "window_s", merged["window_s"]),
-        time_scale=_number(path, "time_scale", merged["time_scale"]),
+        window_s=_number(path, "window_s", merged["window_s"], most=MOST_S),
+        time_scale=_number(path, "time_scale", merged["time_scale"], most=MOST_SCALE),
         seed=seed,
         max_error_rate=max_error_rate,
-        health_timeout_s=_number(path, "health_timeout_s", merged["health_timeout_s"]),
+        health_timeout_s=_number(path, "health_timeout_s", merged["health_timeout_s"], most=MOST_S),
         warmup_requests=warmup,
         dummy_model=dummy_model,
         prune_factor=_number(path, "prune_factor", merged["prune_factor"], positive=False),
-        prune_after_s=_number(path, "prune_after_s", merged["prune_after_s"], positive=False),
+        prune_after_s=_number(
+            path, "prune_after_s", merged["prune_after_s"], positive=False, most=MOST_S
+        ),
         objective_mode=mode,
-        capacity_window_s=_number(path, "capacity_window_s", merged["capacity_window_s"]),
-        capacity_resolution=_number(path, "capacity_resolution", merged["capacity_resolution"]),
+        capacity_window_s=_number(
+            path, "capacity_window_s", merged["capacity_window_s"], most=MOST_S
+        ),
+        capacity_resolution=_number(
+            path, "capacity_resolution", merged["capacity_resolution"], most=1.0
+        ),
         capacity_max_windows=max_windows,
         client_procs=client_procs,
-        client_tolerance_s=_number(path, "client_tolerance_s", merged["client_tolerance_s"]),
+        client_tolerance_s=_number(
+            path, "client_tolerance_s", merged["client_tolerance_s"], most=MOST_S
+        ),
         **confirm,
     )
 
@@ -310,7 +327,7 @@ def _metric_map(path: str, name: str, value: Any, *, allow_zero: bool = False) -
     for metric, limit in raw.items():
         if metric not in SCORED_METRICS:
             raise SpecError(path, f"{name}.{metric}", f"unknown metric; known: {SCORED_METRICS}")
-        out[metric] = _number(path, f"{name}.{metric}", limit, positive=not allow_zero)
+        out[metric] = _number(path, f"{name}.{metric}", limit, positive=not allow_zero, most=MOST_S)
         if out[metric] < 0:
             raise SpecError(path, f"{name}.{metric}", "must not be negative")
     if not out:
@@ -319,11 +336,4 @@ def _metric_map(path: str, name: str, value: Any, *, allow_zero: bool = False) -
 
 
 def load_spec(path: str | Path) -> StudySpec:
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise SpecError(str(path), "<file>", exc.strerror or str(exc)) from None
-    except yaml.YAMLError as exc:
-        raise SpecError(str(path), "<yaml>", str(exc).replace("\n", " ")) from None
-    return parse_spec(data, str(path))
+    return parse_spec(read_spec_document(Path(path)), str(path))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import time
 from pathlib import Path
 
 import optuna
@@ -30,6 +31,10 @@ STORAGE_ERRORS: tuple[type[Exception], ...] = (
 )
 # Opening also imports the database's driver, which may not be installed.
 OPEN_ERRORS: tuple[type[Exception], ...] = (*STORAGE_ERRORS, ImportError)
+
+# Seconds a PostgreSQL server may take to accept a connection: one that takes it and never
+# answers (a firewall's black hole, a server stuck in recovery) would otherwise hold tuner.
+CONNECT_TIMEOUT_S = 10
 
 # The line SQLAlchemy adds to its messages.
 _BACKGROUND = re.compile(r"\(Background on this error at: [^)]*\)")
@@ -56,6 +61,23 @@ def cause(exc: BaseException) -> str:
         return f"its database driver is not installed ({exc.__cause__})"
     said = getattr(exc, "orig", None) or exc
     return " ".join(_BACKGROUND.sub("", str(said)).split()) or type(said).__name__
+
+
+def rdb_storage(url: str) -> optuna.storages.RDBStorage:
+    """The storage at ``url``; a PostgreSQL server gets ``CONNECT_TIMEOUT_S`` to answer."""
+    engine_kwargs = {}
+    if sqlalchemy.make_url(url).get_backend_name() == "postgresql":
+        engine_kwargs = {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
+    # Two workers opening a new database at once both create Optuna's tables; the slower one
+    # finds them made under it (a unique-key error) and, on a second try, uses them.
+    for attempt in range(3):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        except sqlalchemy.exc.IntegrityError:
+            if attempt == 2:
+                raise
+            time.sleep(0.5 + attempt)
+    raise AssertionError("unreachable")
 
 
 def missing_folder(url: str) -> Path | None:

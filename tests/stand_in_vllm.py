@@ -1,0 +1,108 @@
+"""A stand-in for vLLM's OpenAI server, for tests where the point is a fault and not vLLM.
+
+``conftest.stand_in_vllm`` installs this file as ``vllm/entrypoints/openai/api_server.py`` of a
+``vllm`` package that comes first on ``PYTHONPATH``, so ``tuner run``, unchanged, starts it in
+place of vLLM with either launcher (``python -m MODULE --config FILE``, or the zygote's fork).
+
+Like vLLM, it serves ``/health``, ``/metrics`` and streamed ``/v1/completions`` on the host and
+port of its ``--config``, and starts a worker process (vLLM's engine core) that it stops on
+SIGTERM. Set in the environment:
+
+- ``STAND_IN_TOKEN_S``: seconds per output token (default 0.002);
+- ``STAND_IN_PIDS``: a folder where each process writes a file named by its pid.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import yaml
+
+WORKER = """
+import os, signal, sys, time
+from pathlib import Path
+pids = os.environ.get("STAND_IN_PIDS")
+if pids:
+    Path(pids, str(os.getpid())).write_text("worker")
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+while True:
+    time.sleep(1)
+"""
+
+
+def main() -> None:
+    config = yaml.safe_load(Path(sys.argv[sys.argv.index("--config") + 1]).read_text())
+    token_s = float(os.environ.get("STAND_IN_TOKEN_S", "0.002"))
+    pids = os.environ.get("STAND_IN_PIDS")
+    if pids:
+        Path(pids, str(os.getpid())).write_text("server")
+    print(f"stand-in vLLM pid={os.getpid()} config={config}", flush=True)
+    worker = subprocess.Popen([sys.executable, "-c", WORKER])
+
+    def stop(signum: int, frame: object) -> None:
+        worker.terminate()
+        worker.wait()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    done = {"n": 0}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _send(self, code: int, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("content-type", "text/plain")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self._send(200, b"")
+            elif self.path == "/metrics":
+                text = (
+                    "# TYPE vllm:request_success_total counter\n"
+                    f'vllm:request_success_total{{model_name="m"}} {done["n"]}\n'
+                )
+                self._send(200, text.encode())
+            else:
+                self._send(404, b"not found")
+
+        def _chunk(self, data: bytes) -> None:
+            line = b"data: " + data + b"\n\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            self.wfile.flush()
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            tokens = int(body["max_tokens"])
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            for i in range(tokens):
+                time.sleep(token_s)
+                choice = {"index": 0, "text": f" t{i}", "finish_reason": None}
+                self._chunk(json.dumps({"choices": [choice]}).encode())
+            usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": tokens}
+            self._chunk(json.dumps({"choices": [], "usage": usage}).encode())
+            self._chunk(b"[DONE]")
+            self.wfile.write(b"0\r\n\r\n")
+            done["n"] += 1
+
+    server = ThreadingHTTPServer((config["host"], config["port"]), Handler)
+    print("stand-in vLLM: startup complete", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""One study on a real PostgreSQL server, two ``tuner run`` workers at once (one per GPU, as
+users spread trials), each starting the stand-in server (``stand_in_vllm.py``).
+
+The server is the Debian package's (``.ci/setup`` installs it), started by the fixture in a
+temporary folder on 127.0.0.1 and stopped after; as root it runs as ``nobody``, since
+PostgreSQL refuses to run as root.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest import (
+    MARKER,
+    cpu_spec,
+    run_tuner,
+    tuner_command,
+    wait_for_no_processes,
+    write_small_trace,
+    write_spec,
+)
+from optuna.trial import TrialState
+
+from tuner.engine.process import free_port
+from tuner.study.picks import best_trial
+
+pytest.importorskip("psycopg")
+
+
+def pg_binary(name: str) -> str | None:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return found[-1] if found else shutil.which(name)
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[str]:
+    """The URL of a fresh PostgreSQL server's ``postgres`` database, trusting local users."""
+    initdb, pg_ctl = pg_binary("initdb"), pg_binary("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        pytest.skip("no PostgreSQL server installed (.ci/setup installs Debian's postgresql)")
+    folder = Path(tempfile.mkdtemp(prefix="tuner-pg-"))
+    as_user: list[str] = []
+    user = pwd.getpwuid(os.getuid()).pw_name
+    if os.getuid() == 0:
+        user = "nobody"
+        os.chown(folder, pwd.getpwnam(user).pw_uid, -1)
+        as_user = ["runuser", "-u", user, "--"]
+    data, port = folder / "data", free_port()
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT, "check": True}
+    subprocess.run([*as_user, initdb, "-A", "trust", "-U", user, "-D", str(data)], **quiet)
+    options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c max_connections=50"
+    start = [*as_user, pg_ctl, "-D", str(data), "-l", str(folder / "log"), "-o", options]
+    subprocess.run([*start, "-w", "start"], **quiet)
+    try:
+        yield f"postgresql://{user}@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], **quiet)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def inputs(tmp_path: Path, cpu_model: Path) -> Path:
+    spec = cpu_spec(cpu_model, window_s=2, time_scale=1, n_trials=3)
+    spec["candidates"] = [{"max-num-seqs": 4}, {"max-num-seqs": 8}]
+    write_spec(tmp_path / "spec.yaml", spec)
+    write_small_trace(tmp_path / "trace.csv")
+    return tmp_path
+
+
+def worker(folder: Path, storage: str, study: str, env: dict[str, str], marker: str):
+    """A ``tuner run`` on ``study``; its output in ``worker-MARKER.out``."""
+    args = ["run", "--trace", folder / "trace.csv", "--study", study, "--spec"]
+    args += [folder / "spec.yaml", "--storage", storage]
+    with (folder / f"worker-{marker}.out").open("wb") as out:
+        return subprocess.Popen(
+            tuner_command(*args),
+            cwd=folder,
+            env={**os.environ, **env, MARKER: marker},
+            stdout=out,
+            stderr=out,
+        )
+
+
+def test_two_workers_share_one_study(
+    inputs: Path, postgres: str, stand_in_vllm: dict[str, str]
+) -> None:
+    """Two workers of 3 trials each, started together: both add trials, no trial number runs
+    twice, the baseline and each candidate are measured once in all, and the YAML is the best
+    trial over both."""
+    study = f"shared-{uuid.uuid4().hex[:8]}"
+    env = {**stand_in_vllm, "STAND_IN_TOKEN_S": "0.01"}
+    markers = [uuid.uuid4().hex, uuid.uuid4().hex]
+    procs = [worker(inputs, postgres, study, env, marker) for marker in markers]
+    for proc, marker in zip(procs, markers, strict=True):
+        output = (inputs / f"worker-{marker}.out").read_text
+        assert proc.wait(timeout=300) == 0, output()
+        assert wait_for_no_processes(marker) == []
+    trials = optuna.load_study(study_name=study, storage=postgres).trials
+    measured = [t for t in trials if t.state == TrialState.COMPLETE]
+    dropped = [t for t in trials if t.state != TrialState.COMPLETE]
+    assert len(measured) == 6
+    assert all("queued twice by two workers" in t.user_attrs["reason"] for t in dropped)
+    assert len({t.user_attrs["worker"] for t in measured}) == 2
+    assert sorted(t.number for t in trials) == list(range(len(trials)))
+    logs = sorted((inputs / "runs" / study).glob("trial-*/engine.log"))
+    assert [log.parent.name for log in logs] == [f"trial-{t.number:04d}" for t in measured]
+    assert all(log.read_text().count("stand-in vLLM pid=") == 1 for log in logs)
+    assert sum(bool(t.user_attrs.get("baseline")) for t in measured) == 1
+    assert sorted(t.user_attrs["candidate"] for t in measured if "candidate" in t.user_attrs) == [
+        0,
+        1,
+    ]
+    best = best_trial(optuna.load_study(study_name=study, storage=postgres))
+    assert best is not None
+    assert (
+        f"Study '{study}', trial {best.number}."
+        in (inputs / "configs" / f"{study}.yaml").read_text()
+    )
+
+
+def test_a_worker_killed_mid_trial_leaves_the_other_running(
+    inputs: Path, postgres: str, stand_in_vllm: dict[str, str]
+) -> None:
+    """SIGKILL to one worker as its second trial's server is up: the other finishes its trials
+    and exits 0; the killed worker's trial stays RUNNING (its worker may be on another machine)
+    until a run on this machine marks it FAIL."""
+    study = f"kill-{uuid.uuid4().hex[:8]}"
+    env = {**stand_in_vllm, "STAND_IN_TOKEN_S": "0.05"}
+    victim, survivor = uuid.uuid4().hex, uuid.uuid4().hex
+    killed = worker(inputs, postgres, study, env, victim)
+    time.sleep(1.0)
+    other = worker(inputs, postgres, study, env, survivor)
+    try:
+        deadline = time.monotonic() + 120
+        while "trial " not in (inputs / f"worker-{victim}.out").read_text().split("starting")[-1]:
+            assert time.monotonic() < deadline and killed.poll() is None
+            time.sleep(0.1)
+        time.sleep(1.5)
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=10)
+        assert wait_for_no_processes(victim) == []
+        assert other.wait(timeout=300) == 0, (inputs / f"worker-{survivor}.out").read_text()
+    finally:
+        for proc in (killed, other):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    trials = optuna.load_study(study_name=study, storage=postgres).trials
+    pid = str(other.pid)
+    theirs = [t for t in trials if t.user_attrs.get("worker", "").split(" ")[1] == pid]
+    assert [t.state for t in theirs] == [TrialState.COMPLETE] * 3
+    running = [t for t in trials if t.state == TrialState.RUNNING]
+    assert len(running) == 1 and running[0].user_attrs["worker"].split(" ")[1] == str(killed.pid)
+    after = run_tuner(*["run", "--trace", inputs / "trace.csv", "--study", study, "--spec"],
+                      inputs / "spec.yaml", "--storage", postgres, "--n-trials", "0",
+                      cwd=inputs, env=env, timeout_s=120)  # fmt: skip
+    assert f"trial {running[0].number}: its tuner is gone" in after.stdout, after.stderr
+    trials = optuna.load_study(study_name=study, storage=postgres).trials
+    assert TrialState.RUNNING not in [t.state for t in trials]

@@ -1,0 +1,71 @@
+"""The reference points of a study, measured once in all: the baseline, then the candidates.
+
+Several workers may run one study (one per GPU, on a shared PostgreSQL storage). The next
+reference point not yet taken is queued (Optuna's ``enqueue_trial``) and taken by ``ask``, which
+hands a queued trial to one worker only. Two workers that queue the same point at the same
+moment both get a trial; the later one is a duplicate, marked FAIL without being measured.
+"""
+
+from __future__ import annotations
+
+import optuna
+from optuna.trial import Trial, TrialState
+
+from tuner.study.attrs import BASELINE_ATTR, CANDIDATE_ATTR, REASON_ATTR
+from tuner.study.spec import StudySpec
+
+# A reference point is taken by a trial in one of these states (a FAIL one is measured again).
+TAKEN = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def has_baseline(study: optuna.Study) -> bool:
+    return any(
+        t.user_attrs.get(BASELINE_ATTR) and t.state == TrialState.COMPLETE
+        for t in study.get_trials(deepcopy=False)
+    )
+
+
+def _taken(study: optuna.Study, key: str) -> set[object]:
+    return {
+        t.user_attrs.get(key)
+        for t in study.get_trials(deepcopy=False, states=TAKEN)
+        if key in t.user_attrs
+    }
+
+
+def next_candidate(study: optuna.Study, spec: StudySpec) -> int | None:
+    """The first of the spec's candidates that no trial has taken, if any."""
+    taken = _taken(study, CANDIDATE_ATTR)
+    return next((i for i in range(len(spec.candidates)) if i not in taken), None)
+
+
+def queue_next(study: optuna.Study, spec: StudySpec) -> None:
+    """Queue the baseline if no trial has taken it, else the next candidate no trial has."""
+    if True not in _taken(study, BASELINE_ATTR):
+        study.enqueue_trial({}, user_attrs={BASELINE_ATTR: True})
+        return
+    index = next_candidate(study, spec)
+    if index is not None:
+        names = {d.name for d in spec.space}
+        params = {k: v for k, v in spec.candidates[index].items() if k in names}
+        # Out-of-range values are kept (Optuna warns): the candidate is what it is.
+        study.enqueue_trial(params, user_attrs={CANDIDATE_ATTR: index})
+
+
+def duplicate_of(study: optuna.Study, trial: Trial) -> int | None:
+    """The earlier trial that took the same reference point as ``trial``, if one did."""
+    attrs = trial.user_attrs
+    key = BASELINE_ATTR if attrs.get(BASELINE_ATTR) else CANDIDATE_ATTR
+    if key not in attrs:
+        return None
+    earlier = [
+        t.number
+        for t in study.get_trials(deepcopy=False, states=TAKEN)
+        if t.number < trial.number and t.user_attrs.get(key) == attrs[key]
+    ]
+    return min(earlier, default=None)
+
+
+def drop_duplicate(study: optuna.Study, trial: Trial, original: int) -> None:
+    trial.set_user_attr(REASON_ATTR, f"queued twice by two workers: trial {original} measures it")
+    study.tell(trial, state=TrialState.FAIL)

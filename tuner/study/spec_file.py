@@ -1,0 +1,67 @@
+"""A study spec's file, read as a YAML document of bounded size.
+
+A spec is a page of settings. A file much larger than that, or a document whose aliases
+(``*name``) expand it to many times its size, is refused before anything reads it as a spec,
+as are tags that ``yaml.safe_load`` does not build (``!!python/object``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tuner.errors import SpecError
+
+# Bytes: the default spec is about 2 KiB, a spec with a hundred candidates about 20 KiB.
+MAX_SPEC_BYTES = 1 << 20
+# Values (scalars, lists and mappings) in the document with every alias expanded.
+MAX_SPEC_VALUES = 100_000
+
+
+def read_spec_document(path: Path) -> Any:
+    """The YAML document in ``path``; a ``SpecError`` naming the file for anything else."""
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_SPEC_BYTES + 1)
+    except OSError as exc:
+        raise SpecError(str(path), "<file>", exc.strerror or str(exc)) from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError(
+            str(path), "<file>", f"larger than {MAX_SPEC_BYTES >> 20} MiB; is it a study spec?"
+        )
+    try:
+        data = yaml.safe_load(raw.decode())
+    except UnicodeDecodeError as exc:
+        raise SpecError(str(path), "<file>", f"not UTF-8 text ({exc.reason})") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(str(path), "<yaml>", " ".join(str(exc).split())) from None
+    except RecursionError:
+        raise SpecError(str(path), "<yaml>", "nested too deeply") from None
+    if count_values(data, MAX_SPEC_VALUES) > MAX_SPEC_VALUES:
+        raise SpecError(
+            str(path),
+            "<yaml>",
+            f"expands to more than {MAX_SPEC_VALUES} values (aliases repeated?)",
+        )
+    return data
+
+
+def count_values(data: Any, limit: int) -> int:
+    """The values in ``data``, an alias counted each time it appears; stops past ``limit``.
+
+    A self-referring document (``&a [*a]``) counts past any limit.
+    """
+    count = 0
+    stack = [data]
+    while stack and count <= limit:
+        value = stack.pop()
+        count += 1
+        if isinstance(value, Mapping):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return count
