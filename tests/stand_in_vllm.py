@@ -9,7 +9,9 @@ port of its ``--config``, and starts a worker process (vLLM's engine core) that 
 SIGTERM. Set in the environment:
 
 - ``STAND_IN_TOKEN_S``: seconds per output token (default 0.002);
-- ``STAND_IN_PIDS``: a folder where each process writes a file named by its pid.
+- ``STAND_IN_PIDS``: a folder where each process writes a file named by its pid;
+- ``STAND_IN_STALL_AFTER``: in a server whose config sets no ``max-num-seqs`` (vLLM's defaults:
+  the baseline), each stream stops after this many tokens and the connection is held open.
 """
 
 import json
@@ -38,6 +40,9 @@ while True:
 def main() -> None:
     config = yaml.safe_load(Path(sys.argv[sys.argv.index("--config") + 1]).read_text())
     token_s = float(os.environ.get("STAND_IN_TOKEN_S", "0.002"))
+    stall_after = int(os.environ.get("STAND_IN_STALL_AFTER", "-1"))
+    if "max-num-seqs" in config:
+        stall_after = -1
     pids = os.environ.get("STAND_IN_PIDS")
     if pids:
         Path(pids, str(os.getpid())).write_text("server")
@@ -90,6 +95,8 @@ def main() -> None:
             self.send_header("transfer-encoding", "chunked")
             self.end_headers()
             for i in range(tokens):
+                if i == stall_after:
+                    time.sleep(3600)  # a server that accepts and stops streaming
                 time.sleep(token_s)
                 choice = {"index": 0, "text": f" t{i}", "finish_reason": None}
                 self._chunk(json.dumps({"choices": [choice]}).encode())

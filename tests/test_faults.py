@@ -96,3 +96,26 @@ def test_sigkill_mid_trial_leaves_no_server_and_the_rerun_resumes(
     assert trials[1].user_attrs["reason"].startswith(f"tuner (pid {proc.pid}) ended while")
     assert [bool(t.user_attrs.get("baseline")) for t in trials] == [True, False, False, False]
     assert "trial   3" in again.stdout
+
+
+def test_a_server_that_stops_streaming_costs_one_bounded_trial(
+    tmp_path: Path, cpu_model: Path, stand_in_vllm: dict[str, str]
+) -> None:
+    """The baseline's server accepts every request and stops streaming after 2 tokens: each
+    request fails once it has been silent for the spec's stall_timeout_s, the trial ends within
+    that much after its window, recorded infeasible with the reason, and the study goes on."""
+    spec = cpu_spec(cpu_model, window_s=2, time_scale=1, n_trials=2, stall_timeout_s=3)
+    write_spec(tmp_path / "spec.yaml", spec)
+    trace = write_small_trace(tmp_path / "trace.csv")
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    env = {**stand_in_vllm, "STAND_IN_STALL_AFTER": "2"}
+    args = ["run", "--trace", trace, "--study", "s", "--spec", tmp_path / "spec.yaml"]
+    done = run_tuner(*args, "--storage", storage, cwd=tmp_path, env=env, timeout_s=180)
+    assert done.returncode == 0, done.stdout + done.stderr  # trial 1 served and met the SLOs
+    stalled, served = optuna.load_study(study_name="s", storage=storage).trials
+    assert stalled.state == TrialState.COMPLETE and not stalled.user_attrs["feasible"]
+    assert "stalled: nothing from the server for 3 s" in stalled.user_attrs["reason"]
+    assert stalled.user_attrs["error_rate"] == 1.0
+    # The window (2 s of arrivals) and one stall timeout, with room for a slow machine.
+    assert stalled.user_attrs["time_window_s"] < 2 + 3 + 5
+    assert served.user_attrs["feasible"] and served.user_attrs["error_rate"] == 0.0

@@ -209,6 +209,7 @@ def _run_trials(
             block_tokens=replay.block_tokens,
             seed=spec.seed,
             client_procs=0 if spec.client_procs == AUTO else int(spec.client_procs),
+            request_timeout_s=spec.stall_timeout_s,
         ),
         objective=Objective(spec.slos, spec.weights, spec.max_error_rate),
         health_timeout_s=spec.health_timeout_s,

@@ -68,6 +68,7 @@ class ReplaySettings:
     vocab_size: int
     block_tokens: int = 0
     seed: int = 0
+    # The longest a stream may stay silent (no byte from the server) before its request fails.
     request_timeout_s: float = 600.0
     drain_timeout_s: float = 600.0
     gauge_interval_s: float = 1.0
@@ -220,6 +221,10 @@ async def send(
         # The transport maps aiohttp's errors onto httpx's loosely (a server that hung up in
         # the headers comes back as a ConnectTimeout): aiohttp's own says what happened.
         shown = exc.__cause__ if isinstance(exc.__cause__, aiohttp.ClientError) else exc
+        failure = f"{type(shown).__name__}: {shown}"
+        if isinstance(exc, httpx.ReadTimeout):
+            silent_s = client.timeout.read or 0.0
+            failure = f"stalled: nothing from the server for {silent_s:g} s ({failure})"
         return RequestResult(
             scheduled_s,
             sent - start,
@@ -227,7 +232,7 @@ async def send(
             request.output_tokens,
             ttft_s=ttft_s,
             tokens_received=tokens,
-            error=f"{type(shown).__name__}: {shown}"[:300],
+            error=failure[:300],
             written_s=_since(written, start),
         )
     e2e_s = clock() - sent

@@ -92,6 +92,9 @@ class StudySpec:
     # figures are not used to rank (tuner.load.health).
     client_procs: int | str = AUTO
     client_tolerance_s: float = 0.005
+    # A stream silent this long (no byte from the server) fails its request: a server that
+    # stops answering mid-window costs its trial at most this much more.
+    stall_timeout_s: float = 300.0
 
     @property
     def capacity(self) -> bool:
@@ -128,6 +131,7 @@ DEFAULT_SPEC: dict[str, Any] = {
     "confirm_repeats": 2,
     "client_procs": AUTO,
     "client_tolerance_s": 0.005,
+    "stall_timeout_s": 300.0,
 }
 
 _TOP_LEVEL = set(DEFAULT_SPEC)
@@ -300,6 +304,7 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         client_tolerance_s=_number(
             path, "client_tolerance_s", merged["client_tolerance_s"], most=MOST_S
         ),
+        stall_timeout_s=_number(path, "stall_timeout_s", merged["stall_timeout_s"], most=MOST_S),
         **confirm,
     )
 
