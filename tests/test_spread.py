@@ -8,11 +8,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
 import numpy as np
+import optuna
 import pytest
+from conftest import cpu_spec, run_tuner, write_small_trace, write_spec
 
 from tuner.cli.report import trial_line
 from tuner.load.health import CLIENT_BEHIND, client_behind
@@ -165,3 +168,25 @@ def test_a_capacity_search_does_not_count_a_rate_the_client_failed():
     assert not found.resolved
     assert found.points[-1].as_attr()["client_behind"]
     np.testing.assert_equal([p.rate_req_per_s for p in found.points], [2.0, 4.0, 8.0])
+
+
+def test_a_run_whose_client_fell_behind_flags_every_trial(
+    tmp_path: Path, cpu_model: Path, stand_in_vllm: dict[str, str]
+) -> None:
+    """With a tolerance no client meets, each trial of a real run is flagged: its user
+    attribute and constraint, its reason, and its printed line; none is written as a winner
+    that met the SLOs."""
+    spec = cpu_spec(cpu_model, window_s=2, time_scale=1, n_trials=2, client_tolerance_s=1e-6)
+    write_spec(tmp_path / "spec.yaml", spec)
+    trace = write_small_trace(tmp_path / "trace.csv")
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    args = ["run", "--trace", trace, "--study", "s", "--spec", tmp_path / "spec.yaml"]
+    done = run_tuner(*args, "--storage", storage, cwd=tmp_path, env=stand_in_vllm, timeout_s=180)
+    assert done.returncode == 3, done.stdout + done.stderr  # nothing met the SLOs it could trust
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    assert len(trials) == 2
+    for trial in trials:
+        assert trial.user_attrs[CLIENT_BEHIND] == 1.0
+        assert not trial.user_attrs["feasible"]
+        assert trial.user_attrs["reason"].startswith("tuner's client fell behind")
+    assert done.stdout.count("[tuner's client fell behind: not ranked]") >= 2

@@ -99,13 +99,18 @@ async def _parent(
         theirs.close()
         pipes.append(mine)
         processes.append(process)
+    finished = False
     try:
-        return await _conduct(base_url, requests, settings, monitor, pipes, processes)
+        result = await _conduct(base_url, requests, settings, monitor, pipes, processes)
+        finished = True
+        return result
     finally:
+        # Done, they exit on their own; interrupted or failed, they are killed at once.
         for process in processes:
-            process.join(timeout=10)
+            process.join(timeout=10 if finished else 0)
             if process.is_alive():
                 process.kill()
+                process.join()
 
 
 async def _conduct(
@@ -118,7 +123,7 @@ async def _conduct(
 ) -> ReplayResult:
     live: dict[int, LiveRequest] = {}
     done: dict[int, dict[str, Any]] = {}
-    await _gather(pipes, "ready", READY_TIMEOUT_S, live, done)
+    await _ready(pipes, READY_TIMEOUT_S)
     async with clients(base_url, settings) as (_, observed):
         start = time.perf_counter() + START_MARGIN_S
         for pipe in pipes:
@@ -141,25 +146,20 @@ async def _conduct(
     return _merge(requests, done, observed, live)
 
 
-async def _gather(
-    pipes: list[Connection],
-    kind: str,
-    timeout_s: float,
-    live: dict[int, LiveRequest],
-    done: dict[int, dict[str, Any]],
-) -> None:
+async def _ready(pipes: list[Connection], timeout_s: float) -> None:
+    """Wait until every client process has said it is ready."""
     ready: set[int] = set()
     deadline = time.monotonic() + timeout_s
     while len(ready) < len(pipes):
         for k, pipe in enumerate(pipes):
             while k not in ready and pipe.poll():
                 message = pipe.recv()
-                if message[0] == kind:
+                if message[0] == "ready":
                     ready.add(k)
                 elif message[0] == "error":
                     raise RuntimeError(f"client process {k} failed: {message[1]}")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"client processes not {kind} after {timeout_s:g} s")
+            raise RuntimeError(f"client processes not ready after {timeout_s:g} s")
         await asyncio.sleep(POLL_S)
 
 

@@ -9,6 +9,7 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.load.health import CLIENT_BEHIND
 from tuner.study.attrs import ARGS_ATTR, BASELINE_ATTR, FEASIBLE_ATTR
 from tuner.study.capacity import CAPACITY_ATTR, POINTS_ATTR
 from tuner.study.scoring import FAILED_SCORE
@@ -48,8 +49,11 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
 
 def closest_trial(study: optuna.Study) -> FrozenTrial | None:
     """The served trial with the best value, feasible or not (the lowest score; in a capacity
-    study the highest capacity, the first of equals); None if none served."""
+    study the highest capacity, the first of equals), one whose client kept up where any did;
+    None if none served."""
     trials = [t for t in study.get_trials(deepcopy=False) if served(t)]
+    # A trial whose client fell behind is not ranked while any other served.
+    trials = [t for t in trials if not t.user_attrs.get(CLIENT_BEHIND)] or trials
     sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
     return min(trials, key=lambda t: (sign * (t.value or 0.0), t.number), default=None)
 
