@@ -50,8 +50,14 @@ def main() -> None:
     worker = subprocess.Popen([sys.executable, "-c", WORKER])
 
     def stop(signum: int, frame: object) -> None:
+        # Once: a second SIGTERM arriving inside worker.wait() re-entered it and deadlocked on
+        # its lock (seen once in a full suite run: the server outlived a SIGKILLed tuner).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         worker.terminate()
-        worker.wait()
+        try:
+            worker.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            worker.kill()
         os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)
