@@ -22,6 +22,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import sqlalchemy.exc
 from conftest import (
     MARKER,
     cpu_spec,
@@ -93,6 +94,21 @@ def worker(folder: Path, storage: str, study: str, env: dict[str, str], marker: 
         )
 
 
+def second_trial_up(folder: Path, storage: str, study: str, pid: int) -> int | None:
+    """The number of the worker's RUNNING trial once it has completed one and that trial's server
+    has started; None before."""
+    try:
+        trials = optuna.load_study(study_name=study, storage=storage).trials
+    except (KeyError, sqlalchemy.exc.SQLAlchemyError):
+        return None  # the study, or Optuna's tables, not created yet (a worker is creating them)
+    mine = [t for t in trials if t.user_attrs.get("worker", "").split(" ")[1:2] == [str(pid)]]
+    running = [t.number for t in mine if t.state == TrialState.RUNNING]
+    if not running or TrialState.COMPLETE not in [t.state for t in mine]:
+        return None
+    log = folder / "runs" / study / f"trial-{running[0]:04d}" / "engine.log"
+    return running[0] if log.exists() and "stand-in vLLM pid=" in log.read_text() else None
+
+
 def test_two_workers_share_one_study(
     inputs: Path, postgres: str, stand_in_vllm: dict[str, str]
 ) -> None:
@@ -143,11 +159,16 @@ def test_a_worker_killed_mid_trial_leaves_the_other_running(
     time.sleep(1.0)
     other = worker(inputs, postgres, study, env, survivor)
     try:
-        deadline = time.monotonic() + 120
-        while "trial " not in (inputs / f"worker-{victim}.out").read_text().split("starting")[-1]:
-            assert time.monotonic() < deadline and killed.poll() is None
-            time.sleep(0.1)
-        time.sleep(1.5)
+        # The survivor has opened the study (so it looks for orphans only before the kill), and
+        # the victim runs its second trial with the server up: read from the study and the trial's
+        # engine log, not from printed lines, which a slow machine orders differently.
+        deadline = time.monotonic() + 180
+        survivor_out = inputs / f"worker-{survivor}.out"
+        while (target := second_trial_up(inputs, postgres, study, killed.pid)) is None or (
+            "trials so far" not in survivor_out.read_text()
+        ):
+            assert time.monotonic() < deadline and killed.poll() is None, survivor_out.read_text()
+            time.sleep(0.2)
         killed.send_signal(signal.SIGKILL)
         killed.wait(timeout=10)
         assert wait_for_no_processes(victim) == []
@@ -162,7 +183,8 @@ def test_a_worker_killed_mid_trial_leaves_the_other_running(
     theirs = [t for t in trials if t.user_attrs.get("worker", "").split(" ")[1] == pid]
     assert [t.state for t in theirs] == [TrialState.COMPLETE] * 3
     running = [t for t in trials if t.state == TrialState.RUNNING]
-    assert len(running) == 1 and running[0].user_attrs["worker"].split(" ")[1] == str(killed.pid)
+    assert [t.number for t in running] == [target]
+    assert running[0].user_attrs["worker"].split(" ")[1] == str(killed.pid)
     after = run_tuner(*["run", "--trace", inputs / "trace.csv", "--study", study, "--spec"],
                       inputs / "spec.yaml", "--storage", postgres, "--n-trials", "0",
                       cwd=inputs, env=env, timeout_s=120)  # fmt: skip
