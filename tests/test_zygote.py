@@ -65,6 +65,17 @@ FAKE_SERVER = textwrap.dedent(
             time.sleep(600)
         if mode == "exit":
             sys.exit(3)
+        if mode == "triton":
+            # What vLLM does in the engine: TRITON_CACHE_DIR into the compile key's folder, in an
+            # engine-core process forked from the server.
+            os.environ["TRITON_CACHE_DIR"] = "/per-compile-key"
+            from triton import knobs
+            child = os.fork()
+            if child == 0:
+                print(f"engine core: Triton cache {knobs.cache.dir}", flush=True)
+                os._exit(0)
+            os.waitpid(child, 0)
+            sys.exit(0)
         text = open(config).read()
         port = int(text.split("port: ", 1)[1].split()[0])
         ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
@@ -167,6 +178,22 @@ def test_two_trials_in_a_row_from_one_zygote(tmp_path, launcher):
             pids.append((parent(server), server))
     assert pids[0][0] == pids[1][0]  # the same zygote forked both
     assert pids[0][1] != pids[1][1]
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_shared_triton_cache_wins_over_the_engines_own(tmp_path, launcher, shared):
+    """With TUNER_TRITON_CACHE_DIR, the forked server and its forked engine core keep Triton's
+    kernels there although vLLM sets TRITON_CACHE_DIR in the engine; without, vLLM's stays."""
+    pytest.importorskip("triton")
+    folder = tmp_path / "triton"
+    env = {"FAKE_MODE": "triton"} | ({"TUNER_TRITON_CACHE_DIR": str(folder)} if shared else {})
+    engine = Engine("m", {}, tmp_path / "t", launcher=launcher, env=env)
+    with engine, pytest.raises(EngineFailed):
+        engine.wait_healthy(timeout_s=30, poll_s=0.05)
+    text = log_text(engine)
+    expected = folder if shared else "/per-compile-key"
+    assert f"engine core: Triton cache {expected}\n" in text, text
+    assert (f"tuner: Triton's cache: {folder}" in text) == shared
 
 
 def test_server_that_exits_fails_with_its_status(tmp_path, launcher):

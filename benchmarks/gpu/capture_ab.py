@@ -153,9 +153,10 @@ def measure(
     settings: ReplaySettings,
     workdir: Path,
     health_timeout_s: float,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """One engine: its start, compile facts, and each load's figures."""
-    engine = Engine(model, engine_args, workdir, launcher=launcher)
+    engine = Engine(model, engine_args, workdir, launcher=launcher, env=env or {})
     row: dict[str, Any] = {"engine_args": engine_args}
     try:
         engine.start()

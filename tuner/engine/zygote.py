@@ -38,6 +38,26 @@ _PR_SET_PDEATHSIG = 1
 
 _children: dict[int, Path] = {}
 
+# A folder where a forked server keeps the Triton kernels it compiles, shared by every compile
+# key; opt-in, for the start-up A/B on the GPU (benchmarks/results/h100-start-steps.md, lever
+# 2). vLLM points TRITON_CACHE_DIR into each compile key's folder, so a server with a new key
+# compiles all of them again, its own sampler and input kernels included; Triton's own setting
+# wins over that variable, and the forked engine core inherits it.
+SHARED_TRITON_CACHE = "TUNER_TRITON_CACHE_DIR"
+
+
+def share_triton_cache(folder: str | None) -> bool:
+    """Point this process's Triton cache at ``folder``; False where there is none or no Triton."""
+    if not folder:
+        return False
+    try:
+        from triton import knobs
+    except ImportError:
+        return False
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    knobs.cache.dir = folder
+    return True
+
 
 class Channel:
     """JSON objects, one per line, over a connected Unix stream socket."""
@@ -102,6 +122,8 @@ def _run_child(module: str, request: dict[str, Any]) -> int:
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     os.environ.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
+    if share_triton_cache(os.environ.get(SHARED_TRITON_CACHE)):
+        print(f"tuner: Triton's cache: {os.environ[SHARED_TRITON_CACHE]}", flush=True)
     sys.argv = [module, *[str(a) for a in request["argv"]]]
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
