@@ -34,6 +34,7 @@ from capture_ab import measure
 
 from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import ZygoteLauncher
+from tuner.engine.startup import STEPS
 from tuner.flags import CAPTURE_SIZES, MAX_CAPTURE_SIZE
 from tuner.load.http import ReplaySettings
 from tuner.study.space import PINNED_CAPTURE_SIZE
@@ -62,7 +63,8 @@ def rows_of(path: Path) -> list[dict[str, Any]]:
 def report(rows: list[dict[str, Any]]) -> list[str]:
     """Per arm, medians over runs 1 onward (run 0 where there is nothing else)."""
     arms = list(dict.fromkeys(r["arm"] for r in rows))
-    steps = sorted({k for r in rows for k in r.get("startup", {}) if k.startswith("step_")})
+    seen = {k for r in rows for k in r.get("startup", {})}
+    steps = [f"step_{name}_s" for name, _ in STEPS if f"step_{name}_s" in seen]
     lines = [
         "| arm | n | healthy s | " + " | ".join(s[5:-2] for s in steps) + " | "
         + " | ".join(f"{k[:-2]} ms" for k in SHOWN) + " | compile hit |",
