@@ -11,7 +11,10 @@ SIGTERM. Set in the environment:
 - ``STAND_IN_TOKEN_S``: seconds per output token (default 0.002);
 - ``STAND_IN_PIDS``: a folder where each process writes a file named by its pid;
 - ``STAND_IN_STALL_AFTER``: in a server whose config sets no ``max-num-seqs`` (vLLM's defaults:
-  the baseline), each stream stops after this many tokens and the connection is held open.
+  the baseline), each stream stops after this many tokens and the connection is held open;
+- ``STAND_IN_JIT_AT``: request numbers (``3,30``: the 3rd and the 30th to arrive) at which the
+  server logs what vLLM 0.26's JIT monitor logs for a kernel compiled while serving, after the
+  monitor's own line at start-up.
 """
 
 import json
@@ -47,6 +50,11 @@ def main() -> None:
     if pids:
         Path(pids, str(os.getpid())).write_text("server")
     print(f"stand-in vLLM pid={os.getpid()} config={config}", flush=True)
+    jit_at = {int(n) for n in os.environ.get("STAND_IN_JIT_AT", "").split(",") if n}
+    if jit_at:
+        print(f"(EngineCore pid={os.getpid()}) INFO 11-25 07:40:00 [jit_monitor.py:79] Kernel JIT "
+              "monitor activated; monitored JIT compilations during inference will use "
+              "mode=warn.", flush=True)  # fmt: skip
     worker = subprocess.Popen([sys.executable, "-c", WORKER])
 
     def stop(signum: int, frame: object) -> None:
@@ -61,7 +69,7 @@ def main() -> None:
         os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)
-    done = {"n": 0}
+    done = {"n": 0, "arrived": 0}
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -96,6 +104,12 @@ def main() -> None:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["content-length"])))
             tokens = int(body["max_tokens"])
+            done["arrived"] += 1
+            if done["arrived"] in jit_at:
+                print(f"(EngineCore pid={os.getpid()}) WARNING 11-25 07:40:01 [jit_monitor.py:132] "
+                      f"Triton kernel JIT compilation during inference: _kernel_{done['arrived']}"
+                      ". This causes a latency spike; consider extending warmup to cover this "
+                      "shape/config.", flush=True)  # fmt: skip
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.send_header("transfer-encoding", "chunked")

@@ -79,6 +79,18 @@ CACHE_HIT = re.compile(r"Directly load the compiled graph")
 CACHE_MISS = re.compile(r"Compiling a graph for")
 
 
+# vLLM's JIT monitor (0.26): armed once the engine's own warm-up is over, it logs a warning for a
+# kernel compiled while serving ("Triton kernel JIT compilation during inference: NAME. This
+# causes a latency spike"), once per kernel; the requests of that moment waited for it.
+JIT_MONITOR = re.compile(r"Kernel JIT monitor activated")
+LATE_JIT = re.compile(r"during inference: \S")
+
+
+def late_compiles(text: str) -> int:
+    """Kernels that vLLM's JIT monitor saw compiled while serving, in ``text`` (a log's part)."""
+    return len(LATE_JIT.findall(text))
+
+
 def find_markers(text: str) -> set[str]:
     return {name for name, pattern in MARKERS.items() if pattern.search(text)}
 
