@@ -152,6 +152,22 @@ class Engine:
         """The compile key and whether vLLM's compile cache held it, as far as its log says."""
         return startup.compile_cache(self._log_text())
 
+    def log_size(self) -> int:
+        """The engine log's length in bytes now: a mark to read what comes after."""
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def late_compiles(self, warmup_at: int, window_at: int) -> dict[str, float]:
+        """Kernels vLLM's JIT monitor saw compiled during tuner's warm-up and its window, the
+        log marked at their starts (``log_size``): see ``startup.late_compiles_by_phase``."""
+        try:
+            log = self.log_path.read_bytes()
+        except OSError:
+            return {}
+        return startup.late_compiles_by_phase(log, warmup_at, window_at)
+
     def _log_text(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")

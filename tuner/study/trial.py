@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tuner.engine import startup
 from tuner.engine.launchers import EngineFailed, Launcher, ProcessLauncher, tail
 from tuner.engine.process import Engine
 from tuner.load.closed_loop import replay_closed_loop
@@ -219,32 +218,6 @@ def _sending(phase: str, requests: Sequence[Request]) -> TrialProgress:
     )
 
 
-def _log_size(engine: Engine) -> int:
-    try:
-        return engine.log_path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _late_compiles(engine: Engine, log_at: Mapping[str, int]) -> dict[str, float]:
-    """``jit_compiles_warmup`` and ``jit_compiles_window``: kernels vLLM's JIT monitor saw
-    compiled during tuner's warm-up and during the window (once per kernel), where the installed
-    vLLM has the monitor. A kernel compiled in the window made its requests wait: the warm-up
-    did not cover that shape."""
-    try:
-        data = engine.log_path.read_bytes()
-    except OSError:
-        return {}
-    if not startup.JIT_MONITOR.search(data.decode(errors="replace")):
-        return {}
-    warmup = data[log_at["warmup"] : log_at["window"]].decode(errors="replace")
-    window = data[log_at["window"] :].decode(errors="replace")
-    return {
-        "jit_compiles_warmup": float(startup.late_compiles(warmup)),
-        "jit_compiles_window": float(startup.late_compiles(window)),
-    }
-
-
 def _stopped_early(
     engine_args: Mapping[str, Any],
     setup: TrialSetup,
@@ -295,7 +268,7 @@ def run_trial(
         timings["engine_healthy_s"] = engine.wait_healthy(setup.health_timeout_s, on_poll=starting)
         timings |= {f"startup_{k}": v for k, v in engine.times.startup.items()}
         compiled = engine.compile_cache()
-        log_at = {"warmup": _log_size(engine)}
+        warmup_at = engine.log_size()
         if setup.warmup_requests:
             warmup = _sending(WARMUP, setup.warmup_requests)
             tell(warmup)
@@ -304,7 +277,7 @@ def run_trial(
             replay(engine.base_url, setup.warmup_requests, setup.replay, monitor=watch)
             timings["warmup_s"] = time.monotonic() - started
         started = time.monotonic()
-        log_at["window"] = _log_size(engine)
+        window_at = engine.log_size()
         found: CapacityFound | None = None
         if setup.capacity is not None:
             found = _search_capacity(engine.base_url, setup, setup.capacity)
@@ -324,7 +297,7 @@ def run_trial(
             watch = _monitor(setup.objective, should_stop, progress, window)
             result = replay(engine.base_url, setup.requests, setup.replay, monitor=watch)
         timings["window_s"] = time.monotonic() - started
-        late = _late_compiles(engine, log_at)
+        late = engine.late_compiles(warmup_at, window_at)
         crashed = not engine.alive()
         tell(TrialProgress(STOPPING))
     except EngineFailed as exc:
