@@ -157,6 +157,20 @@ def test_capacity_groups_take_the_highest_median(tmp_path):
     assert result is not None and result.winner.number == 0  # 2.0 once beats a median of 1.5
 
 
+def test_a_re_measurement_whose_client_fell_behind_is_not_in_the_median():
+    study = optuna.create_study(direction="maximize")
+    for value, origin, behind in [(2.0, None, False), (1.0, 0, True), (2.2, 0, False)]:
+        attrs: dict[str, Any] = {"feasible": not behind, "capacity_req_per_s": value}
+        attrs |= {"capacity_points": [{}]} | ({CONFIRMS_ATTR: origin} if origin is not None else {})
+        if behind:
+            attrs["client_behind"] = 1.0
+        study.add_trial(
+            optuna.trial.create_trial(value=value, user_attrs=attrs, params={}, distributions={})
+        )
+    (group,) = groups(study)
+    assert [t.number for t in group.trials] == [0, 2] and group.median == pytest.approx(2.1)
+
+
 def test_a_leader_that_falls_back_hands_its_turns_to_the_next(tmp_path, cpu_model, capsys):
     # The demo's case: the baseline leads on one measurement, so with top_k 1 it alone is
     # re-measured; it measures worse, trial 2 overtakes it and gets its turns, then both.

@@ -32,6 +32,7 @@ from optuna.distributions import (
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
+from tuner.load.health import CLIENT_BEHIND
 from tuner.study.attrs import ARGS_ATTR, BASELINE_ATTR, FEASIBLE_ATTR
 from tuner.study.picks import served
 from tuner.study.search import Measuring, measure
@@ -105,7 +106,10 @@ def groups(study: optuna.Study) -> list[Group]:
     for trial in trials:
         origin = trial.user_attrs.get(CONFIRMS_ATTR)
         if isinstance(origin, int):
-            members.setdefault(origin, []).append(trial)
+            # A re-measurement whose client fell behind has figures of tuner's client, not of
+            # the configuration: it is kept in the study, not in the median.
+            if not trial.user_attrs.get(CLIENT_BEHIND):
+                members.setdefault(origin, []).append(trial)
         else:
             firsts[trial.number] = trial
             members.setdefault(trial.number, []).insert(0, trial)
