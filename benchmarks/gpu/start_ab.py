@@ -60,6 +60,10 @@ def rows_of(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def median_cell(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f}" if values else "-"
+
+
 def report(rows: list[dict[str, Any]]) -> list[str]:
     """Per arm, medians over runs 1 onward (run 0 where there is nothing else)."""
     arms = list(dict.fromkeys(r["arm"] for r in rows))
@@ -71,27 +75,20 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
         "|---|" + "---|" * (3 + len(steps) + len(SHOWN)),
     ]  # fmt: skip
     for arm in arms:
-        mine = [r for r in rows if r["arm"] == arm and "failed" not in r]
-        later = [r for r in mine if r["run"] > 0] or mine
+        mine = [r for r in rows if r["arm"] == arm]
+        served = [r for r in mine if "failed" not in r]
+        later = [r for r in served if r["run"] > 0] or served
         if not later:
-            lines.append(f"| {arm} | 0 | failed: {rows_of_arm_failure(rows, arm)} |")
+            lines.append(f"| {arm} | 0 | failed: {str(mine[0]['failed'])[:80]} |")
             continue
-
-        def median(values: list[float]) -> str:
-            return f"{statistics.median(values):.1f}" if values else "-"
-
         startup = [r["startup"] for r in later]
         loads = [r["loads"][0]["metrics"] for r in later if r.get("loads")]
-        cells = [median([s["healthy_s"] for s in startup])]
-        cells += [median([s[k] for s in startup if k in s]) for k in steps]
-        cells += [median([1000 * m[k] for m in loads if k in m]) for k in SHOWN]
+        cells = [median_cell([s["healthy_s"] for s in startup])]
+        cells += [median_cell([s[k] for s in startup if k in s]) for k in steps]
+        cells += [median_cell([1000 * m[k] for m in loads if k in m]) for k in SHOWN]
         hits = [r.get("compile_cache_hit") for r in later]
         lines.append(f"| {arm} | {len(later)} | " + " | ".join(cells) + f" | {hits} |")
     return lines
-
-
-def rows_of_arm_failure(rows: list[dict[str, Any]], arm: str) -> str:
-    return next((str(r["failed"])[:80] for r in rows if r["arm"] == arm and "failed" in r), "")
 
 
 def main(argv: list[str] | None = None) -> int:
