@@ -19,7 +19,8 @@ from conftest import write_small_trace, write_spec
 from tuner.cli.main import main
 from tuner.load.http import ReplaySettings
 from tuner.study.confirm import CONFIRMS_ATTR, confirm, confirmed_winner, groups
-from tuner.study.scoring import score
+from tuner.load.health import CLIENT_BEHIND
+from tuner.study.scoring import Score, score
 from tuner.study.search import Measuring, open_study, run_study
 from tuner.study.spec import parse_spec
 from tuner.study.trial import Objective, TrialOutcome, TrialSetup
@@ -44,18 +45,26 @@ def spec_dict(model: Path, **overrides: Any) -> dict[str, Any]:
 class Scripted:
     """Scores by configuration (max-num-seqs, None for the baseline) and measurement."""
 
-    def __init__(self, scores: Mapping[int | None, Sequence[float]]) -> None:
+    def __init__(
+        self, scores: Mapping[int | None, Sequence[float]], behind: Sequence[int | None] = ()
+    ) -> None:
         self.scores = {k: list(v) for k, v in scores.items()}
+        # Configurations whose re-measurements are flagged as trial.py flags a window whose
+        # client fell behind (their first measurement is not).
+        self.behind = set(behind)
         self.order: list[int | None] = []
 
     def __call__(self, args, setup, workdir, should_stop=None) -> TrialOutcome:
         seqs = args.get("max-num-seqs")
+        again = seqs in self.order
         self.order.append(seqs)
         value = self.scores[seqs].pop(0)
         metrics = {"ttft_p95_s": value * SLO_S, "error_rate": 0.0}
-        return TrialOutcome(
-            args, score(metrics, {"ttft_p95_s": SLO_S}, {"ttft_p95_s": 1.0}), metrics, {}
-        )
+        scored = score(metrics, {"ttft_p95_s": SLO_S}, {"ttft_p95_s": 1.0})
+        if again and seqs in self.behind:
+            metrics[CLIENT_BEHIND] = 1.0
+            scored = Score(scored.value, {**scored.constraints, CLIENT_BEHIND: 1.0})
+        return TrialOutcome(args, scored, metrics, {})
 
 
 def run_scripted(tmp_path: Path, model: Path, scripted: Scripted, top_k: int, repeats: int):
@@ -169,6 +178,20 @@ def test_a_re_measurement_whose_client_fell_behind_is_not_in_the_median():
         )
     (group,) = groups(study)
     assert [t.number for t in group.trials] == [0, 2] and group.median == pytest.approx(2.1)
+
+
+def test_re_measurements_whose_client_fell_behind_count_as_taken(tmp_path, cpu_model):
+    # The H100 study of session 9: every re-measurement of the baseline was flagged, none
+    # entered its median, and the confirmation measured it again until the time ran out (six
+    # times). Flagged re-measurements are left out of the median but count as taken.
+    scripted = Scripted({None: [0.9, 0.8, 0.8, 0.8, 0.8], 4: [0.5, 0.5, 0.5], 8: [0.7]}, [None])
+    study, ran, _ = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
+    assert ran == 4 and scripted.order == [None, 4, 8, 4, None, 4, None]
+    result = confirmed_winner(study)
+    assert result is not None and result.winner.number == 1 and len(result.winner.values) == 3
+    baseline = result.baseline
+    assert baseline is not None and baseline.values == [0.9] and baseline.measured == 3
+    assert [t.user_attrs[CLIENT_BEHIND] for t in baseline.left_out] == [1.0, 1.0]
 
 
 def test_a_leader_that_falls_back_hands_its_turns_to_the_next(tmp_path, cpu_model, capsys):

@@ -49,6 +49,14 @@ class Group:
     first: FrozenTrial
     trials: tuple[FrozenTrial, ...]
     maximize: bool
+    # Re-measurements whose client fell behind: not in ``trials`` (nor the median), but they
+    # were taken, so the confirmation counts them (``measured``).
+    left_out: tuple[FrozenTrial, ...] = ()
+
+    @property
+    def measured(self) -> int:
+        """How many times the configuration was measured, left-out re-measurements included."""
+        return len(self.trials) + len(self.left_out)
 
     @property
     def number(self) -> int:
@@ -102,18 +110,22 @@ def groups(study: optuna.Study) -> list[Group]:
     maximize = study.direction == StudyDirection.MAXIMIZE
     trials = [t for t in study.get_trials(deepcopy=False) if served(t)]
     members: dict[int, list[FrozenTrial]] = {}
+    left_out: dict[int, list[FrozenTrial]] = {}
     firsts: dict[int, FrozenTrial] = {}
     for trial in trials:
         origin = trial.user_attrs.get(CONFIRMS_ATTR)
         if isinstance(origin, int):
             # A re-measurement whose client fell behind has figures of tuner's client, not of
             # the configuration: it is kept in the study, not in the median.
-            if not trial.user_attrs.get(CLIENT_BEHIND):
-                members.setdefault(origin, []).append(trial)
+            held = left_out if trial.user_attrs.get(CLIENT_BEHIND) else members
+            held.setdefault(origin, []).append(trial)
         else:
             firsts[trial.number] = trial
             members.setdefault(trial.number, []).insert(0, trial)
-    return [Group(first, tuple(members[n]), maximize) for n, first in firsts.items()]
+    return [
+        Group(first, tuple(members[n]), maximize, tuple(left_out.get(n, ())))
+        for n, first in firsts.items()
+    ]
 
 
 @dataclass(frozen=True)
@@ -233,11 +245,14 @@ def confirm(
     ran = 0
     longest_s = 0.0
     while ran < limit:
-        short = [g for g in to_confirm(study, top_k) if len(g.trials) < 1 + repeats]
+        # Measurements taken, not only those in the median: a configuration whose client fell
+        # behind on every re-measurement would otherwise be measured until the time ran out
+        # (the H100 study of session 9 re-measured its baseline six times).
+        short = [g for g in to_confirm(study, top_k) if g.measured < 1 + repeats]
         if not short:
             break
-        fewest = min(len(g.trials) for g in short)
-        for group in [g for g in short if len(g.trials) == fewest]:
+        fewest = min(g.measured for g in short)
+        for group in [g for g in short if g.measured == fewest]:
             if ran >= limit:
                 break
             if deadline is not None and time.monotonic() + longest_s > deadline:
