@@ -17,9 +17,9 @@ import pytest
 from conftest import write_small_trace, write_spec
 
 from tuner.cli.main import main
+from tuner.load.health import CLIENT_BEHIND
 from tuner.load.http import ReplaySettings
 from tuner.study.confirm import CONFIRMS_ATTR, confirm, confirmed_winner, groups
-from tuner.load.health import CLIENT_BEHIND
 from tuner.study.scoring import Score, score
 from tuner.study.search import Measuring, open_study, run_study
 from tuner.study.spec import parse_spec

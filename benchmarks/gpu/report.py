@@ -23,11 +23,15 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.report import plots as figures
 from tuner.report.data import rows_of, searched_parameters, slo_limits
+from tuner.study.confirm import CONFIRMS_ATTR
 
 SPACE = ("max-num-seqs", "max-num-batched-tokens", "gpu-memory-utilization")
 
 
 def kind(t: FrozenTrial) -> str:
+    origin = t.user_attrs.get(CONFIRMS_ATTR)
+    if isinstance(origin, int):  # a re-measurement of the confirmation step
+        return f"repeat of {origin}"
     if t.user_attrs.get("baseline"):
         return "defaults"
     # Studies before the spec had candidates enqueued it with a "hand_tuned" attribute.

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -137,9 +138,13 @@ def main(argv: list[str] | None = None) -> int:
                 engine_args.pop(MAX_CAPTURE_SIZE, None)
             env = {k: str(v).replace("{out}", str(args.out.resolve())) for k, v in
                    arm.get("env", {}).items()}  # fmt: skip
+            workdir = args.out / f"r{run}-{name}"
+            # An engine cut off by an earlier call left its log: its steps must not be read
+            # into this start's (session 9's run 2 of `vllm` read 43 s of engine process so).
+            shutil.rmtree(workdir, ignore_errors=True)
             row = measure(
                 spec.model, engine_args, launcher, warmup, [load], settings,
-                args.out / f"r{run}-{name}", spec.health_timeout_s, env,
+                workdir, spec.health_timeout_s, env,
             )  # fmt: skip
             row |= {"run": run, "arm": name, "env": env}
             with results.open("a") as out:

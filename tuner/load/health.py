@@ -5,6 +5,12 @@ sends requests late (the load offered is not the trace's). Against a stand-in se
 latencies (``benchmarks/replay_fidelity.py``), the client's TTFT p95 error followed its event
 loop's lag p99 closely; a trial whose client fell behind by more than the tolerance is flagged,
 and its figures are not used to rank.
+
+How late each request's bytes were written (``write_lag_*``) is recorded but does not flag a
+window. On the H100 host, against a real vLLM at 13 req/s, it was 4.5 to 7 ms at p99 in 15
+windows of 15 while the client used 0.1 of a core, its loop lag p99 was 1 to 2 ms and its send
+lag p99 1.3 to 2.6 ms; and every replay-fidelity row whose TTFT error missed its bound had a send
+lag p99 over the tolerance too (``benchmarks/results/h100.md``, ``replay-fidelity.md``).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ def client_behind(
     lag = figures.get("client_lag_p99_s", 0.0)
     if lag > tolerance_s:
         reasons.append(f"its event loop ran {lag * 1000:.0f} ms late (p99)")
-    late = max(figures.get("write_lag_p99_s", 0.0), figures.get("send_lag_p99_s", 0.0))
+    late = figures.get("send_lag_p99_s", 0.0)
     if late > tolerance_s:
         reasons.append(f"requests went out {late * 1000:.0f} ms after their time (p99)")
     cpu = figures.get("client_cpu_max", 0.0)
