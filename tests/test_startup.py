@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from tuner.engine.startup import breakdown, find_markers, reported_durations, steps
+from tuner.engine.startup import (
+    breakdown,
+    compile_cache,
+    find_markers,
+    reported_durations,
+    steps,
+)
 
 # An engine log of vLLM 0.26.0 on the H100, kept from a benchmark run (forked engine core).
 H100_LOG = Path(__file__).parent.parent / "benchmarks/results/h100-fork/fork-1.engine.log"
@@ -85,6 +91,17 @@ def test_steps_of_an_engine_served_from_the_compile_cache():
     assert found["step_compile_s"] == 8.0 and found["step_post_capture_warmup_s"] == 1.0
     assert sum(found.values()) == 23.0
     assert reported_durations(text)["graph_load_s"] == pytest.approx(2.79)
+
+
+def test_a_start_from_vllms_mega_aot_artefact_is_a_hit():
+    # Session 9's lever A/B on the H100: with VLLM_USE_MEGA_AOT_ARTIFACT=1 a hit logs neither
+    # Dynamo's transform nor the per-range load, only the AOT line; its miss compiled as usual.
+    mega = Path(__file__).parent.parent / "benchmarks/results/h100-start-ab"
+    hit = (mega / "r1-sizes15-mega/engine.log").read_text()
+    assert compile_cache(hit) == {"compile_cache_hit": True}
+    assert steps(hit)["step_compile_s"] == 1.0 and "dynamo_s" not in reported_durations(hit)
+    miss = compile_cache((mega / "r0-sizes15-mega/engine.log").read_text())
+    assert miss == {"compile_key": "bbcfc90c2b", "compile_cache_hit": False}
 
 
 def test_steps_skip_what_a_version_does_not_print():

@@ -74,8 +74,10 @@ STEPS_START = re.compile(r"non-default args")
 # The folder of vLLM's torch.compile cache, named by its hash of the compile key (the config's
 # hash, the traced code, the compiler and the environment): the same folder, the same compile.
 COMPILE_KEY = re.compile(r"torch_compile_cache/([0-9a-f]+)/rank_")
-# A compile served from that folder, and one compiled afresh (and then saved there).
-CACHE_HIT = re.compile(r"Directly load the compiled graph")
+# A compile served from that folder, and one compiled afresh (and then saved there). With
+# vLLM's mega AOT artefact (VLLM_USE_MEGA_AOT_ARTIFACT) a hit loads the whole compiled model
+# and logs only the AOT line (benchmarks/results/h100-start-ab/r1-sizes15-mega).
+CACHE_HIT = re.compile(r"Directly load the compiled graph|Directly load AOT compilation from")
 CACHE_MISS = re.compile(r"Compiling a graph for")
 
 
