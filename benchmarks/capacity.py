@@ -7,7 +7,10 @@ second, a scan measures every rate of a geometric grid (step ``--grid-step``, fr
 ``--grid-low`` to ``--grid-high`` times the first search's capacity) in a shuffled order, so
 that a drift of the machine does not line up with the rate. Each scanned rate is measured by
 ``measure_rate``, as the search measures its rates: the same window length, idle wait, prefix
-cache reset, early stop and SLOs. The scan's capacity is its highest passing rate.
+cache reset, early stop and SLOs. The scan's capacity is its highest passing rate. With
+``--hinted``, searches 2, 4, ... start from the capacity the search before found, with the small
+first step of a re-measurement (``tuner.study.capacity.start_hint``), so the plain and the
+hinted searches alternate on one engine.
 
 Part 2, windows per engine start: ``tuner run`` on the same spec with ``--objective capacity``
 and with ``--objective latency``, ``--trials`` trials each, in a temporary folder, read back
@@ -20,11 +23,13 @@ Every vLLM this starts needs the machine's cores to itself, so run it under the 
     flock /tmp/cpu.lock python benchmarks/capacity.py
     flock /tmp/cpu.lock python benchmarks/capacity.py --window-s 10 --searches 1 --grid-step 0.2
     flock /tmp/cpu.lock python benchmarks/capacity.py --skip-scan --trials 2
+    flock /tmp/cpu.lock python benchmarks/capacity.py --skip-scan --searches 6 --hinted --trials 0
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import random
@@ -44,7 +49,7 @@ from tuner.engine.dummy_model import write_model
 from tuner.engine.process import Engine
 from tuner.load.http import ReplaySettings
 from tuner.load.open_loop import replay
-from tuner.study.capacity import CapacitySettings, measure_capacity, measure_rate
+from tuner.study.capacity import CapacitySettings, StartHint, measure_capacity, measure_rate
 from tuner.study.rates import CapacityFound, RatePoint
 from tuner.study.spec import StudySpec, load_spec
 from tuner.traces.formats import load_trace
@@ -128,15 +133,21 @@ def search_vs_scan(spec: StudySpec, options: argparse.Namespace, work: Path) -> 
         replay(engine.base_url, warmup, replay_settings)
         print(f"engine healthy in {healthy_s:.1f} s, warmed up with {len(warmup)} requests")
         for n in range(options.searches):
+            hinted = settings
+            if options.hinted and n % 2 == 1 and found[-1][0].capacity_req_per_s > 0:
+                # As a re-measurement in a study starts: from the capacity measured before.
+                hint = StartHint(found[-1][0].capacity_req_per_s, repeat=True)
+                hinted = dataclasses.replace(settings, hint=hint)
             began = time.monotonic()
             result = measure_capacity(
-                engine.base_url, settings, replay_settings, spec.slos, spec.weights
+                engine.base_url, hinted, replay_settings, spec.slos, spec.weights
             )
             took_s = time.monotonic() - began
             found.append((result, took_s))
+            start = "" if hinted.hint is None else f", from search {n}'s capacity"
             print(
                 f"\nsearch {n + 1}: capacity {result.capacity_req_per_s:.3f} req/s in "
-                f"{len(result.points)} windows, {took_s:.0f} s ({result.why_stopped})"
+                f"{len(result.points)} windows, {took_s:.0f} s{start} ({result.why_stopped})"
             )
             for point in result.points:
                 print("  " + point_line(point))
@@ -164,6 +175,14 @@ def search_vs_scan(spec: StudySpec, options: argparse.Namespace, work: Path) -> 
     print(f"\nsearches on one engine: capacity {spread(capacities)} req/s")
     print(f"  windows {[len(r.points) for r, _ in found]}, seconds {[round(s) for _, s in found]}")
     print(f"  resolved {[r.resolved for r, _ in found]}")
+    if options.hinted:
+        for name, group in (("plain", found[0::2]), ("from a capacity", found[1::2])):
+            if group:
+                print(
+                    f"  {name}: windows {spread([len(r.points) for r, _ in group])}, seconds "
+                    f"{spread([s for _, s in group])}, capacity "
+                    f"{spread([r.capacity_req_per_s for r, _ in group])}"
+                )
     if not scan:
         return
     ordered = sorted(scan, key=lambda p: p.rate_req_per_s)
@@ -243,6 +262,7 @@ def study_costs(spec: StudySpec, options: argparse.Namespace, work: Path) -> Non
                         "capacity_windows", 1.0 if "time_window_s" in attrs else 0
                     ),
                     "capacity": attrs.get("capacity_req_per_s"),
+                    "start": attrs.get("capacity_start_req_per_s"),
                     "trial_s": attrs.get("time_trial_s", 0.0),
                     "healthy_s": attrs.get("time_engine_healthy_s", 0.0),
                     "warmup_s": attrs.get("time_warmup_s", 0.0),
@@ -252,13 +272,15 @@ def study_costs(spec: StudySpec, options: argparse.Namespace, work: Path) -> Non
             )
     print(f"\ncapacity window {window_s:g} s; trial times in seconds")
     print(
-        f"{'mode':>9} {'trial':>5} {'seqs':>5} {'windows':>7} {'capacity':>8} {'trial':>7} "
-        f"{'start':>6} {'warmup':>6} {'measure':>7} {'sending':>7}"
+        f"{'mode':>9} {'trial':>5} {'seqs':>5} {'windows':>7} {'from':>7} {'capacity':>8} "
+        f"{'trial':>7} {'start':>6} {'warmup':>6} {'measure':>7} {'sending':>7}"
     )
     for r in rows:
         capacity = "" if r["capacity"] is None else f"{r['capacity']:.3f}"
+        start = "" if r["start"] is None else f"{r['start']:.3f}"
         print(
-            f"{r['mode']:>9} {r['trial']:>5} {r['seqs']!s:>5} {r['windows']:>7.0f} {capacity:>8} "
+            f"{r['mode']:>9} {r['trial']:>5} {r['seqs']!s:>5} {r['windows']:>7.0f} {start:>7} "
+            f"{capacity:>8} "
             f"{r['trial_s']:7.1f} {r['healthy_s']:6.1f} {r['warmup_s']:6.1f} "
             f"{r['window_s']:7.1f} {r['sending_s']:7.1f}"
         )
@@ -286,6 +308,12 @@ def main() -> None:
         "--window-s", type=float, default=15.0, help="part 1's capacity window (seconds a rate)"
     )
     parser.add_argument("--searches", type=int, default=3, help="part 1's searches")
+    parser.add_argument(
+        "--hinted",
+        action="store_true",
+        help="part 1's searches 2, 4, ... start from the capacity of the search before (as a "
+        "re-measurement in a study does)",
+    )
     parser.add_argument("--grid-step", type=float, default=0.1, help="relative step of the scan")
     parser.add_argument("--grid-low", type=float, default=0.5, help="x the first capacity")
     parser.add_argument("--grid-high", type=float, default=2.0, help="x the first capacity")

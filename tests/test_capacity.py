@@ -23,24 +23,29 @@ import optuna
 import pytest
 import yaml
 from conftest import REPO, SHIPPED_TRACE, run_tuner, write_small_trace, write_spec
+from optuna.distributions import FloatDistribution, IntDistribution
+from optuna.trial import TrialState
 
 from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
 from tuner.cli.main import main
 from tuner.errors import InputError
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest
+from tuner.study.attrs import ARGS_ATTR
 from tuner.study.capacity import (
     CAPACITY_ATTR,
     CAPACITY_FAILED,
     POINTS_ATTR,
     CapacitySettings,
+    StartHint,
     capacity_score,
     lost_slos,
     measure_capacity,
     measure_rate,
+    start_hint,
 )
 from tuner.study.confirm import CONFIRMS_ATTR
-from tuner.study.rates import RatePoint, search_capacity
+from tuner.study.rates import RatePoint, hinted_step, search_capacity
 from tuner.study.search import open_study, run_study
 from tuner.study.spec import parse_spec
 from tuner.study.trial import Objective, TrialOutcome, TrialSetup
@@ -94,6 +99,77 @@ def test_the_search_stops_at_its_window_limit_and_floor():
     assert found.capacity_req_per_s == 0.0 and not found.resolved
     assert calls == [1.0, 0.5, 0.25]
     assert "floor" in found.why_stopped
+
+
+@pytest.mark.parametrize("ratio", [0.83, 0.9, 1.0, 1.1, 1.2])
+def test_a_re_measurement_near_its_own_capacity_takes_three_windows(ratio):
+    """From the configuration's own capacity, a capacity within 21 % of it (one configuration
+    measured twice differs by 10 to 20 %) is resolved in 3 windows; doubling from there takes 5."""
+    calls: list[float] = []
+    step = hinted_step(0.1)
+    found = search_capacity(threshold(10.0 * ratio, calls), 10.0, 0.1, first_step=step)
+    assert found.resolved and len(calls) == 3
+    assert found.capacity_req_per_s <= 10.0 * ratio < found.capacity_req_per_s * 1.1
+    doubling = search_capacity(threshold(10.0 * ratio, []), 10.0, 0.1)
+    assert len(doubling.points) == 5
+
+
+@pytest.mark.parametrize("true_req_per_s", [0.37, 1.0, 2.0, 3.3, 5.9, 9.9, 41.0])
+@pytest.mark.parametrize("resolution", [0.05, 0.1, 0.25])
+def test_a_hinted_search_far_off_still_lands_and_costs_at_most_two_windows_more(
+    true_req_per_s, resolution
+):
+    calls: list[float] = []
+    step = hinted_step(resolution)
+    found = search_capacity(threshold(true_req_per_s, calls), 3.0, resolution, 30, first_step=step)
+    assert found.resolved
+    assert found.capacity_req_per_s <= true_req_per_s
+    assert found.capacity_req_per_s * (1 + resolution) >= true_req_per_s
+    doubling = search_capacity(threshold(true_req_per_s, []), 3.0, resolution, 30)
+    assert len(calls) <= len(doubling.points) + (3 if resolution < 0.1 else 2)
+
+
+def _trial(params: dict, capacity: float, state=TrialState.COMPLETE):
+    """A finished trial of a capacity study with searched ``params``, as the study stores it."""
+    dists = {
+        "max-num-seqs": IntDistribution(1, 1024, log=True),
+        "gpu-memory-utilization": FloatDistribution(0.3, 0.95, step=0.05),
+    }
+    return optuna.trial.create_trial(
+        params=params,
+        distributions={k: dists[k] for k in params},
+        value=None if state != TrialState.COMPLETE else capacity,
+        state=state,
+        user_attrs={ARGS_ATTR: {"load-format": "dummy", **params}, CAPACITY_ATTR: capacity},
+    )
+
+
+def test_a_trial_starts_from_its_own_capacity_else_its_nearest_neighbours():
+    small = {"max-num-seqs": 16, "gpu-memory-utilization": 0.3}
+    large = {"max-num-seqs": 512, "gpu-memory-utilization": 0.9}
+    trials = [
+        _trial({}, 100.0),  # the baseline: vLLM's defaults
+        _trial(small, 10.0),
+        _trial(small, 14.0),
+        _trial(small, 12.0),
+        _trial(large, 90.0),
+        _trial(large, 0.0),  # met no rate: says nothing of where to start
+        _trial({"max-num-seqs": 64, "gpu-memory-utilization": 0.9}, 50.0, TrialState.FAIL),
+    ]
+
+    def hint(params):
+        return start_hint(trials, {"load-format": "dummy", **params}, params)
+
+    assert hint({}) == StartHint(100.0, repeat=True)
+    assert hint(small) == StartHint(12.0, repeat=True)  # the median of its three
+    assert hint(large) == StartHint(90.0, repeat=True)
+    # Nearest on the log scale of max-num-seqs: 128 is nearer 512 than 16; the failed 64 is no
+    # neighbour.
+    assert hint({"max-num-seqs": 128, "gpu-memory-utilization": 0.9}) == StartHint(90.0, False)
+    assert hint({"max-num-seqs": 24, "gpu-memory-utilization": 0.35}) == StartHint(12.0, False)
+    # No measured trial searched just these dimensions (the baseline searched none).
+    assert hint({"max-num-seqs": 24}) is None
+    assert start_hint(trials[5:], {"load-format": "dummy", **large}, large) is None
 
 
 # --- the window at a rate ----------------------------------------------------------------
@@ -321,6 +397,12 @@ def test_a_capacity_study_ranks_configurations_by_the_load_they_carry(tmp_path):
         assert all("ttft_p95_s" in p for p in points)
         by_seqs[attrs["engine_args"].get("max-num-seqs")] = attrs[CAPACITY_ATTR]
     assert by_seqs[16] > by_seqs[1], (by_seqs, done.stdout)
+    for trial in trials:
+        original = trials[trial.user_attrs.get(CONFIRMS_ATTR, trial.number)]
+        if original is not trial and original.value:
+            # A re-measurement's search starts at the capacity its configuration measured.
+            start = trial.user_attrs["capacity_start_req_per_s"]
+            assert start == pytest.approx(original.value), (trial.number, start, original.value)
     assert by_seqs[16] > 0, done.stdout
     header = (tmp_path / "configs" / "cap.yaml").read_text()
     line = r"^# capacity: [\d.]+ req/s \([\d.]+x the trace's peak rate; baseline [\d.]+ req/s\)$"
@@ -425,6 +507,43 @@ def test_only_failed_engines_write_nothing(tmp_path, cpu_model, capsys):
     args = scripted_capacity_study(tmp_path, cpu_model, [failed, failed])
     assert main(args) == EXIT_FAILED
     assert not (tmp_path / "configs" / "cap.yaml").exists()
+
+
+def test_each_trial_starts_its_search_from_what_the_study_measured(tmp_path):
+    """The baseline and a first searched trial start from the window's rate; a later trial from
+    its nearest neighbour's capacity; a re-measurement (as the confirm step queues it) from its
+    own, with the small first step."""
+    spec = parse_spec(
+        {
+            "model": "m",
+            "dummy_model": None,
+            "search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 32}},
+            "slos": {"ttft_p95_s": 2.0},
+            "objective": {"ttft_p95_s": 1.0},
+            "objective_mode": "capacity",
+        }
+    )
+    started: list[tuple[float, float]] = []
+    capacities = iter([5.0, 8.0, 3.0, 7.5])
+
+    def runner(args, setup, workdir, should_stop=None) -> TrialOutcome:
+        started.append((setup.capacity.start_req_per_s, setup.capacity.first_step))
+        return dataclasses.replace(capacity_outcome(next(capacities)), engine_args=args)
+
+    window = [Request(i * 0.5, 10, 10) for i in range(8)]  # 2 req/s
+    setup = TrialSetup(
+        model=spec.model,
+        requests=(),
+        replay=ReplaySettings(model="m", vocab_size=100),
+        objective=Objective(spec.slos, spec.weights),
+        capacity=CapacitySettings(requests=window, period_s=4.0, resolution=0.1),
+    )
+    study = open_study("cap", f"sqlite:///{tmp_path / 'study.db'}", 0, capacity=True)
+    run_study(study, spec, setup, tmp_path / "runs", 3, runner=runner)
+    assert started == [(2.0, 2.0), (2.0, 2.0), (8.0, 2.0)]
+    study.enqueue_trial(dict(study.trials[1].params), user_attrs={CONFIRMS_ATTR: 1})
+    run_study(study, spec, setup, tmp_path / "runs", 1, runner=runner)
+    assert started[3] == (8.0, hinted_step(0.1))
 
 
 def test_a_latency_study_is_not_resumed_as_a_capacity_one(tmp_path):

@@ -146,7 +146,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = capacity_settings(spec, replay)
     if settings is not None:
         print(
-            f"capacity search: from {settings.start_req_per_s:.3g} req/s (the window's rate), "
+            f"capacity search: from {settings.window_req_per_s:.3g} req/s (the window's rate; "
+            "a later trial from the capacity of the same or the nearest configuration), "
             f"{settings.window_s:g} s a rate, to within {settings.resolution:.0%}, at most "
             f"{settings.max_windows} rates a trial"
         )

@@ -7,7 +7,9 @@ the server to be idle, resets vLLM's prefix cache where the server allows it, an
 window time-scaled to that rate for ``CapacitySettings.window_s`` seconds. Each window draws
 its prompts from its own seed, so no window reuses another's prompts from the prefix cache.
 ``measure_rate`` is one such rate alone, for a caller that picks its own rates (a brute-force
-scan, as ``benchmarks/capacity.py`` does to check the search).
+scan, as ``benchmarks/capacity.py`` does to check the search). ``start_hint`` says where a
+trial's search starts: from a capacity the study already measured for the same configuration
+or its nearest neighbour, rather than the window's rate.
 
 A rate is stopped early once its SLOs are lost for certain: more of the window's requests
 have already waited past a TTFT or end-to-end SLO (a request still waiting counting with its
@@ -17,20 +19,26 @@ wait so far, which only grows) than the percentile lets through.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import httpx
+from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner.load.health import CLIENT_TOLERANCE_S, client_behind
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, parse_scrape, provisional
 from tuner.load.spread import replay
 from tuner.load.window import client_figures, replay_figures
-from tuner.study.rates import CapacityFound, RatePoint, search_capacity
+from tuner.study.attrs import ARGS_ATTR
+from tuner.study.rates import GROWTH, CapacityFound, RatePoint, hinted_step, search_capacity
 from tuner.study.scoring import Score, score
 from tuner.traces.model import Request
 from tuner.traces.workload import at_rate
@@ -55,6 +63,15 @@ NO_RATE = "no_rate_met_slos"
 
 
 @dataclass(frozen=True)
+class StartHint:
+    """A capacity measured earlier in the study, where a trial's search starts: the same
+    configuration's (``repeat``: a re-measurement) or its nearest neighbour's."""
+
+    req_per_s: float
+    repeat: bool
+
+
+@dataclass(frozen=True)
 class CapacitySettings:
     """How a capacity trial searches: the window's requests and the seconds they span as
     replayed (``period_s``), the seconds each rate is replayed for, the relative resolution,
@@ -66,11 +83,25 @@ class CapacitySettings:
     resolution: float = 0.1
     max_windows: int = 10
     client_tolerance_s: float = CLIENT_TOLERANCE_S
+    # A capacity already measured in the study (``start_hint``): where the search starts
+    # instead of the window's rate.
+    hint: StartHint | None = None
+
+    @property
+    def window_req_per_s(self) -> float:
+        """The trace window's own rate, as the spec replays it."""
+        return len(self.requests) / self.period_s
 
     @property
     def start_req_per_s(self) -> float:
-        """The trace window's own rate, as the spec replays it: where the search starts."""
-        return len(self.requests) / self.period_s
+        """Where the search starts: the hint, else the window's rate."""
+        return self.hint.req_per_s if self.hint is not None else self.window_req_per_s
+
+    @property
+    def first_step(self) -> float:
+        """The bracket's first step: small from the configuration's own capacity (measured again
+        it differs by 10 to 20 %), a doubling from a neighbour's or the window's rate."""
+        return hinted_step(self.resolution) if self.hint and self.hint.repeat else GROWTH
 
     @property
     def floor_req_per_s(self) -> float:
@@ -232,6 +263,7 @@ def measure_capacity(
         settings.resolution,
         settings.max_windows,
         settings.floor_req_per_s,
+        first_step=settings.first_step,
     )
 
 
@@ -243,3 +275,56 @@ def _point_figures(
     out["started_idle"] = float(idle)
     out["prefix_cache_reset"] = float(reset)
     return out
+
+
+# --- where a trial's search starts ----------------------------------------------------------
+
+
+def start_hint(
+    trials: Sequence[FrozenTrial], args: Mapping[str, Any], params: Mapping[str, Any]
+) -> StartHint | None:
+    """Where the capacity search of a trial with engine arguments ``args`` (its searched values
+    ``params``) starts: the median capacity of earlier measurements of the same arguments (a
+    re-measurement); else the median capacity of the measured trials nearest in the searched
+    space, each dimension scaled to its range (log where the dimension is); None where no trial
+    with the same dimensions measured a capacity above 0."""
+    measured = [
+        t
+        for t in trials
+        if t.state == TrialState.COMPLETE and float(t.user_attrs.get(CAPACITY_ATTR) or 0) > 0
+    ]
+    wanted = json.loads(json.dumps(dict(args)))
+    same = [
+        float(t.user_attrs[CAPACITY_ATTR])
+        for t in measured
+        if t.user_attrs.get(ARGS_ATTR) == wanted
+    ]
+    if same:
+        return StartHint(float(statistics.median(same)), repeat=True)
+    near = [
+        (_distance(params, t.params, t.distributions), float(t.user_attrs[CAPACITY_ATTR]))
+        for t in measured
+        if params and set(t.params) == set(params)
+    ]
+    if not near:
+        return None
+    closest = min(d for d, _ in near)
+    return StartHint(float(statistics.median(c for d, c in near if d == closest)), repeat=False)
+
+
+def _distance(
+    a: Mapping[str, Any], b: Mapping[str, Any], distributions: Mapping[str, BaseDistribution]
+) -> float:
+    """Euclidean distance of two points of the searched space, each dimension scaled to 0..1."""
+    total = 0.0
+    for name, value in a.items():
+        dist = distributions[name]
+        if isinstance(dist, CategoricalDistribution):
+            total += 0.0 if value == b[name] else 1.0
+            continue
+        low, high, x, y = dist.low, dist.high, value, b[name]  # type: ignore[attr-defined]
+        if dist.log:  # type: ignore[attr-defined]
+            low, high, x, y = (math.log(v) for v in (low, high, x, y))
+        if high > low:
+            total += ((x - y) / (high - low)) ** 2
+    return math.sqrt(total)

@@ -2,9 +2,16 @@
 
 Pure: ``search_capacity`` is handed ``measure``, which replays the window at a rate and says
 whether it passed, and decides which rates to try. It brackets from a starting rate (the
-trace's own), growing or shrinking it geometrically until one rate passes and one fails, then
-bisects (geometrically) until the two are within the requested relative resolution. The
-capacity is the highest rate that passed; 0 if none did down to ``floor_req_per_s``.
+trace's own, or a capacity already measured in the study), growing or shrinking it geometrically
+until one rate passes and one fails, then bisects (geometrically) until the two are within the
+requested relative resolution. The capacity is the highest rate that passed; 0 if none did down
+to ``floor_req_per_s``.
+
+The bracket doubles or halves at each window, except from the configuration's own capacity
+measured before (a re-measurement): there the first step is small (``hinted_step``: two
+resolutions) and each further step squares the last, up to a doubling. At a resolution of 10 %
+a capacity within 21 % of that start is then resolved in 3 windows instead of 5; one further
+off costs at most 2 windows more than doubling from the same start would.
 """
 
 from __future__ import annotations
@@ -17,8 +24,14 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-# How much the bracket grows or shrinks the rate per window.
+# How much the bracket grows or shrinks the rate per window, at most.
 GROWTH = 2.0
+
+
+def hinted_step(resolution: float) -> float:
+    """The bracket's first step from a measured capacity: two resolutions, so that a pass there
+    and a fail one step away leave one bisection (at most a doubling)."""
+    return min((1.0 + resolution) ** 2, GROWTH)
 
 
 @dataclass(frozen=True)
@@ -82,15 +95,22 @@ def search_capacity(
     max_windows: int = 10,
     floor_req_per_s: float = 0.0,
     ceiling_req_per_s: float = math.inf,
+    first_step: float = GROWTH,
 ) -> CapacityFound:
     """Bracket from ``start_req_per_s``, then bisect to ``resolution`` (0.1: the passing and the
     failing rate within 10 % of each other); at most ``max_windows`` calls of ``measure``.
 
+    The bracket's first step is ``first_step`` (a factor above 1); each further step squares the
+    last one, up to ``GROWTH``.
+
     Below ``floor_req_per_s`` (a window too sparse to judge) the search stops with capacity 0;
     above ``ceiling_req_per_s`` (what the client can send) with the ceiling passed, unresolved.
     """
-    if start_req_per_s <= 0 or resolution <= 0 or max_windows < 1:
-        raise ValueError("search_capacity needs a positive start rate and resolution, 1+ windows")
+    if start_req_per_s <= 0 or resolution <= 0 or max_windows < 1 or first_step <= 1:
+        raise ValueError(
+            "search_capacity needs a positive start rate and resolution, 1+ windows and a "
+            "first step above 1"
+        )
     points: list[RatePoint] = []
 
     def at(rate: float) -> RatePoint:
@@ -114,12 +134,13 @@ def search_capacity(
         rate = min(start_req_per_s, ceiling_req_per_s)
         first = at(rate)
         lo, hi = (rate, math.inf) if first.passed else (0.0, rate)
+        step = min(first_step, GROWTH)
         # Bracket: grow while passing, shrink while failing.
         while math.isinf(hi) or lo == 0.0:
             if len(points) >= max_windows:
                 return found(False, f"window limit ({max_windows}) reached while bracketing")
             if math.isinf(hi):
-                rate = lo * GROWTH
+                rate = lo * step
                 if rate > ceiling_req_per_s:
                     if lo >= ceiling_req_per_s:
                         return found(False, f"passed at the ceiling {ceiling_req_per_s:g} req/s")
@@ -129,13 +150,14 @@ def search_capacity(
                 else:
                     hi = rate
             else:
-                rate = hi / GROWTH
+                rate = hi / step
                 if rate < floor_req_per_s:
                     return found(False, f"failed down to the floor {floor_req_per_s:g} req/s")
                 if at(rate).passed:
                     lo = rate
                 else:
                     hi = rate
+            step = min(step * step, GROWTH)
         # Bisect on a log scale: the resolution is relative.
         while hi / lo > 1.0 + resolution:
             if len(points) >= max_windows:

@@ -12,7 +12,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from tuner.study.attrs import (
     LOG_ATTR,
     REASON_ATTR,
 )
-from tuner.study.capacity import CAPACITY_ATTR, POINTS_ATTR
+from tuner.study.capacity import CAPACITY_ATTR, POINTS_ATTR, start_hint
 from tuner.study.picks import best_trial
 from tuner.study.spec import Dimension, StudySpec
 from tuner.study.storage import (
@@ -299,9 +299,15 @@ def measure(
             trial.set_user_attr(key, value)
         if how.on_start is not None:
             how.on_start(trial.number, args)
+        setup = how.setup
+        if setup.capacity is not None:
+            # Start the search where this configuration, or its nearest neighbour, already
+            # measured its capacity: fewer windows than from the trace's rate.
+            hint = start_hint(study.get_trials(deepcopy=False), args, trial.params)
+            setup = replace(setup, capacity=replace(setup.capacity, hint=hint))
         outcome = how.runner(
             args,
-            how.setup,
+            setup,
             how.run_dir / f"trial-{trial.number:04d}",
             should_stop=_should_stop(trial, prunable),
         )

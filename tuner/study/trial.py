@@ -193,6 +193,8 @@ def _capacity_outcome(
     metrics[CAPACITY_ATTR] = found.capacity_req_per_s
     metrics["capacity_resolved"] = float(found.resolved)
     metrics["capacity_windows"] = float(len(found.points))
+    if found.points:  # a hint (tuner.study.capacity.start_hint) or the window's rate
+        metrics["capacity_start_req_per_s"] = found.points[0].rate_req_per_s
     reason = None if found.capacity_req_per_s > 0 else f"no rate met the SLOs: {found.why_stopped}"
     log_tail = ""
     if crashed:
