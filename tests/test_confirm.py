@@ -67,8 +67,15 @@ class Scripted:
         return TrialOutcome(args, scored, metrics, {})
 
 
-def run_scripted(tmp_path: Path, model: Path, scripted: Scripted, top_k: int, repeats: int):
-    raw = spec_dict(model)
+def run_scripted(
+    tmp_path: Path,
+    model: Path,
+    scripted: Scripted,
+    top_k: int,
+    repeats: int,
+    candidates: bool = False,
+):
+    raw = spec_dict(model, confirm_candidates=candidates)
     spec = parse_spec(raw)
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     setup = TrialSetup(
@@ -80,7 +87,7 @@ def run_scripted(tmp_path: Path, model: Path, scripted: Scripted, top_k: int, re
     study = open_study("s", storage, 0)
     run_study(study, spec, setup, tmp_path / "runs", 3, runner=scripted, measured_on={})
     how = Measuring(setup, tmp_path / "runs", runner=scripted)
-    ran = confirm(study, how, top_k, repeats)
+    ran = confirm(study, how, top_k, repeats, candidates=candidates)
     trace = tmp_path / "trace.csv"
     write_small_trace(trace)
     args = [
@@ -208,3 +215,40 @@ def test_a_leader_that_falls_back_hands_its_turns_to_the_next(tmp_path, cpu_mode
     assert main(args) == 0
     header = (tmp_path / "configs" / "s.yaml").read_text()
     assert "# within noise of vLLM's defaults" in header
+
+
+def test_the_spec_candidates_are_re_measured_and_held_against_the_winner(
+    tmp_path, cpu_model, capsys
+):
+    # The hand-tuned configuration of a GPU study is a candidate: with confirm_candidates it is
+    # re-measured in the turns too, and the verdict holds the winner against its spread.
+    scripted = Scripted({None: [1.0, 1.05, 0.98], 4: [0.9, 0.85, 0.95], 8: [0.5, 0.55, 0.52]})
+    study, ran, args = run_scripted(tmp_path, cpu_model, scripted, 1, 2, candidates=True)
+    # The top one (8, a candidate itself), the baseline, then candidate 4, in turns.
+    assert scripted.order == [None, 4, 8, 8, None, 4, 8, None, 4] and ran == 6
+    result = confirmed_winner(study)
+    assert result is not None and result.winner.number == 2
+    assert [g.number for g in result.candidates] == [1, 2]
+    assert main(args) == 0
+    header = (tmp_path / "configs" / "s.yaml").read_text()
+    assert "# candidate trial 1: score median 0.9 of 3 (0.85 to 0.95; trials 1, 5, 8)" in header
+    assert "# beats candidate trial 1 beyond the measured spread" in header
+    assert "candidate trial 2" not in header  # the winner itself
+    assert "beats candidate trial 1" in capsys.readouterr().out
+
+
+def test_a_candidate_inside_the_winner_s_spread_is_called_noise(tmp_path, cpu_model):
+    scripted = Scripted({None: [1.0, 1.05, 0.98], 4: [0.6, 0.5, 0.7], 8: [0.5, 0.65, 0.52]})
+    _, _, args = run_scripted(tmp_path, cpu_model, scripted, 1, 2, candidates=True)
+    assert main(args) == 0
+    header = (tmp_path / "configs" / "s.yaml").read_text()
+    assert "# winner trial 2: score median 0.52 of 3" in header
+    assert "# within noise of candidate trial 1" in header
+
+
+def test_without_the_option_candidates_are_not_re_measured(tmp_path, cpu_model):
+    scripted = Scripted({None: [1.0, 1.05, 0.98], 4: [0.9], 8: [0.5, 0.55, 0.52]})
+    _, ran, args = run_scripted(tmp_path, cpu_model, scripted, 1, 2)
+    assert scripted.order == [None, 4, 8, 8, None, 8, None] and ran == 4
+    assert main(args) == 0
+    assert "candidate trial" not in (tmp_path / "configs" / "s.yaml").read_text()

@@ -92,6 +92,8 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"candidates": [["max-num-seqs"]]}, "candidates[0]"),
     ({"candidates": [{"max_num_seqs": 4, "max-num-seqs": 8}]}, "candidates[0]"),
     ({"candidates": [{"port": 8000}]}, "port"),
+    ({"confirm_candidates": "yes"}, "confirm_candidates"),
+    ({"confirm_candidates": 1}, "confirm_candidates"),
 ]
 
 

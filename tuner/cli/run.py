@@ -248,8 +248,9 @@ def _run_trials(
         if ran < n_trials:
             print(f"time budget reached: ran {ran} of {n_trials} trials")
         elif spec.confirm_top_k and spec.confirm_repeats:
+            also = " and the spec's candidates" if spec.confirm_candidates else ""
             print(
-                f"confirming: the top {spec.confirm_top_k} and the baseline, measured "
+                f"confirming: the top {spec.confirm_top_k} and the baseline{also}, measured "
                 f"{spec.confirm_repeats} more times each, in turns"
             )
             how = search.Measuring(setup, args.runs / name, machine=machine, on_start=started)
@@ -260,6 +261,7 @@ def _run_trials(
                 spec.confirm_repeats,
                 on_trial=finished,
                 deadline=deadline,
+                candidates=spec.confirm_candidates,
             )
     finally:
         # Interrupted: the line stays, showing where the trial was.

@@ -33,7 +33,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
 from tuner.load.health import CLIENT_BEHIND
-from tuner.study.attrs import ARGS_ATTR, BASELINE_ATTR, FEASIBLE_ATTR
+from tuner.study.attrs import ARGS_ATTR, BASELINE_ATTR, CANDIDATE_ATTR, FEASIBLE_ATTR
 from tuner.study.picks import served
 from tuner.study.search import Measuring, measure
 
@@ -130,10 +130,12 @@ def groups(study: optuna.Study) -> list[Group]:
 
 @dataclass(frozen=True)
 class Confirmed:
-    """The confirmed winner, the baseline's group, and whether the winner beats it beyond noise."""
+    """The confirmed winner, the baseline's group, and whether the winner beats it beyond noise;
+    the spec's candidates' groups, held against the winner where they were re-measured."""
 
     winner: Group
     baseline: Group | None
+    candidates: tuple[Group, ...] = ()
 
     @property
     def is_baseline(self) -> bool:
@@ -154,28 +156,32 @@ class Confirmed:
         return not (self.confirmed and self.winner.beats(self.baseline))
 
 
-def _ranked(study: optuna.Study) -> tuple[list[Group], Group | None]:
-    """The feasible configurations, best median first, and the baseline's group (if served)."""
+def _ranked(study: optuna.Study) -> tuple[list[Group], Group | None, list[Group]]:
+    """The feasible configurations, best median first, the baseline's group (if served) and the
+    spec's candidates' groups (those served)."""
     all_groups = groups(study)
     ranked = sorted((g for g in all_groups if g.feasible), key=Group.key)
     baseline = next((g for g in all_groups if g.first.user_attrs.get(BASELINE_ATTR)), None)
-    return ranked, baseline
+    candidates = [g for g in all_groups if CANDIDATE_ATTR in g.first.user_attrs]
+    return ranked, baseline, candidates
 
 
 def confirmed_winner(study: optuna.Study) -> Confirmed | None:
     """The feasible configuration with the best median, or None if none is feasible."""
-    ranked, baseline = _ranked(study)
-    return Confirmed(ranked[0], baseline) if ranked else None
+    ranked, baseline, candidates = _ranked(study)
+    return Confirmed(ranked[0], baseline, tuple(candidates)) if ranked else None
 
 
-def to_confirm(study: optuna.Study, top_k: int) -> list[Group]:
-    """The top ``top_k`` feasible configurations by median, then the baseline if not among them."""
+def to_confirm(study: optuna.Study, top_k: int, candidates: bool = False) -> list[Group]:
+    """The top ``top_k`` feasible configurations by median, then the baseline if not among them,
+    then (``candidates``) the spec's candidates not among them."""
     if top_k <= 0:
         return []
-    ranked, baseline = _ranked(study)
+    ranked, baseline, spec_candidates = _ranked(study)
     top = ranked[:top_k]
-    if baseline is not None and all(g.number != baseline.number for g in top):
-        top.append(baseline)
+    for extra in [baseline, *(spec_candidates if candidates else [])]:
+        if extra is not None and all(g.number != extra.number for g in top):
+            top.append(extra)
     return top
 
 
@@ -214,6 +220,20 @@ def summary(result: Confirmed) -> list[str]:
         )
     else:
         lines.append("beats vLLM's defaults beyond the measured spread (in every measurement)")
+    return lines + _against_candidates(result)
+
+
+def _against_candidates(result: Confirmed) -> list[str]:
+    """The re-measured candidates (``confirm_candidates``) against the winner."""
+    lines = []
+    for group in result.candidates:
+        if len(group.values) < 2 or group.number == result.winner.number:
+            continue
+        lines.append(describe(group, "candidate"))
+        if len(result.winner.values) > 1 and result.winner.beats(group):
+            lines.append(f"beats candidate trial {group.number} beyond the measured spread")
+        else:
+            lines.append(f"within noise of candidate trial {group.number}")
     return lines
 
 
@@ -227,28 +247,31 @@ def confirm(
     repeats: int,
     on_trial: OnTrial | None = None,
     deadline: float | None = None,
+    candidates: bool = False,
 ) -> int:
-    """Re-measure the top ``top_k`` configurations and the baseline until each has ``repeats``
-    measurements beyond its first, in turns; return how many trials ran.
+    """Re-measure the top ``top_k`` configurations and the baseline (and, with ``candidates``,
+    the spec's candidates) until each has ``repeats`` measurements beyond its first, in turns;
+    return how many trials ran.
 
     The top is taken again after every turn: a leader whose re-measurements pull its median
     down gives way, and the configuration that overtakes it is measured in its turn too (on
     the demo, the baseline led by one measurement, fell behind on two more, and the winner was
     left measured once). Each turn measures the configurations with the fewest measurements,
     best first. Configurations measured enough already (an earlier run's confirmation) are
-    not measured again; at most ``repeats * (2 * top_k + 2)`` trials run; with a
+    not measured again; at most ``repeats * (2 * top_k + 2 + candidates)`` trials run; with a
     ``deadline``, none starts that would end after it.
     """
     if top_k <= 0 or repeats <= 0:
         return 0
-    limit = repeats * (2 * top_k + 2)
+    extra = len(_ranked(study)[2]) if candidates else 0
+    limit = repeats * (2 * top_k + 2 + extra)
     ran = 0
     longest_s = 0.0
     while ran < limit:
         # Measurements taken, not only those in the median: a configuration whose client fell
         # behind on every re-measurement would otherwise be measured until the time ran out
         # (the H100 study of session 9 re-measured its baseline six times).
-        short = [g for g in to_confirm(study, top_k) if g.measured < 1 + repeats]
+        short = [g for g in to_confirm(study, top_k, candidates) if g.measured < 1 + repeats]
         if not short:
             break
         fewest = min(g.measured for g in short)

@@ -87,6 +87,8 @@ class StudySpec:
     # times each (tuner.study.confirm); 0 for either turns it off.
     confirm_top_k: int = 2
     confirm_repeats: int = 2
+    # The spec's candidates (a hand-tuned configuration) re-measured with them, for the verdict.
+    confirm_candidates: bool = False
     # Client processes the replay is spread over ("auto": as many as the window's peak needs,
     # tuner.load.spread.procs_for), and how far behind tuner's client may fall before a window's
     # figures are not used to rank (tuner.load.health).
@@ -129,6 +131,7 @@ DEFAULT_SPEC: dict[str, Any] = {
     "capacity_max_windows": 10,
     "confirm_top_k": 2,
     "confirm_repeats": 2,
+    "confirm_candidates": False,
     "client_procs": AUTO,
     "client_tolerance_s": 0.005,
     "stall_timeout_s": 300.0,
@@ -269,6 +272,8 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         key: _whole(path, key, merged[key], 0, MOST_REPEATS)
         for key in ("confirm_top_k", "confirm_repeats")
     }
+    if not isinstance(merged["confirm_candidates"], bool):
+        raise SpecError(path, "confirm_candidates", "must be true or false")
     client_procs = merged["client_procs"]
     if client_procs != AUTO:
         client_procs = _whole(path, "client_procs", client_procs, 1, 1024)
@@ -306,6 +311,7 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         ),
         stall_timeout_s=_number(path, "stall_timeout_s", merged["stall_timeout_s"], most=MOST_S),
         **confirm,
+        confirm_candidates=merged["confirm_candidates"],
     )
 
 
