@@ -14,7 +14,7 @@ from typing import Any
 
 import optuna
 import pytest
-from conftest import write_small_trace, write_spec
+from conftest import cpu_spec, run_tuner, write_small_trace, write_spec
 
 from tuner.cli.main import main
 from tuner.load.health import CLIENT_BEHIND
@@ -252,3 +252,28 @@ def test_without_the_option_candidates_are_not_re_measured(tmp_path, cpu_model):
     assert scripted.order == [None, 4, 8, 8, None, 8, None] and ran == 4
     assert main(args) == 0
     assert "candidate trial" not in (tmp_path / "configs" / "s.yaml").read_text()
+
+
+def test_confirm_only_finishes_a_confirmation_and_adds_no_trial(tmp_path, cpu_model, stand_in_vllm):
+    """A run cut short before its confirmation (a device lease running out) is finished by
+    ``tuner run --confirm-only`` on the same study: the top one and the baseline re-measured,
+    no searched trial added; run again, it has nothing left to do."""
+    spec = cpu_spec(cpu_model, window_s=2, time_scale=1, n_trials=2)
+    write_spec(tmp_path / "spec.yaml", spec)
+    trace = write_small_trace(tmp_path / "trace.csv")
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    args = ["run", "--trace", trace, "--study", "s", "--spec", tmp_path / "spec.yaml"]
+    args += ["--storage", storage]
+    done = run_tuner(*args, cwd=tmp_path, env=stand_in_vllm, timeout_s=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "confirming" not in done.stdout  # confirm_top_k 0: as if cut short
+    write_spec(tmp_path / "spec.yaml", spec | {"confirm_top_k": 1, "confirm_repeats": 1})
+    done = run_tuner(*args, "--confirm-only", cwd=tmp_path, env=stand_in_vllm, timeout_s=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "adding 0" in done.stdout and "confirming: the top 1 and the baseline" in done.stdout
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    repeats = sorted(t.user_attrs[CONFIRMS_ATTR] for t in trials if CONFIRMS_ATTR in t.user_attrs)
+    assert len(trials) == 2 + len(repeats) and 0 in repeats and len(repeats) <= 2, repeats
+    done = run_tuner(*args, "--confirm-only", cwd=tmp_path, env=stand_in_vllm, timeout_s=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(optuna.load_study(study_name="s", storage=storage).trials) == len(trials)

@@ -28,6 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--n-trials", type=trial_count, help="trials to add in this run (default: spec)"
     )
+    run.add_argument(
+        "--confirm-only",
+        action="store_true",
+        help="add no trial: only finish re-measuring the winner and the baseline where an "
+        "earlier run's confirmation was cut short (its time budget)",
+    )
     run.add_argument("--storage", help="Optuna storage URL (default: sqlite:///studies/NAME.db)")
     run.add_argument(
         "--time-budget-s",

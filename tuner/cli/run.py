@@ -118,8 +118,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"trace {args.trace}: {len(trace)} requests over {trace.span_s:.0f} s")
     spec = load_study_spec(args, name, trace)
     n_trials = spec.n_trials if args.n_trials is None else args.n_trials
+    if args.confirm_only:
+        n_trials = 0
     check_writable(args.configs, "--configs")
-    if n_trials:
+    if n_trials or args.confirm_only:
         check_writable(args.runs, "--runs")
         check_engine_arguments(spec, spec_path(args, name))
     if args.objective is not None:
@@ -165,11 +167,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     for orphan in fail_orphans(study):
         print(f"trial {orphan.number}: its tuner is gone (killed or crashed); marked failed")
     # Asked once a run, and only to add trials: a report may be written on another machine.
-    machine = fingerprint.measured_on() if n_trials else {}
+    measures = bool(n_trials or args.confirm_only)
+    machine = fingerprint.measured_on() if measures else {}
     workload = {"trace_sha256": sha, "window_s": window_s, "time_scale": time_scale}
     check_workload(study, fingerprint.of_study(spec, workload | replay.fingerprint, machine))
     print(f"study {name!r} in {storage}: {len(study.trials)} trials so far, adding {n_trials}")
-    if n_trials:
+    if measures:
         _run_trials(args, study, spec, name, info.vocab_size, replay, n_trials, machine)
     print(f"\ndashboard: optuna-dashboard {storage}")
     return after_run(args, name, storage, write_result(args, study, spec, name, sha, replay))
