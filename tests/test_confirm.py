@@ -246,6 +246,18 @@ def test_a_candidate_inside_the_winner_s_spread_is_called_noise(tmp_path, cpu_mo
     assert "# within noise of candidate trial 1" in header
 
 
+def test_candidates_are_held_against_a_baseline_that_wins(tmp_path, cpu_model):
+    scripted = Scripted({None: [0.5, 0.55, 0.52], 4: [0.9, 0.85, 0.95], 8: [0.7, 0.72, 0.75]})
+    _, _, args = run_scripted(tmp_path, cpu_model, scripted, 1, 2, candidates=True)
+    assert scripted.order == [None, 4, 8] * 3
+    assert main(args) == 0
+    header = (tmp_path / "configs" / "s.yaml").read_text()
+    assert "# the winner is vLLM's defaults (the baseline) themselves" in header
+    assert "# candidate trial 2: score median 0.72 of 3 (0.7 to 0.75; trials 2, 5, 8)" in header
+    assert "# beats candidate trial 1 beyond" in header
+    assert "# beats candidate trial 2 beyond" in header
+
+
 def test_without_the_option_candidates_are_not_re_measured(tmp_path, cpu_model):
     scripted = Scripted({None: [1.0, 1.05, 0.98], 4: [0.9], 8: [0.5, 0.55, 0.52]})
     _, ran, args = run_scripted(tmp_path, cpu_model, scripted, 1, 2)

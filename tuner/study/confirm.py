@@ -201,26 +201,30 @@ def describe(group: Group, label: str) -> str:
 
 def summary(result: Confirmed) -> list[str]:
     """The lines ``tuner run`` prints and the YAML header carries about the winner's margin."""
-    lines = [describe(result.winner, "winner")]
+    winner = describe(result.winner, "winner")
+    return [winner, *_against_baseline(result), *_against_candidates(result)]
+
+
+def _against_baseline(result: Confirmed) -> list[str]:
+    """The winner against vLLM's defaults: itself, not confirmed, within noise or beyond it."""
     if result.baseline is None:
-        return lines
+        return []
     if result.is_baseline:
-        return [*lines, "the winner is vLLM's defaults (the baseline) themselves"]
-    lines.append(describe(result.baseline, "baseline"))
+        return ["the winner is vLLM's defaults (the baseline) themselves"]
+    lines = [describe(result.baseline, "baseline")]
     if not result.confirmed:
         lines.append(
             "not confirmed: the winner or the baseline was measured once, so nothing says "
             "whether the lead is beyond noise (the confirmation was cut short or is off)"
         )
-        return lines
-    if result.within_noise:
+    elif result.within_noise:
         lines.append(
             "within noise of vLLM's defaults: the winner does not beat the baseline in every "
             "measurement, so its lead may be the machine's noise"
         )
     else:
         lines.append("beats vLLM's defaults beyond the measured spread (in every measurement)")
-    return lines + _against_candidates(result)
+    return lines
 
 
 def _against_candidates(result: Confirmed) -> list[str]:
