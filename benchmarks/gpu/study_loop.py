@@ -43,12 +43,11 @@ def _trials(study_name: str, storage: str) -> list[optuna.trial.FrozenTrial]:
 
 
 def _first_measurement(trial: optuna.trial.FrozenTrial) -> bool:
-    """A finished trial that is not a re-measurement, nor a duplicate dropped unmeasured."""
-    if not trial.state.is_finished() or "confirms" in trial.user_attrs:
-        return False
-    return trial.state != optuna.trial.TrialState.FAIL or "queued twice" not in str(
-        trial.user_attrs.get("reason", "")
-    )
+    """A trial that measured its configuration (completed or pruned) and is not a
+    re-measurement of the confirm step (``tuner.study.confirm.CONFIRMS_ATTR``); a trial cut off
+    by the end of a lease is FAIL and does not count."""
+    measured = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return trial.state in measured and "confirms" not in trial.user_attrs
 
 
 def main(argv: list[str] | None = None) -> int:

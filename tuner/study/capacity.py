@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
-from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.load.health import CLIENT_TOLERANCE_S, client_behind
@@ -319,12 +319,11 @@ def _distance(
     total = 0.0
     for name, value in a.items():
         dist = distributions[name]
-        if isinstance(dist, CategoricalDistribution):
+        if not isinstance(dist, IntDistribution | FloatDistribution):
             total += 0.0 if value == b[name] else 1.0
             continue
-        low, high, x, y = dist.low, dist.high, value, b[name]  # type: ignore[attr-defined]
-        if dist.log:  # type: ignore[attr-defined]
-            low, high, x, y = (math.log(v) for v in (low, high, x, y))
+        scale = math.log if dist.log else float
+        low, high, x, y = (scale(v) for v in (dist.low, dist.high, value, b[name]))
         if high > low:
             total += ((x - y) / (high - low)) ** 2
     return math.sqrt(total)

@@ -262,8 +262,8 @@ def confirm(
     the demo, the baseline led by one measurement, fell behind on two more, and the winner was
     left measured once). Each turn measures the configurations with the fewest measurements,
     best first. Configurations measured enough already (an earlier run's confirmation) are
-    not measured again; at most ``repeats * (2 * top_k + 2 + candidates)`` trials run; with a
-    ``deadline``, none starts that would end after it.
+    not measured again; at most ``repeats * (2 * top_k + 2 + C)`` trials run, C the number of
+    candidates re-measured; with a ``deadline``, none starts that would end after it.
     """
     if top_k <= 0 or repeats <= 0:
         return 0
