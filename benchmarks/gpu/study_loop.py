@@ -29,6 +29,8 @@ from typing import Any
 
 import optuna
 
+from tuner.study.confirm import CONFIRMS_ATTR
+
 # Seconds kept back from the deadline for tuner to write its result and stop its launcher.
 MARGIN_S = 20.0
 
@@ -44,10 +46,10 @@ def _trials(study_name: str, storage: str) -> list[optuna.trial.FrozenTrial]:
 
 def _first_measurement(trial: optuna.trial.FrozenTrial) -> bool:
     """A trial that measured its configuration (completed or pruned) and is not a
-    re-measurement of the confirm step (``tuner.study.confirm.CONFIRMS_ATTR``); a trial cut off
-    by the end of a lease is FAIL and does not count."""
+    re-measurement of the confirm step; a trial cut off by the end of a lease is FAIL and does
+    not count."""
     measured = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    return trial.state in measured and "confirms" not in trial.user_attrs
+    return trial.state in measured and CONFIRMS_ATTR not in trial.user_attrs
 
 
 def main(argv: list[str] | None = None) -> int:

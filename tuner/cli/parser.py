@@ -31,8 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--confirm-only",
         action="store_true",
-        help="add no trial: only finish re-measuring the winner and the baseline where an "
-        "earlier run's confirmation was cut short (its time budget)",
+        help="add no trial: only finish re-measuring the winner, the baseline (and the spec's "
+        "candidates, with confirm_candidates) where an earlier run's confirmation was cut short",
     )
     run.add_argument("--storage", help="Optuna storage URL (default: sqlite:///studies/NAME.db)")
     run.add_argument(

@@ -120,8 +120,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     n_trials = spec.n_trials if args.n_trials is None else args.n_trials
     if args.confirm_only:
         n_trials = 0
+    # Whether this run starts engines: to add trials, or to finish a confirmation.
+    measures = bool(n_trials or args.confirm_only)
     check_writable(args.configs, "--configs")
-    if n_trials or args.confirm_only:
+    if measures:
         check_writable(args.runs, "--runs")
         check_engine_arguments(spec, spec_path(args, name))
     if args.objective is not None:
@@ -167,7 +169,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     for orphan in fail_orphans(study):
         print(f"trial {orphan.number}: its tuner is gone (killed or crashed); marked failed")
     # Asked once a run, and only to add trials: a report may be written on another machine.
-    measures = bool(n_trials or args.confirm_only)
     machine = fingerprint.measured_on() if measures else {}
     workload = {"trace_sha256": sha, "window_s": window_s, "time_scale": time_scale}
     check_workload(study, fingerprint.of_study(spec, workload | replay.fingerprint, machine))
