@@ -22,7 +22,12 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.report import plots as figures
+from tuner.report.build import WRITTEN_BY
+from tuner.report.capacity import curves
 from tuner.report.data import rows_of, searched_parameters, slo_limits
+from tuner.report.rate_plot import plot_rates
+from tuner.study import picks
+from tuner.study.capacity_text import servers_for
 from tuner.study.confirm import CONFIRMS_ATTR
 
 SPACE = ("max-num-seqs", "max-num-batched-tokens", "gpu-memory-utilization")
@@ -151,6 +156,65 @@ def validation_table(docs: list[dict[str, Any]]) -> list[str]:
     return rows
 
 
+def capacity_table(trials: list[FrozenTrial], peak_req_per_s: float | None) -> list[str]:
+    """A capacity study's configurations, each with every measurement of it (the first and the
+    confirm step's re-measurements): capacities, their median and spread, and the servers the
+    trace's peak needs at the median. A capacity marked ``>=`` is a lower bound (the search
+    ended unresolved)."""
+    groups: dict[int, list[FrozenTrial]] = {}
+    for t in trials:
+        if t.state != TrialState.COMPLETE or "capacity_req_per_s" not in t.user_attrs:
+            continue
+        origin = t.user_attrs.get(CONFIRMS_ATTR)
+        groups.setdefault(origin if isinstance(origin, int) else t.number, []).append(t)
+    rows = [
+        "| configuration | max-num-seqs / max-num-batched-tokens / gpu-mem-util | trials "
+        "| capacity each, req/s | median [min-max] req/s | x peak | servers for the peak |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    ranked = sorted(
+        groups.items(),
+        key=lambda item: -statistics.median(t.user_attrs["capacity_req_per_s"] for t in item[1]),
+    )
+    for first, group in ranked:
+        values = [t.user_attrs["capacity_req_per_s"] for t in group]
+        each = ", ".join(
+            f"{'' if t.user_attrs.get('capacity_resolved') else '>='}"
+            f"{t.user_attrs['capacity_req_per_s']:.1f}"
+            if t.user_attrs.get("capacity_points")
+            else "no rate measured"
+            for t in group
+        )
+        median = statistics.median(values)
+        spread = f"{median:.1f} [{min(values):.1f}-{max(values):.1f}]"
+        times = f"{median / peak_req_per_s:.1f}" if peak_req_per_s else "n/a"
+        servers = servers_for(peak_req_per_s, median) if peak_req_per_s else None
+        rows.append(
+            f"| {kind(group[0])} (trial {first}) | {params(group[0])} "
+            f"| {', '.join(str(t.number) for t in group)} | {each} | {spread} | {times} "
+            f"| {servers if servers is not None else 'n/a'} |"
+        )
+    if peak_req_per_s:
+        rows += ["", f"The trace's peak: {peak_req_per_s:.2f} req/s (its busiest window)."]
+    return rows
+
+
+def rates_plot(
+    trials: list[FrozenTrial], numbers: list[int], slos: dict[str, float], path: Path
+) -> Path | None:
+    """``tuner report``'s latency against offered rate, for the trials ``numbers`` only."""
+    chosen = [t for t in trials if t.number in numbers]
+    drawn = curves(rows_of(chosen), searched_parameters(trials), slos, most=len(numbers))
+    return plot_rates(drawn, slos, path)
+
+
+def written_trial(configs: Path, name: str) -> int | None:
+    """The trial whose configuration ``tuner run`` wrote (``configs/NAME.yaml``), if any."""
+    path = configs / f"{name}.yaml"
+    match = WRITTEN_BY.search(path.read_text()) if path.is_file() else None
+    return int(match["trial"]) if match and match["study"] == name else None
+
+
 def plots(trials: list[FrozenTrial], out: Path, slos: dict[str, float] | None) -> list[str]:
     """The figures of ``tuner report`` (``tuner.report.plots``), as PNGs in ``out``.
 
@@ -179,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
         "--spec", type=Path, help="the study spec, for the SLO lines (default: from the study)"
     )
     parser.add_argument("--out", type=Path, help="where tables.md and the PNGs go (default: DIR)")
+    parser.add_argument(
+        "--rates",
+        help="a capacity study: the trials (comma-separated numbers) whose latency against "
+        "offered rate rates.png draws (default: tuner report's choice)",
+    )
     args = parser.parse_args(argv)
     out = args.out or args.dir
     out.mkdir(parents=True, exist_ok=True)
@@ -189,19 +258,41 @@ def main(argv: list[str] | None = None) -> int:
     loop = args.dir / "loop.jsonl"
     if loop.exists():
         walls = [json.loads(line) for line in loop.read_text().splitlines() if line.strip()]
-    feasible = [t for t in trials if t.user_attrs.get("feasible") and t.value is not None]
-    best = min(feasible, key=lambda t: t.value or 0.0).number if feasible else None
+    # The trial whose configuration tuner wrote (after its confirm step), else Optuna's best:
+    # the highest capacity in a capacity study, the lowest score in a latency one.
+    best = written_trial(args.dir / "configs", args.name)
+    if best is None:
+        chosen = picks.best_trial(study)
+        best = None if chosen is None else chosen.number
     slos: dict[str, float] | None = None
     if args.spec:
         from tuner.study.spec import load_spec
 
         slos = dict(load_spec(args.spec).slos)
-    lines = [f"### Trials of study `{args.name}`", "", *trial_table(trials, best), ""]
+    lines = []
+    if picks.is_capacity(study):
+        workload = study.user_attrs.get("workload", {})
+        window_s, requests = workload.get("window_s"), workload.get("requests")
+        peak = requests / window_s if window_s and requests else None
+        lines += [f"### Capacity of study `{args.name}`", "", *capacity_table(trials, peak), ""]
+    lines += [f"### Trials of study `{args.name}`", "", *trial_table(trials, best), ""]
     lines += ["### Trial cost", "", *cost_table(trials, walls), ""]
     docs = [json.loads(p.read_text()) for p in sorted(args.dir.glob("validate-*.json"))]
     if docs:
         lines += ["### Validation", "", *validation_table(docs), ""]
-    for png in plots(trials, out, slos):
+    pngs = plots(trials, out, slos)
+    if picks.is_capacity(study):
+        limits = slos if slos is not None else slo_limits(rows_of(trials))
+        numbers = [int(n) for n in args.rates.split(",")] if args.rates else None
+        drawn = (
+            rates_plot(trials, numbers, limits, out / "rates.png")
+            if numbers
+            else plot_rates(curves(rows_of(trials), searched_parameters(trials), limits),
+                            limits, out / "rates.png")
+        )  # fmt: skip
+        if drawn is not None:
+            pngs.insert(0, drawn.name)
+    for png in pngs:
         lines.append(f"![{png}]({png})")
     (out / "tables.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
