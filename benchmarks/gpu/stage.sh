@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Stage vLLM 0.26.0 and tuner's own needs for the device machine, from the repository root:
+#
+#   bash benchmarks/gpu/stage.sh            writes .gpu/part00.. (50 MiB each), .gpu/install.sh,
+#                                           .gpu/snap (tuner at COMMIT, default HEAD) and .whl/
+#
+# ../shared/gpu/stage.sh packs the wheels as 60 MiB parts, but a call carries at most 64 MiB
+# with the working tree (6.5 MiB in session 11), so the parts are cut again at 50 MiB: 8 install
+# calls, `bash .gpu/install.sh .gpu/partNN 8`. The image lacks httpx-aiohttp (tuner's client):
+# its wheel goes to .whl, carried with the call that starts a study (benchmarks/gpu/README.md).
+set -euo pipefail
+commit=${COMMIT:-HEAD}
+bash ../shared/gpu/stage.sh .gpu 2> >(grep -v '^WARNING: Location' >&2) >/dev/null
+cat .gpu/part?? > .gpu/wheels.tar
+rm -f .gpu/part??
+split -b 50m -d -a 2 .gpu/wheels.tar .gpu/part
+rm .gpu/wheels.tar
+rm -rf .gpu/snap && mkdir -p .gpu/snap
+git archive "$commit" tuner | tar x -C .gpu/snap
+git rev-parse --short "$commit" > .gpu/snap/COMMIT
+mkdir -p .whl
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation cp --platform manylinux2014_x86_64 -d .whl "httpx-aiohttp>=0.2,<0.3" 2>&1 \
+  | grep -v '^WARNING: Location' || true
+echo "$(ls .gpu/part?? | wc -l) parts; tuner $(cat .gpu/snap/COMMIT) in .gpu/snap; $(ls .whl)"
