@@ -18,7 +18,7 @@ import pytest
 from conftest import cpu_spec, run_tuner, write_small_trace, write_spec
 
 from tuner.cli.report import trial_line
-from tuner.load.health import CLIENT_BEHIND, client_behind
+from tuner.load.health import CLIENT_BEHIND, client_behind, client_to_blame, missed_beyond_lag
 from tuner.load.http import ReplaySettings, request_body
 from tuner.load.spread import procs_for, replay
 from tuner.load.standin import body_key
@@ -156,6 +156,23 @@ def test_a_flagged_trial_says_so_in_its_line():
         user_attrs={CLIENT_BEHIND: 1.0, "reason": "tuner's client fell behind: x"},
     )
     assert "fell behind: not ranked" in trial_line(trial, [])
+
+
+def test_a_failure_far_beyond_the_clients_lag_is_the_servers():
+    """A window that failed while the client fell behind is the server's failure where an SLO was
+    missed by more than twice the client's lateness (the H200 window: TTFT p95 1.45 s against
+    0.3 s, loop lag 7 ms); a miss its lateness could explain stays the client's."""
+    slos = {"ttft_p95_s": 0.3, "tpot_p95_s": 0.03, "e2e_p99_s": 7.0}
+    far = {"ttft_p95_s": 1.449, "e2e_p99_s": 3.06, "client_lag_p99_s": 0.007}
+    assert missed_beyond_lag(far, slos) == ["ttft_p95_s"]
+    assert client_to_blame(far, slos, passed=False) is None
+    near = far | {"ttft_p95_s": 0.31}  # 0.31 - 2 x 0.007 is within the SLO
+    assert missed_beyond_lag(near, slos) == []
+    assert "event loop ran 7 ms late" in (client_to_blame(near, slos, passed=False) or "")
+    late_sends = far | {"ttft_p95_s": 0.5, "send_lag_p99_s": 0.15}  # lateness: the larger lag
+    assert "went out 150 ms after" in (client_to_blame(late_sends, slos, passed=False) or "")
+    assert client_to_blame(far, slos, passed=True)  # a passed window keeps its flag
+    assert client_to_blame(far | {"client_lag_p99_s": 0.001}, slos, passed=False) is None
 
 
 def test_a_capacity_search_does_not_count_a_rate_the_client_failed():

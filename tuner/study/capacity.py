@@ -32,7 +32,7 @@ import httpx
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.load.health import CLIENT_TOLERANCE_S, client_behind
+from tuner.load.health import CLIENT_TOLERANCE_S, client_to_blame
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, parse_scrape, provisional
 from tuner.load.spread import replay
@@ -225,7 +225,7 @@ def measure_rate(
         figures["stopped_at_s"] = result.stopped_at_s
         figures |= client_figures(result)
         reason = f"stopped {result.stopped_at_s:.0f} s in: {', '.join(lost)} lost"
-        behind = client_behind(figures, settings.client_tolerance_s)
+        behind = client_to_blame(figures, slos, False, settings.client_tolerance_s)
         point_figures = _point_figures(figures, len(window), idle, reset)
         return RatePoint(rate, False, point_figures, reason, behind)
     figures = replay_figures(result)
@@ -236,7 +236,7 @@ def measure_rate(
         reasons.append(f"{errors} requests failed")
     passed = judged.feasible and not errors
     point_figures = _point_figures(figures, len(window), idle, reset)
-    behind = client_behind(figures, settings.client_tolerance_s)
+    behind = client_to_blame(figures, slos, passed, settings.client_tolerance_s)
     return RatePoint(rate, passed, point_figures, "; ".join(reasons) or None, behind)
 
 

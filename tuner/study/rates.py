@@ -43,8 +43,8 @@ class RatePoint:
     passed: bool
     figures: Mapping[str, Any] = field(default_factory=dict)
     reason: str | None = None
-    # Set where tuner's client fell behind in the window (tuner.load.health): a failure then says
-    # nothing of the server.
+    # Set where tuner's client fell behind in the window and could explain its result
+    # (tuner.load.health.client_to_blame): a failure then says nothing of the server.
     client_behind: str | None = None
 
     def as_attr(self) -> dict[str, Any]:
