@@ -22,11 +22,10 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.report import plots as figures
-from tuner.report.build import WRITTEN_BY
-from tuner.report.capacity import curves
-from tuner.report.data import rows_of, searched_parameters, slo_limits
+from tuner.report.build import read_report
+from tuner.report.capacity import MOST_CURVES, curves
+from tuner.report.data import CAPACITY_GOAL, StudyReport, rows_of, searched_parameters, slo_limits
 from tuner.report.rate_plot import plot_rates
-from tuner.study import picks
 from tuner.study.capacity_text import servers_for
 from tuner.study.confirm import CONFIRMS_ATTR
 
@@ -200,19 +199,15 @@ def capacity_table(trials: list[FrozenTrial], peak_req_per_s: float | None) -> l
 
 
 def rates_plot(
-    trials: list[FrozenTrial], numbers: list[int], slos: dict[str, float], path: Path
+    report: StudyReport, numbers: list[int] | None, slos: dict[str, float], path: Path
 ) -> Path | None:
-    """``tuner report``'s latency against offered rate, for the trials ``numbers`` only."""
-    chosen = [t for t in trials if t.number in numbers]
-    drawn = curves(rows_of(chosen), searched_parameters(trials), slos, most=len(numbers))
-    return plot_rates(drawn, slos, path)
-
-
-def written_trial(configs: Path, name: str) -> int | None:
-    """The trial whose configuration ``tuner run`` wrote (``configs/NAME.yaml``), if any."""
-    path = configs / f"{name}.yaml"
-    match = WRITTEN_BY.search(path.read_text()) if path.is_file() else None
-    return int(match["trial"]) if match and match["study"] == name else None
+    """``tuner report``'s latency against offered rate (``tuner.report.build``): of the trials
+    ``numbers`` only, else of those it chooses."""
+    if numbers is None:
+        rows, most = report.rows, MOST_CURVES
+    else:
+        rows, most = tuple(r for r in report.rows if r.number in numbers), len(numbers)
+    return plot_rates(curves(rows, report.parameters, slos, most), slos, path)
 
 
 def plots(trials: list[FrozenTrial], out: Path, slos: dict[str, float] | None) -> list[str]:
@@ -258,19 +253,19 @@ def main(argv: list[str] | None = None) -> int:
     loop = args.dir / "loop.jsonl"
     if loop.exists():
         walls = [json.loads(line) for line in loop.read_text().splitlines() if line.strip()]
-    # The trial whose configuration tuner wrote (after its confirm step), else Optuna's best:
-    # the highest capacity in a capacity study, the lowest score in a latency one.
-    best = written_trial(args.dir / "configs", args.name)
-    if best is None:
-        chosen = picks.best_trial(study)
-        best = None if chosen is None else chosen.number
+    # The trial whose configuration tuner wrote (after its confirm step), else the best
+    # feasible one: the highest capacity in a capacity study, the lowest score in a latency one.
+    report = read_report(args.name, storage, args.dir / "configs")
+    capacity = report.goal == CAPACITY_GOAL
+    written = report.configuration.trial if report.configuration else None
+    best = written if written is not None else report.chosen if report.meets_slos else None
     slos: dict[str, float] | None = None
     if args.spec:
         from tuner.study.spec import load_spec
 
         slos = dict(load_spec(args.spec).slos)
     lines = []
-    if picks.is_capacity(study):
+    if capacity:
         workload = study.user_attrs.get("workload", {})
         window_s, requests = workload.get("window_s"), workload.get("requests")
         peak = requests / window_s if window_s and requests else None
@@ -281,15 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     if docs:
         lines += ["### Validation", "", *validation_table(docs), ""]
     pngs = plots(trials, out, slos)
-    if picks.is_capacity(study):
-        limits = slos if slos is not None else slo_limits(rows_of(trials))
+    if capacity:
+        limits = slos if slos is not None else slo_limits(report.rows)
         numbers = [int(n) for n in args.rates.split(",")] if args.rates else None
-        drawn = (
-            rates_plot(trials, numbers, limits, out / "rates.png")
-            if numbers
-            else plot_rates(curves(rows_of(trials), searched_parameters(trials), limits),
-                            limits, out / "rates.png")
-        )  # fmt: skip
+        drawn = rates_plot(report, numbers, limits, out / "rates.png")
         if drawn is not None:
             pngs.insert(0, drawn.name)
     for png in pngs:

@@ -225,7 +225,9 @@ def measure_rate(
         figures["stopped_at_s"] = result.stopped_at_s
         figures |= client_figures(result)
         reason = f"stopped {result.stopped_at_s:.0f} s in: {', '.join(lost)} lost"
-        behind = client_to_blame(figures, slos, False, settings.client_tolerance_s)
+        behind = client_to_blame(
+            figures, slos, passed=False, tolerance_s=settings.client_tolerance_s
+        )
         point_figures = _point_figures(figures, len(window), idle, reset)
         return RatePoint(rate, False, point_figures, reason, behind)
     figures = replay_figures(result)
