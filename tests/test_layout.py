@@ -16,7 +16,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "tuner"
 # The stages, top floor first. A module may import from its own stage and from stages on a
 # lower floor; never from a stage on its own floor or above.
 FLOORS = {"cli": 5, "report": 4, "study": 3, "load": 2, "engine": 1, "traces": 1, "": 0}
-MAX_LINES = 350
+# A guard against modules that gather several concepts, not a size to split at: most modules
+# are 100 to 300 lines; past this, split along a concept,
+# never by line count.
+MAX_LINES = 500
 
 
 def module_name(path: Path) -> str:

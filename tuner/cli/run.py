@@ -18,23 +18,22 @@ from tuner.cli.report import fmt_params, overhead_summary, trial_line, write_res
 from tuner.cli.show_report import after_run
 from tuner.cli.workload import (
     Replay,
+    capacity_settings,
     check_workload,
     closed_loop_replay,
     length_source,
     open_loop_replay,
     sha256_of,
     spec_path,
+    trial_setup,
 )
 from tuner.engine import arguments, environment
 from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import Launcher, ProcessLauncher, ZygoteLauncher
-from tuner.errors import InputError
-from tuner.load.http import ReplaySettings
-from tuner.study import confirm, fingerprint, search
-from tuner.study.capacity import CapacitySettings
-from tuner.study.space import capture_pin, default_spec_text
+from tuner.errors import InputError, TunerError
+from tuner.study import calibrate, confirm, fingerprint, search
+from tuner.study.space import capture_pin, default_spec_text, runnable_baseline
 from tuner.study.spec import AUTO, StudySpec, load_spec
-from tuner.study.trial import Objective, TrialSetup
 from tuner.study.workers import fail_orphans
 from tuner.traces.concurrency import load_concurrency
 from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
@@ -55,7 +54,10 @@ def load_study_spec(args: argparse.Namespace, name: str, trace: Trace | None) ->
         prompts = None if trace is None else [int(n) for n in trace.input_tokens]
         gpu = not environment.is_cpu_build()
         device = next(iter(environment.visible_gpus()), None) if gpu else None
-        text = default_spec_text(args.model, gpu=gpu, prompt_tokens=prompts, device=device)
+        memory = None if gpu else environment.host_memory()
+        text = default_spec_text(
+            args.model, gpu=gpu, prompt_tokens=prompts, device=device, cpu_memory=memory
+        )
         write_whole(path, text)
         print(f"wrote a default study spec to {path}")
     spec = load_spec(path)
@@ -91,19 +93,49 @@ def launcher_for(choice: str, log: Path) -> Launcher:
     return ZygoteLauncher(log=log) if kind == "zygote" else ProcessLauncher()
 
 
-def capacity_settings(spec: StudySpec, replay: Replay) -> CapacitySettings | None:
-    """How a capacity study's trials search (None for a latency study)."""
-    if not spec.capacity:
-        return None
-    assert replay.offered is not None  # an open-loop replay: checked in cmd_run
-    return CapacitySettings(
-        requests=replay.requests,
-        period_s=replay.offered.replay_s,
-        window_s=spec.capacity_window_s,
-        resolution=spec.capacity_resolution,
-        max_windows=spec.capacity_max_windows,
-        client_tolerance_s=spec.client_tolerance_s,
+def _calibration(
+    args: argparse.Namespace,
+    study: Any,
+    spec: StudySpec,
+    name: str,
+    vocab_size: int,
+    replay: Replay,
+    launcher: Launcher | None,
+) -> calibrate.Calibration:
+    """The study's calibration: the one it holds, else measured now on vLLM's defaults (the
+    study's baseline) and kept in the study."""
+    held = calibrate.stored(study.user_attrs)
+    if held is not None:
+        return held
+    if launcher is None:
+        raise InputError(
+            f"study {name!r} has no calibration yet (time_scale: auto): run it with trials to "
+            "measure one"
+        )
+    assert replay.offered is not None  # an open-loop window
+    search_at = calibrate.settings(
+        replay.requests, replay.offered.replay_s, spec.calibrate_replay_s, spec.client_tolerance_s
     )
+    print(
+        "calibrating (time_scale: auto): how much of this window vLLM's defaults carry within "
+        f"the SLOs on this machine, from {search_at.window_req_per_s:.3g} req/s, "
+        f"{search_at.window_s:g} s a rate, to within {search_at.resolution:.0%}",
+        flush=True,
+    )
+    setup = trial_setup(spec, replay, vocab_size, launcher)
+    try:
+        measured = calibrate.measure(setup, search_at, spec, args.runs / name / "calibration")
+    except calibrate.CalibrationFailed as exc:
+        tail = f"\n{exc.log_tail}" if exc.log_tail else ""
+        raise TunerError(
+            f"calibration: vLLM's defaults did not serve: {exc.reason}{tail}"
+        ) from None
+    # Another worker of a shared study may have calibrated meanwhile: its calibration wins.
+    held = calibrate.stored(study.user_attrs)
+    if held is not None:
+        return held
+    study.set_user_attr(calibrate.CALIBRATION_ATTR, measured.as_attr())
+    return measured
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -126,6 +158,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if measures:
         check_writable(args.runs, "--runs")
         check_engine_arguments(spec, spec_path(args, name))
+        if environment.is_cpu_build():
+            spec, note = runnable_baseline(spec, environment.host_memory())
+            if note:
+                print(note)
     if args.objective is not None:
         spec = dataclasses.replace(spec, objective_mode=args.objective)
     if args.client_procs is not None:
@@ -139,7 +175,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     info = model_info(spec.model, int(max_len) if max_len else None)
     # The parser took only positive numbers: an option given is never dropped for the spec's.
     window_s = spec.window_s if args.window_s is None else args.window_s
-    time_scale = spec.time_scale if args.time_scale is None else args.time_scale
+    # "auto": a latency study of a request trace replays at a rate calibrated on this machine,
+    # once its study is open (the calibration is kept there); anything else at the trace's speed.
+    calibrating = args.time_scale is None and spec.time_scale == AUTO
+    calibrating = calibrating and trace is not None and not spec.capacity
+    if args.time_scale is not None:
+        time_scale = args.time_scale
+    else:
+        time_scale = 1.0 if spec.time_scale == AUTO else float(spec.time_scale)
     if trace is None:
         replay = closed_loop_replay(
             args, schedule, lengths, window_s, time_scale, info.max_model_len
@@ -170,11 +213,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"trial {orphan.number}: its tuner is gone (killed or crashed); marked failed")
     # Asked once a run, and only to add trials: a report may be written on another machine.
     machine = fingerprint.measured_on() if measures else {}
-    workload = {"trace_sha256": sha, "window_s": window_s, "time_scale": time_scale}
-    check_workload(study, fingerprint.of_study(spec, workload | replay.fingerprint, machine))
-    print(f"study {name!r} in {storage}: {len(study.trials)} trials so far, adding {n_trials}")
-    if measures:
-        _run_trials(args, study, spec, name, info.vocab_size, replay, n_trials, machine)
+    launcher = launcher_for(args.launcher, args.runs / name / "launcher.log") if measures else None
+    try:
+        if calibrating:
+            assert trace is not None
+            calibration = _calibration(args, study, spec, name, info.vocab_size, replay, launcher)
+            print(calibration.describe())
+            time_scale = calibration.time_scale
+            replay = open_loop_replay(
+                trace, window_s, time_scale, info.max_model_len, calibration.replay_s
+            )
+            print(f"window: {replay.text}")
+        workload = {"trace_sha256": sha, "window_s": window_s, "time_scale": time_scale}
+        check_workload(study, fingerprint.of_study(spec, workload | replay.fingerprint, machine))
+        print(f"study {name!r} in {storage}: {len(study.trials)} trials so far, adding {n_trials}")
+        if launcher is not None:
+            _run_trials(
+                args, study, spec, name, info.vocab_size, replay, n_trials, machine, launcher
+            )
+    finally:
+        if launcher is not None:
+            launcher.close()
     print(f"\ndashboard: optuna-dashboard {storage}")
     return after_run(args, name, storage, write_result(args, study, spec, name, sha, replay))
 
@@ -188,8 +247,8 @@ def _run_trials(
     replay: Replay,
     n_trials: int,
     machine: Mapping[str, str],
+    launcher: Launcher,
 ) -> None:
-    launcher = launcher_for(args.launcher, args.runs / name / "launcher.log")
     # On a terminal, a live line shows the running trial; elsewhere, one line as each starts.
     status = StatusLine(sys.stdout)
     space_names = [d.name for d in spec.space]
@@ -205,29 +264,7 @@ def _run_trials(
         status.clear()
         print(trial_line(trial, space_names), flush=True)
 
-    setup = TrialSetup(
-        model=spec.model,
-        requests=replay.requests,
-        replay=ReplaySettings(
-            model=str(spec.engine_args.get("served-model-name", spec.model)),
-            vocab_size=vocab_size,
-            block_tokens=replay.block_tokens,
-            seed=spec.seed,
-            client_procs=0 if spec.client_procs == AUTO else int(spec.client_procs),
-            request_timeout_s=spec.stall_timeout_s,
-        ),
-        objective=Objective(spec.slos, spec.weights, spec.max_error_rate),
-        health_timeout_s=spec.health_timeout_s,
-        warmup_requests=replay.requests[: spec.warmup_requests],
-        launcher=launcher,
-        closed_loop=replay.closed_loop,
-        progress=status.show if status.live else None,
-        capacity=capacity_settings(spec, replay),
-        client_tolerance_s=spec.client_tolerance_s,
-        # vLLM serves /reset_prefix_cache, which the capacity search calls between rates, only
-        # in its development mode.
-        env={"VLLM_SERVER_DEV_MODE": "1"} if spec.capacity else {},
-    )
+    setup = trial_setup(spec, replay, vocab_size, launcher, status.show if status.live else None)
     first_new = len(study.trials)
     deadline = None if args.time_budget_s is None else time.monotonic() + args.time_budget_s
     pinned = capture_pin(spec, environment.is_cpu_build())
@@ -272,5 +309,4 @@ def _run_trials(
         status.keep()
         for handler in log_handlers:
             handler.removeFilter(status.before_log)
-        launcher.close()
     print(overhead_summary(study, first_new))

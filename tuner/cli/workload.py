@@ -9,9 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tuner.engine.launchers import Launcher
 from tuner.errors import InputError
+from tuner.load.http import ReplaySettings
+from tuner.study.capacity import CapacitySettings
 from tuner.study.fingerprint import WORKLOAD_ATTR, differences
 from tuner.study.outcome import Offered
+from tuner.study.spec import AUTO, StudySpec
+from tuner.study.trial import Objective, OnProgress, TrialSetup
 from tuner.traces import concurrency
 from tuner.traces.concurrency import ClosedLoop, ConcurrencyTrace, LengthSource
 from tuner.traces.formats import load_trace
@@ -117,9 +122,15 @@ def closed_loop_replay(
 
 
 def open_loop_replay(
-    trace: Trace, window_s: float, time_scale: float, max_model_len: int
+    trace: Trace,
+    window_s: float,
+    time_scale: float,
+    max_model_len: int,
+    longest_replay_s: float | None = None,
 ) -> Replay:
-    workload: Workload = build_workload(trace, window_s, time_scale, max_model_len)
+    workload: Workload = build_workload(
+        trace, window_s, time_scale, max_model_len, longest_replay_s
+    )
     clip = workload.clipping
     if clip.inputs_clipped or clip.outputs_clipped:
         print(
@@ -133,5 +144,53 @@ def open_loop_replay(
         fingerprint={"window_start_s": workload.start_s, "requests": len(workload.trace)},
         text=workload.describe(),
         offered=Offered(len(workload.trace), workload.replay_s),
-        peak_req_per_s=len(workload.trace) / workload.window_s,
+        peak_req_per_s=workload.peak_req_per_s,
+    )
+
+
+def capacity_settings(spec: StudySpec, replay: Replay) -> CapacitySettings | None:
+    """How a capacity study's trials search (None for a latency study)."""
+    if not spec.capacity:
+        return None
+    assert replay.offered is not None  # an open-loop replay: checked in cmd_run
+    return CapacitySettings(
+        requests=replay.requests,
+        period_s=replay.offered.replay_s,
+        window_s=spec.capacity_window_s,
+        resolution=spec.capacity_resolution,
+        max_windows=spec.capacity_max_windows,
+        client_tolerance_s=spec.client_tolerance_s,
+    )
+
+
+def trial_setup(
+    spec: StudySpec,
+    replay: Replay,
+    vocab_size: int,
+    launcher: Launcher,
+    progress: OnProgress | None = None,
+) -> TrialSetup:
+    """What every trial of this run shares: the window, the client, the SLOs, the launcher."""
+    return TrialSetup(
+        model=spec.model,
+        requests=replay.requests,
+        replay=ReplaySettings(
+            model=str(spec.engine_args.get("served-model-name", spec.model)),
+            vocab_size=vocab_size,
+            block_tokens=replay.block_tokens,
+            seed=spec.seed,
+            client_procs=0 if spec.client_procs == AUTO else int(spec.client_procs),
+            request_timeout_s=spec.stall_timeout_s,
+        ),
+        objective=Objective(spec.slos, spec.weights, spec.max_error_rate),
+        health_timeout_s=spec.health_timeout_s,
+        warmup_requests=replay.requests[: spec.warmup_requests],
+        launcher=launcher,
+        closed_loop=replay.closed_loop,
+        progress=progress,
+        capacity=capacity_settings(spec, replay),
+        client_tolerance_s=spec.client_tolerance_s,
+        # vLLM serves /reset_prefix_cache, which the capacity search calls between rates, only
+        # in its development mode.
+        env={"VLLM_SERVER_DEV_MODE": "1"} if spec.capacity else {},
     )

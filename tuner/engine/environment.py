@@ -136,3 +136,64 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return f"CPU {model}, {os.cpu_count()} cores"
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """The memory vLLM's CPU build sizes its KV cache against: in all, and available now."""
+
+    total_bytes: int
+    available_bytes: int
+
+
+def host_memory(
+    node_meminfo: str = "/sys/devices/system/node/node0/meminfo",
+    meminfo: str = "/proc/meminfo",
+    cgroup: str = "/sys/fs/cgroup",
+) -> HostMemory | None:
+    """The memory of NUMA node 0 as vLLM's CPU build reads it (its total; free, file cache and
+    reclaimable slab as available), else the machine's (``MemTotal``, ``MemAvailable``), both
+    clamped to the cgroup's limit where one is set; None where neither file can be read.
+
+    vLLM's CPU worker asks for ``gpu-memory-utilization`` times this total and refuses to start
+    where that is more than is available.
+    """
+    node = _meminfo(node_meminfo)
+    if {"MemTotal", "MemFree", "Active(file)", "Inactive(file)", "SReclaimable"} <= set(node):
+        total = node["MemTotal"]
+        available = sum(
+            node[k] for k in ("MemFree", "Active(file)", "Inactive(file)", "SReclaimable")
+        )
+    else:
+        machine = _meminfo(meminfo)
+        if "MemTotal" not in machine or "MemAvailable" not in machine:
+            return None
+        total, available = machine["MemTotal"], machine["MemAvailable"]
+    limit = _cgroup_number(f"{cgroup}/memory.max")
+    if limit is not None and limit < total:
+        used = _cgroup_number(f"{cgroup}/memory.current") or 0
+        total, available = limit, max(0, min(available, limit - used))
+    return HostMemory(total, available)
+
+
+def _meminfo(path: str) -> dict[str, int]:
+    """``NAME: N kB`` lines (``Node 0 NAME: N kB`` in a node's file) as bytes by name."""
+    fields: dict[str, int] = {}
+    try:
+        with open(path) as handle:
+            for line in handle:
+                parts = line.split()
+                if len(parts) >= 2 and parts[-1] == "kB" and parts[-2].isdigit():
+                    fields[parts[-3].rstrip(":")] = int(parts[-2]) * 1024
+    except OSError:
+        pass
+    return fields
+
+
+def _cgroup_number(path: str) -> int | None:
+    try:
+        with open(path) as handle:
+            text = handle.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None

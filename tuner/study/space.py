@@ -10,11 +10,12 @@ trials share vLLM's compiles.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import yaml
 
-from tuner.engine.environment import Gpu
+from tuner.engine.environment import Gpu, HostMemory
 from tuner.flags import MAX_CAPTURE_SIZE, sets_capture_range
 from tuner.study.spec import DEFAULT_SPEC, StudySpec
 
@@ -36,6 +37,45 @@ PINNED_CAPTURE_SIZE = 512
 LARGE_GPU_MEMORY_MIB = 70 * 1024
 LARGE_GPU_MAX_NUM_SEQS = 1024
 GPU_MAX_NUM_SEQS = 256
+
+
+# vLLM's CPU build reads gpu-memory-utilization as the share of the host's memory (its first
+# NUMA node's) that its KV cache may take, and refuses to start where that is more than the
+# memory available; its default share, 0.9, rarely is. Trial 0 there runs vLLM's defaults with
+# the largest share, in steps of CPU_SHARE_STEP, that asks at most CPU_SHARE_OF_AVAILABLE of
+# what is available: the rest is for the engine's own processes, tuner and the machine.
+VLLM_DEFAULT_SHARE = 0.9
+CPU_SHARE_STEP = 0.05
+CPU_SHARE_OF_AVAILABLE = 0.5
+KV_ARGUMENTS = ("gpu-memory-utilization", "kv-cache-memory-bytes")
+
+
+def cpu_kv_share(memory: HostMemory) -> float:
+    """The KV-cache share trial 0 takes on vLLM's CPU build with this ``memory``: at most vLLM's
+    default, at least one step."""
+    fits = CPU_SHARE_OF_AVAILABLE * memory.available_bytes / max(memory.total_bytes, 1)
+    steps = math.floor(round(min(fits, VLLM_DEFAULT_SHARE) / CPU_SHARE_STEP, 6))
+    return round(max(1, steps) * CPU_SHARE_STEP, 2)
+
+
+def runnable_baseline(spec: StudySpec, memory: HostMemory | None) -> tuple[StudySpec, str | None]:
+    """On vLLM's CPU build, ``spec`` with a baseline that can start on this machine, and a line
+    that says what was set and why; ``spec`` unchanged (and None) where the spec sizes the KV
+    cache itself or the memory is unknown."""
+    sized = {**spec.engine_args, **spec.baseline}
+    if memory is None or any(name in sized for name in KV_ARGUMENTS):
+        return spec, None
+    share = cpu_kv_share(memory)
+    gib = 1 << 30
+    note = (
+        "vLLM's CPU build reads gpu-memory-utilization as the share of host memory for its KV "
+        "cache and does not start where that is more than is available; its default "
+        f"{VLLM_DEFAULT_SHARE} asks {VLLM_DEFAULT_SHARE * memory.total_bytes / gib:.1f} GiB and "
+        f"{memory.available_bytes / gib:.1f} GiB are available now, so trial 0 runs vLLM's "
+        f"defaults with gpu-memory-utilization {share:g}, at most half of what is available"
+    )
+    baseline = {**spec.baseline, KV_ARGUMENTS[0]: share}
+    return replace(spec, baseline=baseline), note
 
 
 def _pow2_at_least(n: float) -> int:
@@ -127,6 +167,7 @@ def default_spec_text(
     gpu: bool = False,
     prompt_tokens: list[int] | None = None,
     device: Gpu | None = None,
+    cpu_memory: HostMemory | None = None,
 ) -> str:
     """The spec ``tuner run`` writes when there is none. With ``gpu`` (not vLLM's CPU build),
     max-num-seqs reaches vLLM's default on ``device`` (the GPU vLLM will open first; None where
@@ -137,6 +178,13 @@ def default_spec_text(
         spec["model"] = model
     if gpu:
         spec["search_space"] = gpu_search_space(prompt_tokens, device)
+    elif cpu_memory is not None:
+        # vLLM's CPU build: shares up to what trial 0 takes here, not shares that cannot start.
+        high = max(cpu_kv_share(cpu_memory), 2 * CPU_SHARE_STEP)
+        spec["search_space"] = {
+            **spec["search_space"],
+            KV_ARGUMENTS[0]: {"type": "float", "low": CPU_SHARE_STEP, "high": high, "step": 0.05},
+        }
     header = (
         "# tuner study spec. Engine arguments use vLLM's names (dashes or underscores).\n"
         "# search_space: type int | float | categorical; low, high, step, log, choices.\n"

@@ -69,7 +69,12 @@ class StudySpec:
     candidates: tuple[Mapping[str, Any], ...] = ()
     n_trials: int = 20
     window_s: float = 60.0
-    time_scale: float = 1.0
+    # A factor on the trace's arrival times, or "auto": the window replayed at
+    # ``calibrate_load`` times the rate vLLM's defaults carry on this machine, for at most
+    # ``calibrate_replay_s`` seconds (tuner.study.calibrate; latency studies).
+    time_scale: float | str = 1.0
+    calibrate_load: float = 0.5
+    calibrate_replay_s: float = 30.0
     seed: int = 0
     max_error_rate: float = 0.0
     health_timeout_s: float = 900.0
@@ -119,6 +124,8 @@ DEFAULT_SPEC: dict[str, Any] = {
     "n_trials": 20,
     "window_s": 60.0,
     "time_scale": 1.0,
+    "calibrate_load": 0.5,
+    "calibrate_replay_s": 30.0,
     "seed": 0,
     "max_error_rate": 0.0,
     "health_timeout_s": 900.0,
@@ -160,6 +167,13 @@ def _number(
     if abs(value) > most:
         raise SpecError(path, name, f"{value!r} is beyond any sensible value (at most {most:g})")
     return float(value)
+
+
+def _share(path: str, name: str, value: Any) -> float:
+    number = _number(path, name, value)
+    if number > 1:
+        raise SpecError(path, name, f"must be a share from 0 to 1, got {value!r}")
+    return number
 
 
 def _whole(path: str, name: str, value: Any, least: int, most: int) -> int:
@@ -287,7 +301,15 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         candidates=candidates,
         n_trials=n_trials,
         window_s=_number(path, "window_s", merged["window_s"], most=MOST_S),
-        time_scale=_number(path, "time_scale", merged["time_scale"], most=MOST_SCALE),
+        time_scale=(
+            AUTO
+            if merged["time_scale"] == AUTO
+            else _number(path, "time_scale", merged["time_scale"], most=MOST_SCALE)
+        ),
+        calibrate_load=_share(path, "calibrate_load", merged["calibrate_load"]),
+        calibrate_replay_s=_number(
+            path, "calibrate_replay_s", merged["calibrate_replay_s"], most=MOST_S
+        ),
         seed=seed,
         max_error_rate=max_error_rate,
         health_timeout_s=_number(path, "health_timeout_s", merged["health_timeout_s"], most=MOST_S),

@@ -51,11 +51,21 @@ class Workload:
     window_s: float
     time_scale: float
     clipping: Clipping
+    # Set where the replay was cut short: its seconds, fewer than the window's scaled length.
+    cut_s: float | None = None
+    # The window's requests before any cut (as many as ``trace`` holds where there is none).
+    window_requests: int | None = None
+
+    @property
+    def peak_req_per_s(self) -> float:
+        """The window's rate in the trace's own time (unscaled, uncut)."""
+        count = len(self.trace) if self.window_requests is None else self.window_requests
+        return count / self.window_s if self.window_s else 0.0
 
     @property
     def replay_s(self) -> float:
         """How long the window lasts when replayed."""
-        return self.window_s * self.time_scale
+        return self.cut_s if self.cut_s is not None else self.window_s * self.time_scale
 
     @property
     def offered_req_per_s(self) -> float:
@@ -63,26 +73,42 @@ class Workload:
         return len(self.trace) / self.replay_s if self.replay_s else 0.0
 
     def describe(self) -> str:
+        cut = "" if self.cut_s is None else f", its first {self.cut_s:g} s"
         return (
             f"{len(self.trace)} requests from {self.start_s:.1f} s to "
             f"{self.start_s + self.window_s:.1f} s of the trace, replayed over "
-            f"{self.replay_s:.1f} s (time scale {self.time_scale:g}, "
+            f"{self.replay_s:.1f} s (time scale {self.time_scale:g}{cut}, "
             f"{self.offered_req_per_s:.2f} req/s)"
         )
 
 
-def build_workload(trace: Trace, window_s: float, time_scale: float, context: int) -> Workload:
-    """The busiest ``window_s`` seconds, clipped to the model's context, then time-scaled."""
+def build_workload(
+    trace: Trace,
+    window_s: float,
+    time_scale: float,
+    context: int,
+    longest_replay_s: float | None = None,
+) -> Workload:
+    """The busiest ``window_s`` seconds, clipped to the model's context, then time-scaled; with
+    ``longest_replay_s``, only the requests that arrive within that many replayed seconds."""
     start_s, window = busiest_window(trace, window_s)
     if not len(window):
         raise InputError(f"{trace.source}: no requests in the replay window")
     window, clipping = clip_to_context(window, context)
+    window_s = min(window_s, trace.span_s) or window_s
+    scaled = window.scaled(time_scale)
+    cut_s = None
+    if longest_replay_s is not None and window_s * time_scale > longest_replay_s:
+        scaled = scaled.window(0.0, longest_replay_s)
+        cut_s = longest_replay_s
     return Workload(
-        trace=window.scaled(time_scale),
+        trace=scaled,
         start_s=start_s,
-        window_s=min(window_s, trace.span_s) or window_s,
+        window_s=window_s,
         time_scale=time_scale,
         clipping=clipping,
+        cut_s=cut_s,
+        window_requests=len(window),
     )
 
 
