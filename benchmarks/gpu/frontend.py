@@ -1,0 +1,531 @@
+"""Where vLLM's serving limit on the story shape lies, and which front-end arguments move it.
+
+Two commands, each run on the device machine by ``frontend.sh`` (which puts tuner's snapshot and
+this folder's ``frontend_serve`` on ``PYTHONPATH``):
+
+``probe``: one ``vllm serve`` of the spec's engine arguments (vLLM's defaults), then windows of
+the story shape, each judged on the spec's SLOs:
+  - from idle, as tuner's capacity search replays them (wait until idle, reset the prefix cache,
+    replay at one rate), 20 s long and never stopped early, so that tuner's 10 s window
+    ([0, 10) s), the same window without its first 2 or 4 s, and its second half can be judged
+    apart;
+  - ramped in: 2 s at a quarter, a half and three quarters of the rate, then the rate; judged on
+    the requests sent at the full rate only;
+  - under py-spy (``record --format raw --idle --threads``) of the API-server process and the
+    engine-core process.
+Each window records, besides tuner's figures (client and vLLM's own histograms over the window),
+the CPU the API server (its main thread apart) and the engine core spent, vLLM's step count and
+tokens per step (``vllm:iteration_tokens_total``), the running and waiting gauges once a second,
+the kernels vLLM's JIT monitor saw compiled, a per-second TTFT timeline, and each request's
+times (``requests-LABEL.json``).
+
+``ab``: tuner's own trials and confirm step (``tuner.study.search.run_study``, then
+``tuner.study.confirm.confirm``) on a capacity spec whose baseline is vLLM's defaults and whose
+candidates are the front-end arguments under test, every server started as ``vllm serve``
+(``frontend_serve``). tuner's launchers run vLLM's ``api_server`` module, which ignores
+``api-server-count``; ``vllm serve`` is what reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+from tuner.cli.run import capacity_settings
+from tuner.cli.workload import open_loop_replay
+from tuner.engine.dummy_model import write_model
+from tuner.engine.launchers import ServerProcess, ZygoteLauncher
+from tuner.engine.process import Engine
+from tuner.load.http import ReplaySettings
+from tuner.load.metrics import RequestResult, parse_scrape, summarize_client
+from tuner.load.spread import replay
+from tuner.load.window import replay_figures
+from tuner.study import confirm, fingerprint, search
+from tuner.study.capacity import reset_prefix_cache, wait_idle
+from tuner.study.scoring import score
+from tuner.study.spec import AUTO, StudySpec, load_spec
+from tuner.study.trial import Objective, TrialSetup
+from tuner.traces.formats import load_trace
+from tuner.traces.model import Request
+from tuner.traces.workload import at_rate, model_info
+
+SERVE_MODULE = "frontend_serve"
+# Far from tuner's capacity windows' seeds (tuner.study.capacity.SEED_STRIDE) and each other.
+SEED_STRIDE = 104729
+# A kernel vLLM's JIT monitor saw compiled while serving (tuner.engine.startup.LATE_JIT).
+LATE_JIT = re.compile(rb"during inference: (\S+)")
+ITERATION_TOKENS = "vllm:iteration_tokens_total"
+
+
+class ServeLauncher:
+    """tuner's zygote launcher, running ``vllm serve`` (``frontend_serve``) instead of vLLM's
+    ``api_server`` module; remembers the last server it started (the API server's pid)."""
+
+    def __init__(self, log: Path) -> None:
+        self.inner = ZygoteLauncher(module=SERVE_MODULE, log=log)
+        self.last: ServerProcess | None = None
+
+    def launch(self, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> ServerProcess:
+        self.last = self.inner.launch(argv, log, env)
+        return self.last
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def build(
+    spec_path: Path, trace_path: Path, launcher: ServeLauncher
+) -> tuple[StudySpec, TrialSetup]:
+    """The spec and a trial setup as ``tuner run`` builds them (``tuner.cli.run``), with the
+    ``vllm serve`` launcher."""
+    spec = load_spec(spec_path)
+    if spec.dummy_model and not Path(spec.model, "config.json").exists():
+        write_model(spec.model, spec.dummy_model)
+    trace = load_trace(trace_path)
+    max_len = spec.engine_args.get("max-model-len")
+    info = model_info(spec.model, int(max_len) if max_len else None)
+    workload = open_loop_replay(trace, spec.window_s, spec.time_scale, info.max_model_len)
+    print(f"window: {workload.text}", flush=True)
+    setup = TrialSetup(
+        model=spec.model,
+        requests=workload.requests,
+        replay=ReplaySettings(
+            model=str(spec.engine_args.get("served-model-name", spec.model)),
+            vocab_size=info.vocab_size,
+            block_tokens=workload.block_tokens,
+            seed=spec.seed,
+            client_procs=0 if spec.client_procs == AUTO else int(spec.client_procs),
+            request_timeout_s=spec.stall_timeout_s,
+        ),
+        objective=Objective(spec.slos, spec.weights, spec.max_error_rate),
+        health_timeout_s=spec.health_timeout_s,
+        warmup_requests=workload.requests[: spec.warmup_requests],
+        launcher=launcher,
+        capacity=capacity_settings(spec, workload),
+        client_tolerance_s=spec.client_tolerance_s,
+        env={"VLLM_SERVER_DEV_MODE": "1"},
+    )
+    return spec, setup
+
+
+# --- probe: one server, windows from idle, ramped in, and under py-spy ----------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    label: str
+    rate: float
+    seconds: float
+    ramped: bool = False
+    pyspy_s: float = 0.0
+
+
+PLAN = (
+    Window("idle-50", 50, 10),
+    Window("idle-80", 80, 20),
+    Window("idle-110", 110, 20),
+    Window("idle-140", 140, 20),
+    Window("idle-170", 170, 20),
+    Window("ramp-110", 110, 12, ramped=True),
+    Window("ramp-140", 140, 12, ramped=True),
+    Window("ramp-170", 170, 12, ramped=True),
+    Window("idle-140-again", 140, 20),
+    Window("spy-140", 140, 24, pyspy_s=20),
+    Window("spy-60", 60, 14, pyspy_s=10),
+)
+# A plan for the CPU build's smoke test: the same kinds of window at a few requests a second.
+CPU_PLAN = (
+    Window("idle-2", 2, 8),
+    Window("ramp-3", 3, 6, ramped=True),
+    Window("spy-2", 2, 8, pyspy_s=4),
+)
+RAMP_STEP_S = 2.0
+RAMP_FRACTIONS = (0.25, 0.5, 0.75)
+# Parts of a window from idle judged apart: [start, end) seconds of their scheduled sends.
+PARTS = {
+    "tuner_0_10": (0.0, 10.0),
+    "skip2": (2.0, 12.0),
+    "skip4": (4.0, 14.0),
+    "late_10_20": (10.0, 20.0),
+}
+
+
+def window_requests(setup: TrialSetup, window: Window) -> tuple[list[Request], float]:
+    """The window's requests and when its full rate starts (0 unless ramped)."""
+    capacity = setup.capacity
+    assert capacity is not None
+    steps = [(window.rate * f, RAMP_STEP_S) for f in RAMP_FRACTIONS] if window.ramped else []
+    steps.append((window.rate, window.seconds))
+    out: list[Request] = []
+    start_s = 0.0
+    for rate, seconds in steps:
+        part = at_rate(capacity.requests, capacity.period_s, rate, seconds)
+        out += [dataclasses.replace(r, arrival_s=r.arrival_s + start_s) for r in part]
+        start_s += seconds
+    return out, start_s - window.seconds
+
+
+def server_processes(api_pid: int) -> dict[str, list[int]]:
+    """The server's processes: API servers (the launched process and any ``ApiServer`` child)
+    and engine cores, by their process titles."""
+    root = psutil.Process(api_pid)
+    found: dict[str, list[int]] = {"api": [api_pid], "engine_core": [], "other": []}
+    for child in root.children(recursive=True):
+        try:
+            title = " ".join(child.cmdline()) + " " + child.name()
+        except psutil.Error:
+            continue
+        if "EngineCore" in title or "EngineCor" in title:
+            found["engine_core"].append(child.pid)
+        elif "APIServer" in title or "ApiServer" in title or "spawn_main" in title:
+            found["api"].append(child.pid)
+        else:
+            found["other"].append(child.pid)
+    return found
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU seconds of the process and of its main thread."""
+    try:
+        process = psutil.Process(pid)
+        times = process.cpu_times()
+        main = next((t for t in process.threads() if t.id == pid), None)
+    except psutil.Error:
+        return math.nan, math.nan
+    main_s = (main.user_time + main.system_time) if main else math.nan
+    return times.user + times.system, main_s
+
+
+def pyspy_start(
+    pids: Mapping[str, int], seconds: float, out: Path, label: str
+) -> list[tuple[str, subprocess.Popen[bytes], Path]]:
+    exe = os.environ.get("PYSPY") or shutil.which("py-spy")
+    if exe is None:
+        print("py-spy not found: no profile", flush=True)
+        return []
+    started = []
+    for role, pid in pids.items():
+        path = out / f"pyspy-{label}-{role}.txt"
+        command = [
+            exe, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "100",
+            "--format", "raw", "--idle", "--threads", "--nonblocking", "--output", str(path),
+        ]  # fmt: skip
+        log = (out / f"pyspy-{label}-{role}.log").open("wb")
+        started.append(
+            (role, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), path)
+        )
+    return started
+
+
+def pct(values: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def judged(results: Sequence[RequestResult], duration_s: float, spec: StudySpec) -> dict[str, Any]:
+    figures = summarize_client(results, duration_s)
+    verdict = score(figures, spec.slos, spec.weights, spec.max_error_rate)
+    keep = ("requests", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s",
+            "e2e_p99_s", "send_lag_p99_s")  # fmt: skip
+    out: dict[str, Any] = {k: figures[k] for k in keep if k in figures}
+    out["passed"] = verdict.feasible
+    out["violations"] = verdict.violations
+    return out
+
+
+def timeline(results: Sequence[RequestResult]) -> list[dict[str, Any]]:
+    """Per second of scheduled sends: requests, TTFT p50/p95/max, send lag max."""
+    seconds: dict[int, list[RequestResult]] = {}
+    for r in results:
+        seconds.setdefault(int(r.scheduled_s), []).append(r)
+    rows = []
+    for second in sorted(seconds):
+        rs = seconds[second]
+        ttfts = [r.ttft_s for r in rs if r.ttft_s is not None]
+        rows.append({
+            "s": second, "n": len(rs), "ttft_p50_s": pct(ttfts, 50), "ttft_p95_s": pct(ttfts, 95),
+            "ttft_max_s": max(ttfts, default=None),
+            "send_lag_max_s": max(r.sent_s - r.scheduled_s for r in rs),
+        })  # fmt: skip
+    return rows
+
+
+def gauges_during(texts: Sequence[str]) -> list[tuple[float | None, float | None]]:
+    rows = []
+    for text in texts:
+        values = parse_scrape(text).values
+        rows.append(
+            (values.get("vllm:num_requests_running"), values.get("vllm:num_requests_waiting"))
+        )
+    return rows
+
+
+def steps_of(before: str, after: str) -> dict[str, float | None]:
+    """vLLM's engine steps over the window and the tokens each carried."""
+    b, a = parse_scrape(before).histograms, parse_scrape(after).histograms
+    if ITERATION_TOKENS not in a:
+        return {}
+    delta = (
+        a[ITERATION_TOKENS].minus(b[ITERATION_TOKENS])
+        if ITERATION_TOKENS in b
+        else a[ITERATION_TOKENS]
+    )
+    return {
+        "steps": delta.count, "tokens_per_step_mean": delta.mean,
+        "tokens_per_step_p50": delta.quantile(0.5), "tokens_per_step_p95": delta.quantile(0.95),
+    }  # fmt: skip
+
+
+def run_window(
+    engine: Engine, setup: TrialSetup, spec: StudySpec, window: Window, index: int,
+    procs: dict[str, list[int]], out: Path,
+) -> dict[str, Any]:  # fmt: skip
+    requests, full_from_s = window_requests(setup, window)
+    idle = wait_idle(engine.base_url, timeout_s=60.0)
+    reset = reset_prefix_cache(engine.base_url)
+    settings = dataclasses.replace(setup.replay, seed=setup.replay.seed + SEED_STRIDE * (index + 1))
+    watched = (
+        {"api": procs["api"][0], "engine_core": procs["engine_core"][0]}
+        if procs["engine_core"]
+        else {"api": procs["api"][0]}
+    )
+    log_at = engine.log_size()
+    spies = pyspy_start(watched, window.pyspy_s, out, window.label) if window.pyspy_s else []
+    cpu_before = {role: cpu_seconds(pid) for role, pid in watched.items()}
+    began = time.monotonic()
+    result = replay(engine.base_url, requests, settings)
+    wall_s = time.monotonic() - began
+    cpu_after = {role: cpu_seconds(pid) for role, pid in watched.items()}
+    for role, spy, path in spies:
+        try:
+            spy.wait(timeout=window.pyspy_s + 60)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+        print(
+            f"py-spy {role}: rc {spy.returncode}, "
+            f"{path.stat().st_size if path.exists() else 0} bytes",
+            flush=True,
+        )
+    try:
+        log = engine.log_path.read_bytes()[log_at:]
+    except OSError:
+        log = b""
+    results = result.results
+    end_s = full_from_s + window.seconds
+    record: dict[str, Any] = {
+        "label": window.label, "rate_req_per_s": window.rate, "seconds": window.seconds,
+        "ramped": window.ramped, "full_rate_from_s": full_from_s, "requests": len(results),
+        "started_idle": idle, "prefix_cache_reset": reset, "wall_s": wall_s,
+        "cpu_cores": {
+            role: {
+                "process": (cpu_after[role][0] - cpu_before[role][0]) / wall_s,
+                "main_thread": (cpu_after[role][1] - cpu_before[role][1]) / wall_s,
+            }
+            for role in watched
+        },
+        "figures": replay_figures(result),
+        "steps": steps_of(result.metrics_before, result.metrics_after),
+        "gauges": gauges_during(result.metrics_during),
+        "late_jit": [m.decode(errors="replace") for m in LATE_JIT.findall(log)],
+        "timeline": timeline(results),
+        "pyspy": {role: str(path.name) for role, _, path in spies},
+    }  # fmt: skip
+    parts: dict[str, Any] = {"whole": judged(results, result.duration_s, spec)}
+    if window.ramped:
+        steady = [r for r in results if r.scheduled_s >= full_from_s]
+        parts["steady"] = judged(steady, result.duration_s, spec)
+    else:
+        for name, (lo, hi) in PARTS.items():
+            if hi <= end_s:
+                part = [r for r in results if lo <= r.scheduled_s < hi]
+                parts[name] = judged(part, result.duration_s, spec)
+    record["parts"] = parts
+    columns = {
+        "scheduled_s": [r.scheduled_s for r in results], "sent_s": [r.sent_s for r in results],
+        "ttft_s": [r.ttft_s for r in results], "e2e_s": [r.e2e_s for r in results],
+        "input_tokens": [r.input_tokens for r in results],
+        "output_tokens": [r.output_tokens for r in results],
+        "error": [r.error for r in results],
+    }  # fmt: skip
+    (out / f"requests-{window.label}.json").write_text(json.dumps(columns))
+    return record
+
+
+def show(record: Mapping[str, Any]) -> str:
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value * 1000:.0f}"
+
+    parts = record["parts"]
+    cells = []
+    for name, part in parts.items():
+        mark = "ok" if part["passed"] else "FAIL"
+        cells.append(
+            f"{name} ttft95 {ms(part.get('ttft_p95_s'))} tpot95 {ms(part.get('tpot_p95_s'))} {mark}"
+        )
+    f = record["figures"]
+    cpu = record["cpu_cores"]
+    cpu_text = " ".join(
+        f"{role} {c['process']:.2f}/{c['main_thread']:.2f}" for role, c in cpu.items()
+    )
+    waiting = [w for _, w in record["gauges"] if w is not None]
+    steps = record["steps"]
+    return (
+        f"{record['label']:>15} {record['rate_req_per_s']:>5.0f} req/s n={record['requests']:>5} | "
+        + " | ".join(cells)
+        + f" | vLLM ttft95 {ms(f.get('server_ttft_p95_s'))}"
+        f" queue95 {ms(f.get('server_queue_p95_s'))}"
+        f" prefill95 {ms(f.get('server_prefill_p95_s'))} | cores (process/main) {cpu_text}"
+        f" | waiting max {max(waiting, default=0):.0f}"
+        f" | steps {steps.get('steps', 0):.0f}"
+        f" tok/step {steps.get('tokens_per_step_mean') or 0:.0f}"
+        f" | late JIT {len(record['late_jit'])}"
+    )
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    launcher = ServeLauncher(out / "launcher.log")
+    spec, setup = build(args.spec, args.trace, launcher)
+    plan = CPU_PLAN if args.cpu_plan else PLAN
+    engine = Engine(
+        spec.model, dict(spec.engine_args), out / "engine", launcher=launcher, env=setup.env
+    )
+    try:
+        engine.start()
+        healthy_s = engine.wait_healthy(spec.health_timeout_s)
+        assert launcher.last is not None
+        procs = server_processes(launcher.last.pid)
+        meta = {
+            "healthy_s": healthy_s,
+            "processes": procs,
+            "startup": engine.times.startup,
+            "measured_on": fingerprint.measured_on(),
+            "engine_args": dict(spec.engine_args),
+        }
+        (out / "meta.json").write_text(json.dumps(meta, indent=1))
+        print(f"vLLM healthy after {healthy_s:.0f} s; processes {procs}", flush=True)
+        replay(engine.base_url, setup.warmup_requests, setup.replay)
+        with (out / "windows.jsonl").open("a") as log:
+            for index, window in enumerate(plan):
+                record = run_window(engine, setup, spec, window, index, procs, out)
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+                print(show(record), flush=True)
+    finally:
+        engine.stop()
+        launcher.close()
+    return 0
+
+
+# --- ab: tuner's trials and confirm step over vllm serve -------------------------------------
+
+
+def trial_line(trial: Any) -> str:
+    capacity = trial.user_attrs.get("capacity_req_per_s")
+    args = trial.user_attrs.get("engine_args") or {}
+    extra = {k: v for k, v in args.items() if k not in ("load-format", "max-model-len")}
+    confirms = trial.user_attrs.get(confirm.CONFIRMS_ATTR)
+    again = f" (again, of {confirms})" if confirms is not None else ""
+    rates = [
+        f"{p['rate_req_per_s']:.0f}{'+' if p['passed'] else '-'}"
+        for p in trial.user_attrs.get("capacity_points", [])
+    ]
+    return (
+        f"trial {trial.number}{again} {extra or 'defaults'}: capacity {capacity} req/s; "
+        f"rates {' '.join(rates)}"
+    )
+
+
+def cmd_ab(args: argparse.Namespace) -> int:
+    root = args.root.resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    launcher = ServeLauncher(root / "runs" / "launcher.log")
+    spec, setup = build(args.spec, args.trace, launcher)
+    storage = f"sqlite:///{root / 'study.db'}"
+    study = search.open_study(args.study, storage, spec.seed, None, capacity=True)
+    deadline = time.monotonic() + (args.deadline_epoch - time.time()) - args.margin_s
+    machine = fingerprint.measured_on()
+    firsts = [
+        t
+        for t in study.trials
+        if t.state.is_finished() and confirm.CONFIRMS_ATTR not in t.user_attrs
+    ]
+    wanted = 1 + len(spec.candidates)
+    print(
+        f"study {args.study}: {len(study.trials)} trials; "
+        f"first measurements {len(firsts)} of {wanted}",
+        flush=True,
+    )
+
+    def done(trial: Any) -> None:
+        print(trial_line(trial), flush=True)
+
+    try:
+        if len(firsts) < wanted:
+            search.run_study(
+                study, spec, setup, root / "runs", wanted - len(firsts), on_trial=done,
+                deadline=deadline, pinned={}, measured_on=machine,
+            )  # fmt: skip
+        how = search.Measuring(setup, root / "runs", machine=machine)
+        confirm.confirm(
+            study, how, spec.confirm_top_k, spec.confirm_repeats, on_trial=done,
+            deadline=deadline, candidates=spec.confirm_candidates,
+        )  # fmt: skip
+    finally:
+        launcher.close()
+    result = confirm.confirmed_winner(study)
+    lines = confirm.summary(result) if result is not None else ["no feasible configuration"]
+    for group in confirm.groups(study):
+        values = group.values
+        args_text = {
+            k: v
+            for k, v in group.first.user_attrs.get("engine_args", {}).items()
+            if k not in ("load-format", "max-model-len")
+        }
+        lines.append(
+            f"{args_text or 'defaults'}: median {statistics.median(values):.1f} req/s, "
+            f"{min(values):.1f} to {max(values):.1f}, {len(values)} engines "
+            f"({', '.join(f'{v:.1f}' for v in values)})"
+        )
+    (root / "summary.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    probe = sub.add_parser("probe", help="one server: windows from idle, ramped in, under py-spy")
+    probe.add_argument("--spec", type=Path, required=True)
+    probe.add_argument("--trace", type=Path, required=True)
+    probe.add_argument("--out", type=Path, required=True)
+    probe.add_argument("--cpu-plan", action="store_true", help="the CPU build's smoke plan")
+    ab = sub.add_parser("ab", help="tuner's trials and confirm step over `vllm serve`")
+    ab.add_argument("--spec", type=Path, required=True)
+    ab.add_argument("--trace", type=Path, required=True)
+    ab.add_argument("--root", type=Path, required=True)
+    ab.add_argument("--study", default="frontend")
+    ab.add_argument("--deadline-epoch", type=float, required=True)
+    ab.add_argument("--margin-s", type=float, default=20.0)
+    args = parser.parse_args(argv)
+    return cmd_probe(args) if args.command == "probe" else cmd_ab(args)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
