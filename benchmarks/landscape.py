@@ -62,10 +62,15 @@ def main() -> None:
         )
     max_len = spec.engine_args.get("max-model-len")
     info = model_info(model, int(max_len) if max_len else None)
+    time_scale = options.time_scale or spec.time_scale
+    if not isinstance(time_scale, float | int):
+        # A calibrated spec (time_scale: auto) replays at a rate measured on the machine: give
+        # the time scale the study calibrated (its output's "time scale X") to replay the same.
+        parser.error(f"{options.spec} calibrates its time scale: give --time-scale")
     workload = build_workload(
         load_trace(options.trace),
         options.window_s or spec.window_s,
-        options.time_scale or spec.time_scale,
+        float(time_scale),
         info.max_model_len,
     )
     values = [yaml.safe_load(v) for v in options.values.split(",")]

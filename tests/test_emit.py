@@ -28,7 +28,6 @@ MET = Verdict(meets_slos=True)
 
 # A trial's arguments as the study builds them: fixed ones first, then the searched ones.
 ARGS = {
-    "load-format": "dummy",
     "max-model-len": 4096,
     "enforce-eager": True,
     "max-num-seqs": 12,
@@ -76,17 +75,38 @@ def without_server_lines(text: str) -> str:
 def test_emitted_body_is_the_trial_config_less_host_and_port(tmp_path):
     # The trial's engine.yaml, written by the real engine code; the process it launches is a
     # stand-in module that exits at once (vLLM is not needed to write the file).
-    engine = Engine("models/cpu-demo", ARGS, tmp_path, launcher=ProcessLauncher(module="this"))
+    engine = Engine("org/model", ARGS, tmp_path, launcher=ProcessLauncher(module="this"))
     engine.start()
     engine.stop()
     measured = engine.config_path.read_text()
     assert "host: 127.0.0.1\n" in measured and f"port: {engine.port}\n" in measured
 
-    text = render("models/cpu-demo", ARGS, PROVENANCE, MET, {"ttft_p95_s": 0.25}, None)
+    text = render("org/model", ARGS, PROVENANCE, MET, {"ttft_p95_s": 0.25}, None)
     header, _, body = text.partition("# Serve with: vllm serve --config <this file>\n")
-    assert body == served_config("models/cpu-demo", ARGS)
+    assert body == served_config("org/model", ARGS)
     assert body.encode() == without_server_lines(measured).encode()
     assert all(line.startswith("#") for line in header.splitlines())
+
+
+def test_a_study_on_random_weights_emits_the_config_for_the_real_weights(tmp_path):
+    dummy = {"load-format": "dummy", **ARGS}
+    text = render("org/model", dummy, PROVENANCE, MET, {"ttft_p95_s": 0.25}, None)
+    assert yaml.safe_load(text) == {"model": "org/model", **ARGS}
+    assert "load-format" not in text.split("# Serve with")[1]
+    assert "# Measured on random weights (load-format: dummy)" in text
+    # Another load format is the user's choice, and kept.
+    assert "load-format: safetensors" in served_config("m", {"load-format": "safetensors"})
+    assert "random weights" not in render("m", ARGS, PROVENANCE, MET, {}, None)
+
+
+def test_a_local_model_folder_is_named_by_its_absolute_path(tmp_path, monkeypatch):
+    (tmp_path / "models" / "mine").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    body = yaml.safe_load(served_config("models/mine", ARGS))
+    assert body["model"] == str(tmp_path / "models" / "mine")
+    assert yaml.safe_load(served_config("Qwen/Qwen2.5-0.5B-Instruct", ARGS))["model"] == (
+        "Qwen/Qwen2.5-0.5B-Instruct"
+    )
 
 
 def test_served_config_drops_host_and_port():

@@ -14,12 +14,26 @@ from tuner.study.spec import DEFAULT_SPEC, load_spec, parse_spec
 
 
 def test_default_spec_text_parses_to_the_defaults():
-    spec = parse_spec(yaml.safe_load(default_spec_text("models/elsewhere")))
-    assert spec.model == "models/elsewhere"
-    assert spec.dummy_model == "cpu-demo"
+    spec = parse_spec(yaml.safe_load(default_spec_text()))
+    assert spec.model == "models/cpu-demo" and spec.dummy_model == "cpu-demo"
+    assert spec.engine_args == {"load-format": "dummy"}
     assert [d.name for d in spec.space] == list(DEFAULT_SPEC["search_space"])
     assert spec.n_trials == 20
     assert spec.weights == DEFAULT_SPEC["objective"]
+
+
+@pytest.mark.parametrize("model", ["models/elsewhere", "Qwen/Qwen2.5-0.5B-Instruct"])
+def test_a_users_model_is_tuned_on_its_real_weights_with_nothing_added(model):
+    spec = parse_spec(yaml.safe_load(default_spec_text(model)))
+    assert spec.model == model and spec.dummy_model is None and spec.engine_args == {}
+    dummy = parse_spec(yaml.safe_load(default_spec_text(model, dummy_weights=True)))
+    assert dummy.dummy_model is None and dummy.engine_args == {"load-format": "dummy"}
+
+
+def test_the_command_lines_slos_and_objective_are_written_into_a_new_spec():
+    overrides = {"slos": {"ttft_p95_s": 0.3}, "objective": {"ttft_p95_s": 1.0}}
+    spec = parse_spec(yaml.safe_load(default_spec_text("m", overrides=overrides)))
+    assert spec.slos == {"ttft_p95_s": 0.3} and spec.weights == {"ttft_p95_s": 1.0}
 
 
 def test_names_are_dashed_and_values_kept():

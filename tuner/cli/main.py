@@ -17,7 +17,7 @@ from typing import NoReturn
 from tuner.cli.compile_key import cmd_compile_key
 from tuner.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
 from tuner.cli.parser import build_parser
-from tuner.cli.run import cmd_run
+from tuner.cli.run import cmd_init, cmd_run
 from tuner.cli.show_report import cmd_report
 from tuner.cli.trace import cmd_trace_from_prometheus, cmd_trace_inspect
 from tuner.errors import InputError, TunerError
@@ -44,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_compile_key(args)
         if args.command == "report":
             return cmd_report(args)
+        if args.command == "init":
+            return cmd_init(args)
         return cmd_run(args)
     except InputError as exc:
         print(f"tuner: {exc}", file=sys.stderr)

@@ -32,8 +32,10 @@ from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import Launcher, ProcessLauncher, ZygoteLauncher
 from tuner.errors import InputError, TunerError
 from tuner.study import calibrate, confirm, fingerprint, search
+from tuner.study.emit import LOAD_FORMAT, RANDOM_WEIGHTS, random_weights
 from tuner.study.space import capture_pin, default_spec_text, runnable_baseline
-from tuner.study.spec import AUTO, StudySpec, load_spec
+from tuner.study.spec import AUTO, StudySpec, load_spec, parse_spec
+from tuner.study.spec_file import read_spec_document
 from tuner.study.workers import fail_orphans
 from tuner.traces.concurrency import load_concurrency
 from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
@@ -41,32 +43,85 @@ from tuner.traces.model import Trace
 from tuner.traces.workload import model_info
 
 
-def load_study_spec(args: argparse.Namespace, name: str, trace: Trace | None) -> StudySpec:
-    """The study spec, written with the defaults when absent; its dummy model, if it has one.
+def spec_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """What the command line sets in the spec: its SLOs (each weighted 1) and objective."""
+    out: dict[str, Any] = {}
+    if getattr(args, "slo", None):
+        out["slos"] = dict(args.slo)
+        out["objective"] = dict.fromkeys(out["slos"], 1.0)
+    if args.objective is not None:
+        out["objective_mode"] = args.objective
+    return out
+
+
+def write_default_spec(args: argparse.Namespace, path: Path, trace: Trace | None) -> None:
+    """The spec for this trace, model and machine, with the command line's settings.
 
     Off vLLM's CPU build, max-num-seqs reaches vLLM's default on the GPU vLLM will open first,
     and the defaults search the CUDA-graph capture range, over values that cover the trace's
-    prompt lengths.
+    prompt lengths. On it, gpu-memory-utilization is searched up to what this machine starts.
     """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prompts = None if trace is None else [int(n) for n in trace.input_tokens]
+    gpu = not environment.is_cpu_build()
+    device = next(iter(environment.visible_gpus()), None) if gpu else None
+    memory = None if gpu else environment.host_memory()
+    text = default_spec_text(
+        args.model,
+        gpu=gpu,
+        prompt_tokens=prompts,
+        device=device,
+        cpu_memory=memory,
+        dummy_weights=args.dummy_weights,
+        overrides=spec_overrides(args),
+    )
+    write_whole(path, text)
+
+
+def load_study_spec(args: argparse.Namespace, name: str, trace: Trace | None) -> StudySpec:
+    """The study spec, written when absent, with the command line's settings over it; its
+    dummy model written, if it has one."""
     path = spec_path(args, name)
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        prompts = None if trace is None else [int(n) for n in trace.input_tokens]
-        gpu = not environment.is_cpu_build()
-        device = next(iter(environment.visible_gpus()), None) if gpu else None
-        memory = None if gpu else environment.host_memory()
-        text = default_spec_text(
-            args.model, gpu=gpu, prompt_tokens=prompts, device=device, cpu_memory=memory
-        )
-        write_whole(path, text)
+        write_default_spec(args, path, trace)
         print(f"wrote a default study spec to {path}")
-    spec = load_spec(path)
+    document = read_spec_document(path)
+    if isinstance(document, dict):
+        document = {**document, **spec_overrides(args)}
+    spec = parse_spec(document, str(path))
     if args.model and args.model != spec.model:
         raise InputError(f"--model {args.model} differs from {path}'s model {spec.model}")
+    if args.dummy_weights and not random_weights(spec.engine_args):
+        spec = dataclasses.replace(
+            spec, engine_args={**spec.engine_args, LOAD_FORMAT: RANDOM_WEIGHTS}
+        )
+    if random_weights(spec.engine_args):
+        print(
+            "measuring on random weights (load-format dummy); the configuration written "
+            "loads the model's real weights"
+        )
     if spec.dummy_model and not Path(spec.model, "config.json").exists():
         write_model(spec.model, spec.dummy_model)
         print(f"wrote a {spec.dummy_model} dummy model to {spec.model}")
     return spec
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """``tuner init``: write the study spec for this trace, model and machine; run nothing."""
+    name = args.study or args.trace.stem
+    trace = None
+    if decide_format(args.trace, args.format, args.columns) != CONCURRENCY:
+        trace = load_trace(args.trace, args.format, **trace_options(args))
+    path = spec_path(args, name)
+    if path.exists():
+        raise InputError(f"{path} exists: edit it, or give another --study or --spec")
+    write_default_spec(args, path, trace)
+    spec = load_spec(path)
+    if not spec.dummy_model:
+        max_len = spec.engine_args.get("max-model-len")
+        model_info(spec.model, int(max_len) if max_len else None, spec.engine_args.get("revision"))
+    print(f"wrote {path}: read it, edit it, then: tuner run --trace {args.trace} --study {name}")
+    return 0
 
 
 def check_engine_arguments(spec: StudySpec, path: Path) -> None:
@@ -162,8 +217,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             spec, note = runnable_baseline(spec, environment.host_memory())
             if note:
                 print(note)
-    if args.objective is not None:
-        spec = dataclasses.replace(spec, objective_mode=args.objective)
     if args.client_procs is not None:
         spec = dataclasses.replace(spec, client_procs=args.client_procs)
     if spec.capacity and trace is None:
@@ -172,7 +225,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             "trace sets its own load (use --objective latency)"
         )
     max_len = spec.engine_args.get("max-model-len")
-    info = model_info(spec.model, int(max_len) if max_len else None)
+    info = model_info(
+        spec.model,
+        int(max_len) if max_len else None,
+        spec.engine_args.get("revision"),
+        bool(spec.engine_args.get("trust-remote-code", False)),
+    )
     # The parser took only positive numbers: an option given is never dropped for the spec's.
     window_s = spec.window_s if args.window_s is None else args.window_s
     # "auto": a latency study of a request trace replays at a rate calibrated on this machine,

@@ -3,18 +3,22 @@
 The chosen trial is the best one that met the SLOs, else the one that came closest; the header's
 first line says which (``# meets SLOs: yes`` or ``no``, then each SLO missed).
 
-Pure: builds text. The arguments go through ``tuner.flags.config_yaml``, the same function that
-wrote each trial's config, so what is emitted is byte for byte what was measured (less host and
-port, which tuner chose per trial).
+Builds text. The arguments go through ``tuner.flags.config_yaml``, the same function that wrote
+each trial's config, so what is emitted is byte for byte what was measured, less host and port
+(which tuner chose per trial) and random weights: a study measured on random weights
+(``load-format: dummy``) emits the configuration that serves the model's real weights, and its
+header says how it was measured. A local model folder is named by its absolute path, so the
+file serves from any folder; a Hugging Face id as given.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from tuner.flags import SERVER_ONLY, config_yaml
+from tuner.flags import SERVER_ONLY, config_yaml, flag_name
 from tuner.study.capacity import NO_RATE
 from tuner.study.scoring import Miss, Verdict
 
@@ -45,10 +49,31 @@ class Provenance:
     machine_of_writer: bool = False
 
 
+LOAD_FORMAT = flag_name("load_format")
+# vLLM's load format that fills the weights with random values instead of reading them.
+RANDOM_WEIGHTS = "dummy"
+
+
+def random_weights(engine_args: Mapping[str, Any]) -> bool:
+    """Whether a trial ran on random weights."""
+    return engine_args.get(LOAD_FORMAT) == RANDOM_WEIGHTS
+
+
+def served_model(model: str) -> str:
+    """The model as the emitted file names it: a local folder's absolute path, else the id."""
+    folder = Path(model).expanduser()
+    return str(folder.resolve()) if folder.is_dir() else model
+
+
 def served_config(model: str, engine_args: Mapping[str, Any]) -> str:
-    """The YAML body: the model and the trial's engine arguments, without host and port."""
-    args = {k: v for k, v in engine_args.items() if k not in SERVER_ONLY}
-    return config_yaml({"model": model, **args})
+    """The YAML body: the model and the trial's engine arguments, without host and port, and
+    without random weights."""
+    args = {
+        k: v
+        for k, v in engine_args.items()
+        if k not in SERVER_ONLY and not (k == LOAD_FORMAT and v == RANDOM_WEIGHTS)
+    }
+    return config_yaml({"model": served_model(model), **args})
 
 
 def format_figure(metrics: Mapping[str, Any], key: str, scale: float, unit: str) -> str:
@@ -105,6 +130,12 @@ def render(
     lines = [f"# {line}" for line in verdict_lines(verdict)]
     lines += [f"# {line}" for line in extra]
     lines.append(f"# Tuned by tuner {p.tuner_version} for vLLM {p.vllm_version} on {p.device}.")
+    if random_weights(engine_args):
+        lines += [
+            "# Measured on random weights (load-format: dummy) of this model's shape, every",
+            "# request's output length forced: speed depends on the shapes, not the values. The",
+            "# config below loads the model's real weights.",
+        ]
     if p.machine_of_writer:
         lines.append(
             f"# (trial {p.trial_number} recorded no vLLM version or device: those are of the "

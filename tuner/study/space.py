@@ -10,6 +10,7 @@ trials share vLLM's compiles.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -168,6 +169,8 @@ def default_spec_text(
     prompt_tokens: list[int] | None = None,
     device: Gpu | None = None,
     cpu_memory: HostMemory | None = None,
+    dummy_weights: bool = False,
+    overrides: Mapping[str, Any] | None = None,
 ) -> str:
     """The spec ``tuner run`` writes when there is none. With ``gpu`` (not vLLM's CPU build),
     max-num-seqs reaches vLLM's default on ``device`` (the GPU vLLM will open first; None where
@@ -175,7 +178,12 @@ def default_spec_text(
     ``prompt_tokens``, and offers max-num-batched-tokens as a few levels."""
     spec = dict(DEFAULT_SPEC)
     if model is not None:
+        # The user's model: its real weights unless asked otherwise, and no engine argument
+        # (max-model-len included) that the user did not ask for.
         spec["model"] = model
+        spec["dummy_model"] = None
+        spec["engine_args"] = {"load-format": "dummy"} if dummy_weights else {}
+    spec.update(overrides or {})
     if gpu:
         spec["search_space"] = gpu_search_space(prompt_tokens, device)
     elif cpu_memory is not None:
@@ -196,8 +204,13 @@ def default_spec_text(
         "# prune_factor: stop a trial once a metric is this many times its SLO, or this many\n"
         "#   times worse than the best trial at the same point (0: never); prune_after_s: not\n"
         "#   before this many seconds into the window.\n"
+        "# model: a local folder or a Hugging Face id (resolved as vLLM resolves it).\n"
         "# dummy_model: a shape tuner writes at `model` when that folder is absent (random\n"
-        "#   weights, with load-format dummy); null for a real model folder.\n"
+        "#   weights, with load-format dummy); null for a real model.\n"
+        "# engine_args load-format: dummy measures random weights of the model's shape; the\n"
+        "#   configuration written never carries it.\n"
+        "# time_scale: a factor on the trace's arrival times, or auto: replay at calibrate_load\n"
+        "#   times what vLLM's defaults carry within the SLOs on this machine (measured once).\n"
         "# objective_mode: latency (the best score at the window's rate) or capacity (the\n"
         "#   highest rate one server carries within the SLOs: each trial starts vLLM once and\n"
         "#   replays the window time-scaled to each rate, capacity_window_s seconds a rate,\n"

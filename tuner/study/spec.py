@@ -111,7 +111,7 @@ class StudySpec:
 DEFAULT_SPEC: dict[str, Any] = {
     "model": "models/cpu-demo",
     "dummy_model": "cpu-demo",
-    "engine_args": {"load-format": "dummy", "max-model-len": 4096},
+    "engine_args": {"load-format": "dummy"},
     "baseline": {},
     "candidates": [],
     "search_space": {

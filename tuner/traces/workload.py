@@ -6,7 +6,6 @@ Every trial of a study replays exactly the same requests; this is where they are
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,22 +22,34 @@ class ModelInfo:
     max_model_len: int
 
 
-def model_info(model: str, max_model_len: int | None) -> ModelInfo:
-    """Read ``config.json`` of a local model folder."""
-    config_path = Path(model) / "config.json"
+def model_info(
+    model: str,
+    max_model_len: int | None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+) -> ModelInfo:
+    """What replay needs of ``model``: a local folder, or a Hugging Face model id resolved as vLLM
+    resolves it (the Hugging Face cache under ``HF_HOME``, offline with ``HF_HUB_OFFLINE=1``, at
+    ``revision``). Its config is read by transformers; an ``InputError`` where it cannot be."""
     try:
-        config = json.loads(config_path.read_text())
-    except OSError:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(
+            model, revision=revision, trust_remote_code=trust_remote_code
+        )
+    except (OSError, ValueError, KeyError) as exc:
+        where = "folder" if Path(model).exists() else "Hugging Face id"
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise InputError(
-            f"{config_path}: cannot read; the model must be a local folder with a config.json"
+            f"cannot read the model {model!r} (a {where}): {first}; give a model folder with a "
+            "config.json, or a Hugging Face id that is in the local cache or can be downloaded"
         ) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{config_path}: not JSON: {exc}") from None
+    text = config.get_text_config()
     try:
-        vocab_size = int(config["vocab_size"])
-        context = int(max_model_len or config["max_position_embeddings"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{config_path}: lacks a usable {exc}") from None
+        vocab_size = int(text.vocab_size)
+        context = int(max_model_len or text.max_position_embeddings)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise InputError(f"the model {model!r}'s config lacks a usable {exc}") from None
     return ModelInfo(vocab_size=vocab_size, max_model_len=context)
 
 
