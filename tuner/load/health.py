@@ -29,8 +29,9 @@ CLIENT_CPU_LIMIT = 0.9
 # A window that failed while the client fell behind is still the server's failure where a
 # latency missed its SLO by more than this many times the client's lateness (the larger of its
 # event loop's and its sends' lag p99; the TTFT p95 error followed the loop lag p99 closely).
-# On the H200 (session 11) two capacity searches of vLLM's defaults ended unresolved at windows
-# whose TTFT p95 was 1.0 and 1.45 s against an SLO of 0.3 s, flagged for a 5 and 7 ms loop lag.
+# On the H200 (2026-11-25, benchmarks/results/h100.md) two capacity searches of vLLM's defaults
+# ended unresolved at windows whose TTFT p95 was 1.0 and 1.45 s against an SLO of 0.3 s, flagged
+# for a 5 and 7 ms loop lag.
 SERVER_MISS_FACTOR = 2.0
 
 
