@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Issue 17 on the device, one lease: vLLM's compile key per searched argument (tuner
-# compile-key), a 6-trial study under a pinned capture range (study_loop.py), then the A/B of
-# the default against the pinned capture range (capture_ab.py). Run from the repository root.
+# The runs of benchmarks/results/h100-capture.md on one device machine: vLLM's compile key per
+# searched argument (tuner compile-key), a 6-trial study under a pinned capture range
+# (study_loop.py), then the A/B of the default against the pinned capture range (capture_ab.py).
+# Run from the repository root.
 #
 #   bash benchmarks/gpu/capture.sh start SRC   copy SRC (tuner, benchmarks/gpu) and start all
 #                                              three, detached, one after the other
@@ -77,5 +78,5 @@ if spec.dummy_model and not Path(spec.model, 'config.json').exists():
     ls -l "$out"
     ;;
   *)
-    sed -n 2,14p "$0"; exit 2 ;;
+    sed -n 2,15p "$0"; exit 2 ;;
 esac

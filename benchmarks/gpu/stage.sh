@@ -5,7 +5,7 @@
 #                                           .gpu/snap (tuner at COMMIT, default HEAD) and .whl/
 #
 # ../shared/gpu/stage.sh packs the wheels as 60 MiB parts, but a call carries at most 64 MiB
-# with the working tree (7 MiB after session 11), so the parts are cut again at 50 MiB: 8 install
+# with the working tree (7 MiB on 2026-11-25), so the parts are cut again at 50 MiB: 8 install
 # calls, `bash .gpu/install.sh .gpu/partNN 8`. The image lacks httpx-aiohttp (tuner's client):
 # its wheel goes to .whl, carried with the call that starts a study (benchmarks/gpu/README.md).
 set -euo pipefail

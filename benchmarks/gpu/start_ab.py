@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
                    arm.get("env", {}).items()}  # fmt: skip
             workdir = args.out / f"r{run}-{name}"
             # An engine cut off by an earlier call left its log: its steps must not be read
-            # into this start's (session 9's run 2 of `vllm` read 43 s of engine process so).
+            # into this start's (run 2 of `vllm` in benchmarks/results/h100-start-steps.md read 43 s
+            # of engine process so).
             shutil.rmtree(workdir, ignore_errors=True)
             row = measure(
                 spec.model, engine_args, launcher, warmup, [load], settings,

@@ -11,7 +11,7 @@
 # Environment: STUDY_ROOT (default /root/gpu-study), PYTHON (default python3), SPEC and TRACE
 # to override the workload's, MAX_TRIALS (trials to add, default 12) or TOTAL_TRIALS (trials the
 # study should hold; once it holds them, the confirmation is finished), RESUME_DB (a study.db
-# brought back from an earlier lease, copied in to go on with), TUNER_SRC (a folder holding the
+# brought back from an earlier run, copied in to go on with), TUNER_SRC (a folder holding the
 # tuner package to run, e.g. a `git archive` snapshot, default the working tree). On the
 # device, export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 first
 # (../shared/gpu/README.md).

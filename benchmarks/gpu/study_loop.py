@@ -9,9 +9,9 @@ is a ``candidates`` entry of the workloads' specs, so the study measures vLLM's 
 Writes under ``--root``: ``study.db``, ``configs/``, ``runs/``, ``tuner.log`` (tuner's own
 output) and ``loop.jsonl`` (the run's wall time and exit status).
 
-A study longer than one lease goes on in the next from its ``study.db`` (``study.sh`` copies a
-carried one in, ``RESUME_DB``): with ``--total-trials N`` the loop adds only the trials the
-study lacks of N (re-measurements of the confirm step not counted), and once it has them all,
+A study longer than one machine's time goes on in the next from its ``study.db`` (``study.sh``
+copies a carried one in, ``RESUME_DB``): with ``--total-trials N`` the loop adds only the trials
+the study lacks of N (re-measurements of the confirm step not counted), and once it has them all,
 runs ``tuner run --confirm-only`` to finish the confirmation.
 """
 
@@ -46,7 +46,7 @@ def _trials(study_name: str, storage: str) -> list[optuna.trial.FrozenTrial]:
 
 def _first_measurement(trial: optuna.trial.FrozenTrial) -> bool:
     """A trial that measured its configuration (completed or pruned) and is not a
-    re-measurement of the confirm step; a trial cut off by the end of a lease is FAIL and does
+    re-measurement of the confirm step; a trial cut off by the end of a run is FAIL and does
     not count."""
     measured = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     return trial.state in measured and CONFIRMS_ATTR not in trial.user_attrs
