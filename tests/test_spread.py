@@ -119,9 +119,9 @@ def test_a_saturated_client_is_flagged_against_the_stand_in(standin):
     """Squeezed onto a third of one core (two busy sibling processes) at 600 req/s, the replay's
     own figures say it fell behind; with room it does not.
 
-    Half a core at 300 req/s (this test until session 10) left the client about 0.3 of a core
-    busy and its send lag p99 at 5 to 16 ms against the 5 ms tolerance on a fast machine: one
-    clean-clone CI run found it kept up. A third of a core at 600 req/s measured 280 to 440 ms.
+    Half a core at 300 req/s (this test before commit a786e93) left the client about 0.3 of a
+    core busy and its send lag p99 at 5 to 16 ms against the 5 ms tolerance on a fast machine:
+    one clean-clone CI run found it kept up. A third of a core at 600 req/s measured 280 to 440 ms.
     """
     requests = steady(100, 300, output_tokens=40)
     calm = replay(standin, requests, SETTINGS)

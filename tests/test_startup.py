@@ -94,8 +94,9 @@ def test_steps_of_an_engine_served_from_the_compile_cache():
 
 
 def test_a_start_from_vllms_mega_aot_artefact_is_a_hit():
-    # Session 9's lever A/B on the H100: with VLLM_USE_MEGA_AOT_ARTIFACT=1 a hit logs neither
-    # Dynamo's transform nor the per-range load, only the AOT line; its miss compiled as usual.
+    # The start-up A/B on the H100 (benchmarks/results/h100-start-steps.md): with
+    # VLLM_USE_MEGA_AOT_ARTIFACT=1 a hit logs neither Dynamo's transform nor the per-range load,
+    # only the AOT line; its miss compiled as usual.
     mega = Path(__file__).parent.parent / "benchmarks/results/h100-start-ab"
     hit = (mega / "r1-sizes15-mega/engine.log").read_text()
     assert compile_cache(hit) == {"compile_cache_hit": True}
