@@ -26,12 +26,14 @@ After replaying it, the trace rebuilt from Prometheus must match it within:
   within a bucket (vLLM's go 1, 2, 5, 10, 20, 50, ...) a histogram says nothing more.
 
 The pure parts (stratified sampling, arrivals from rates) are checked without any server;
-TLS and Prometheus' error answers against a real Prometheus serving HTTPS with a self-signed
-certificate, scraping a small exporter of vLLM's metric names (no vLLM).
+TLS, basic auth and Prometheus' error answers against a real Prometheus serving HTTPS with a
+self-signed certificate behind basic auth (its own ``--web.config.file``), scraping a small
+exporter of vLLM's metric names (no vLLM).
 """
 
 from __future__ import annotations
 
+import base64
 import shutil
 import subprocess
 import threading
@@ -46,6 +48,8 @@ from conftest import run_tuner
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client import Histogram as PromHistogram
 
+from tuner.cli.exits import EXIT_BAD_INPUT
+from tuner.cli.main import main
 from tuner.engine.process import Engine, free_port
 from tuner.errors import InputError, TunerError
 from tuner.load.http import ReplaySettings
@@ -60,7 +64,8 @@ from tuner.traces.from_prometheus import (
     sample_lengths,
 )
 from tuner.traces.model import from_columns
-from tuner.traces.prometheus import fetch, rate_from_counters
+from tuner.traces.prometheus import fetch, parse_time, rate_from_counters
+from tuner.traces.prometheus_http import Access, read_access
 
 STEP_S = 5.0
 RANK_POINTS = 3  # percentile ranks: bucket shares survive up to rounding and the count error
@@ -157,9 +162,10 @@ def test_rebuild_is_seeded_and_shifted_by_latency():
 
 
 def _start_prometheus(
-    workdir: Path, target: str, tls: tuple[Path, Path] | None = None
+    workdir: Path, target: str, tls: tuple[Path, Path] | None = None, guarded: bool = False
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """Prometheus scraping ``target`` every second; over HTTPS with ``tls`` (cert, key)."""
+    """Prometheus scraping ``target`` every second; over HTTPS with ``tls`` (cert, key);
+    ``guarded``: every request needs ``USER`` and ``PASSWORD`` (basic auth)."""
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("the prometheus binary is missing; .ci/setup installs it")
@@ -176,10 +182,14 @@ def _start_prometheus(
         f"--storage.tsdb.path={workdir / 'tsdb'}",
         f"--web.listen-address=127.0.0.1:{port}",
     ]
+    web = ""
     if tls:
-        web = workdir / "web.yml"
-        web.write_text(f"tls_server_config:\n  cert_file: {tls[0]}\n  key_file: {tls[1]}\n")
-        command.append(f"--web.config.file={web}")
+        web += f"tls_server_config:\n  cert_file: {tls[0]}\n  key_file: {tls[1]}\n"
+    if guarded:
+        web += f"basic_auth_users:\n  {USER}: '{PASSWORD_BCRYPT}'\n"
+    if web:
+        (workdir / "web.yml").write_text(web)
+        command.append(f"--web.config.file={workdir / 'web.yml'}")
     log = (workdir / "prometheus.log").open("wb")
     process = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -188,7 +198,8 @@ def _start_prometheus(
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{url}/-/ready", timeout=2, verify=False).status_code == 200:
+            ready = httpx.get(f"{url}/-/ready", timeout=2, verify=False, auth=CREDENTIALS)
+            if ready.status_code == 200:
                 return process, url
         except httpx.HTTPError:
             pass
@@ -328,6 +339,14 @@ def test_unreachable_or_bad_selector_exit_cleanly(scraped_run, tmp_path):
 
 TLS_STEP_S = 2.0
 TLS_REQUESTS = 16
+USER = "tuner"
+PASSWORD = "tuner-test-password"
+CREDENTIALS = (USER, PASSWORD)
+# PASSWORD's bcrypt hash at cost 4 (the lowest: Prometheus checks it on each request), made once
+# with python -c "import bcrypt; print(bcrypt.hashpw(b'tuner-test-password',
+# bcrypt.gensalt(rounds=4)).decode())" (bcrypt 5.0.0); the tests passing with PASSWORD and
+# failing without it are the check that the two belong together.
+PASSWORD_BCRYPT = "$2b$04$qBbXoy0UbPgqBtEfnZ8Y4uGZD0QNdY8bwopjlqoTNnO4i1rY7U4xW"
 
 
 def _self_signed_certificate(workdir: Path) -> tuple[Path, Path]:
@@ -374,7 +393,9 @@ def _wait_for_scrapes(url: str, name: str, timeout_s: float = 60) -> None:
     """Until Prometheus has scraped ``name`` (it finds new targets only every few seconds)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        answer = httpx.get(f"{url}/api/v1/query", params={"query": name}, verify=False).json()
+        answer = httpx.get(
+            f"{url}/api/v1/query", params={"query": name}, verify=False, auth=CREDENTIALS
+        ).json()
         if answer["data"]["result"]:
             return
         time.sleep(0.5)
@@ -382,8 +403,9 @@ def _wait_for_scrapes(url: str, name: str, timeout_s: float = 60) -> None:
 
 
 @pytest.fixture(scope="module")
-def tls_prometheus(tmp_path_factory):
-    """Prometheus over HTTPS (self-signed), scraping vLLM's metric names from an exporter.
+def guarded_prometheus(tmp_path_factory):
+    """Prometheus over HTTPS (self-signed) behind basic auth, scraping vLLM's metric names
+    from an exporter; yields its URL, the range and its certificate (its own CA).
 
     Two requests finish each second for 8 s; the range ends 4 s after the last, so that every
     one of the 16 is scraped and on the query grid.
@@ -402,7 +424,8 @@ def tls_prometheus(tmp_path_factory):
     target = f"127.0.0.1:{exporter.server_address[1]}"
     prometheus = None
     try:
-        prometheus, url = _start_prometheus(workdir, target, _self_signed_certificate(workdir))
+        cert, key = _self_signed_certificate(workdir)
+        prometheus, url = _start_prometheus(workdir, target, (cert, key), guarded=True)
         _wait_for_scrapes(url, "vllm:request_success_total")
         time.sleep(2)  # a few scrapes of the counter at 0 before the range starts
         start_s = time.time()
@@ -415,7 +438,7 @@ def tls_prometheus(tmp_path_factory):
             time.sleep(1)
         end_s = start_s + 12.0
         time.sleep(max(end_s - time.time(), 0) + 1.5)
-        yield url, start_s, end_s
+        yield url, start_s, end_s, cert
     finally:
         exporter.shutdown()
         if prometheus is not None:
@@ -423,43 +446,162 @@ def tls_prometheus(tmp_path_factory):
             prometheus.wait(timeout=30)
 
 
-def test_tls_is_verified_unless_insecure(tls_prometheus):
-    url, start_s, end_s = tls_prometheus
-    with pytest.raises(TunerError, match="--insecure") as refused:
-        fetch(url, start_s, end_s, TLS_STEP_S)
-    assert type(refused.value) is TunerError and "certificate" in str(refused.value)
-    scraped = fetch(url, start_s, end_s, TLS_STEP_S, insecure=True)
-    assert round(float(scraped.rate_per_s.sum()) * TLS_STEP_S) == TLS_REQUESTS
-    # increase() extrapolates to the range's ends: near, not equal to, the requests made.
-    assert scraped.prompt.count == pytest.approx(TLS_REQUESTS, rel=0.25)
-    assert scraped.mean_e2e_s == pytest.approx(0.5)
-
-
-def test_cli_verifies_tls_and_insecure_opts_out(tls_prometheus, tmp_path):
-    url, start_s, end_s = tls_prometheus
-    out = tmp_path / "rebuilt.csv"
+def _argv(url: str, start_s: float, end_s: float, out: Path, *options: str | Path) -> list[str]:
+    """``tuner trace from-prometheus`` over the range, writing ``out``."""
     argv = ["trace", "from-prometheus", "--url", url, "--start", str(start_s)]
     argv += ["--end", str(end_s), "--step-s", str(TLS_STEP_S), "--out", str(out)]
-    refused = run_tuner(*argv, cwd=tmp_path)
+    return argv + [str(option) for option in options]
+
+
+def _password_file(folder: Path, password: str = PASSWORD) -> Path:
+    path = folder / "password"
+    path.write_text(password + "\n")  # as a secret file usually ends
+    return path
+
+
+def test_tls_is_verified_unless_insecure(guarded_prometheus):
+    url, start_s, end_s, cert = guarded_prometheus
+    with pytest.raises(TunerError, match="--insecure") as refused:
+        fetch(url, start_s, end_s, TLS_STEP_S, access=Access(basic_auth=CREDENTIALS))
+    assert type(refused.value) is TunerError and "certificate" in str(refused.value)
+    assert "--ca-file" in str(refused.value)
+    for access in (
+        Access(basic_auth=CREDENTIALS, insecure=True),
+        Access(basic_auth=CREDENTIALS, ca_file=cert),
+    ):
+        scraped = fetch(url, start_s, end_s, TLS_STEP_S, access=access)
+        assert round(float(scraped.rate_per_s.sum()) * TLS_STEP_S) == TLS_REQUESTS
+        # increase() extrapolates to the range's ends: near, not equal to, the requests made.
+        assert scraped.prompt.count == pytest.approx(TLS_REQUESTS, rel=0.25)
+        assert scraped.mean_e2e_s == pytest.approx(0.5)
+
+
+def test_cli_verifies_tls_and_insecure_or_ca_file_opts_out(guarded_prometheus, tmp_path):
+    url, start_s, end_s, cert = guarded_prometheus
+    out = tmp_path / "rebuilt.csv"
+    auth = ["--basic-auth-user", USER, "--basic-auth-password-file", _password_file(tmp_path)]
+    refused = run_tuner(*_argv(url, start_s, end_s, out, *auth), cwd=tmp_path)
     assert refused.returncode == 1, refused.stderr
     assert len(refused.stderr.splitlines()) == 1 and "--insecure" in refused.stderr
     assert not out.exists()
-    done = run_tuner(*argv, "--insecure", cwd=tmp_path)
+    for trust in (["--insecure"], ["--ca-file", cert]):
+        done = run_tuner(*_argv(url, start_s, end_s, out, *auth, *trust), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == ""  # --insecure asked for it: no warning per request
+        assert len(load_trace(out)) == TLS_REQUESTS
+        out.unlink()
+
+
+def test_basic_auth_is_needed_and_enough(guarded_prometheus, tmp_path):
+    """Without credentials, or with a wrong password, a one-line error naming the options and
+    exit 1; with the right ones, the trace; the password never appears in what is printed."""
+    url, start_s, end_s, cert = guarded_prometheus
+    out = tmp_path / "rebuilt.csv"
+    trusted = _argv(url, start_s, end_s, out, "--ca-file", cert)
+    wrong = _password_file(tmp_path, "not-the-password")
+    for credentials, said in (
+        ([], "it needs credentials"),
+        (["--basic-auth-user", USER, "--basic-auth-password-file", wrong], "credentials given"),
+    ):
+        refused = run_tuner(*trusted, *credentials, cwd=tmp_path)
+        assert refused.returncode == 1, refused.stderr
+        assert refused.stderr.startswith(f"tuner: Prometheus at {url} answered HTTP 401")
+        assert said in refused.stderr
+        assert len(refused.stderr.splitlines()) == 1
+        for option in ("--basic-auth-user", "--basic-auth-password-file", "--bearer-token-file"):
+            assert option in refused.stderr
+        assert "not-the-password" not in refused.stderr
+        assert not out.exists()
+    password = _password_file(tmp_path)
+    done = run_tuner(
+        *trusted, "--basic-auth-user", USER, "--basic-auth-password-file", password, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(load_trace(out)) == TLS_REQUESTS
+    assert PASSWORD not in done.stdout + done.stderr
+
+
+def test_header_is_sent_with_every_query(guarded_prometheus, tmp_path):
+    """Prometheus reads basic auth from the Authorization header: a real check that --header
+    reaches it (Prometheus checks no bearer token, so --bearer-token-file is checked below as
+    the header it becomes)."""
+    url, start_s, end_s, cert = guarded_prometheus
+    out = tmp_path / "rebuilt.csv"
+    basic = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    done = run_tuner(
+        *_argv(url, start_s, end_s, out, "--ca-file", cert),
+        "--header", "X-Scope-OrgID: tenant-1", "--header", f"Authorization: Basic {basic}",
+        cwd=tmp_path,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert len(load_trace(out)) == TLS_REQUESTS
 
 
-def test_prometheus_error_is_one_line_naming_it(tls_prometheus, tmp_path):
-    url, start_s, end_s = tls_prometheus
+def test_bearer_token_file_becomes_the_authorization_header(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("  s3cret-token\n")
+    access = read_access([("X-Scope-OrgID", "a")], bearer_token_file=token)
+    assert dict(access.headers) == {"X-Scope-OrgID": "a", "Authorization": "Bearer s3cret-token"}
+    assert access.has_credentials and "s3cret" not in repr(access)
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--header", "Authorization Bearer x"], "expected 'Name: value'"),
+        (["--header", ": x"], "expected 'Name: value'"),
+        (["--basic-auth-password-file", "{password}"], "needs --basic-auth-user"),
+        (["--basic-auth-user", "u", "--basic-auth-password-file", "{missing}"], "cannot read"),
+        (["--basic-auth-user", "u", "--basic-auth-password-file", "{empty}"], "is empty"),
+        (["--bearer-token-file", "{missing}"], "cannot read --bearer-token-file"),
+        (["--bearer-token-file", "{password}", "--basic-auth-user", "u"], "one way"),
+        (["--bearer-token-file", "{password}", "--header", "authorization: x"], "one way"),
+        (["--header", "X-A: 1", "--header", "x-a: 2"], "given twice"),
+        (["--ca-file", "{missing}"], "does not exist"),
+        (["--ca-file", "{password}"], "holds no usable certificate"),
+        (["--ca-file", "{password}", "--insecure"], "contradict"),
+        (["--start", "nan"], "not a time: 'nan'"),
+        (["--step-s", "0"], "argument --step-s: must be a positive number, got '0'"),
+        (["--step-s", "inf"], "argument --step-s: must be a positive number, got 'inf'"),
+    ],
+)
+def test_bad_access_options_exit_2_before_any_query(tmp_path, capsys, options, said):
+    """Checked before anything is sent (the URL's port is closed: a query would exit 1)."""
+    files = {"password": _password_file(tmp_path), "missing": tmp_path / "missing"}
+    files["empty"] = tmp_path / "empty"
+    files["empty"].write_text("\n")
+    options = [option.format(**files) for option in options]
+    url = f"http://127.0.0.1:{free_port()}"
+    try:
+        code = main(_argv(url, 1000.0, 1100.0, tmp_path / "x.csv", *options))
+    except SystemExit as exited:  # argparse's refusals
+        code = exited.code
+    assert code == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert said in err.splitlines()[-1] and "Traceback" not in err
+    assert "Authorization Bearer x" not in err  # a malformed header may hold a secret
+
+
+def test_times_are_finite():
+    assert parse_time("1700000000.5") == 1700000000.5
+    assert parse_time("2024-01-01T00:00:00") == 1704067200.0
+    for text in ("nan", "inf", "-inf", "yesterday"):
+        with pytest.raises(InputError, match="not a time"):
+            parse_time(text)
+
+
+def test_prometheus_error_is_one_line_naming_it(guarded_prometheus, tmp_path):
+    url, start_s, end_s, _ = guarded_prometheus
+    access = Access(basic_auth=CREDENTIALS, insecure=True)
     with pytest.raises(InputError) as refused:
-        fetch(url, start_s, end_s, TLS_STEP_S, selector="job=", insecure=True)
+        fetch(url, start_s, end_s, TLS_STEP_S, selector="job=", access=access)
     message = str(refused.value)
     assert message.startswith(f"Prometheus at {url} refused the query: bad_data: ")
     assert "parse error" in message and "{" not in message and "\n" not in message
+    auth = ["--basic-auth-user", USER, "--basic-auth-password-file", _password_file(tmp_path)]
     bad = run_tuner(
-        "trace", "from-prometheus", "--url", url, "--start", str(start_s), "--end", str(end_s),
-        "--step-s", str(TLS_STEP_S), "--selector", "job=", "--insecure", "--out",
-        tmp_path / "x.csv", cwd=tmp_path,
+        *_argv(url, start_s, end_s, tmp_path / "x.csv", *auth, "--insecure"),
+        "--selector", "job=", cwd=tmp_path,
     )  # fmt: skip
     assert bad.returncode == 2 and bad.stderr == f"tuner: {message}\n"
 
@@ -471,8 +613,8 @@ def test_unreachable_prometheus_is_a_tool_error():
     assert type(refused.value) is TunerError
 
 
-def test_an_answer_not_from_prometheus_api_is_a_tool_error(tls_prometheus):
-    url, start_s, end_s = tls_prometheus
+def test_an_answer_not_from_prometheus_api_is_a_tool_error(guarded_prometheus):
+    url, start_s, end_s, _ = guarded_prometheus
     plain = url.replace("https://", "http://")
     with pytest.raises(TunerError, match="answered HTTP 400, not with its API's JSON") as refused:
         fetch(plain, start_s, end_s, TLS_STEP_S)

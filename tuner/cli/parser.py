@@ -11,6 +11,7 @@ import tuner
 from tuner.study.spec import OBJECTIVE_MODES
 from tuner.traces.formats import FORMATS, parse_column_mapping
 from tuner.traces.parsers import TIME_UNITS_PER_S
+from tuner.traces.prometheus_http import parse_header
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,6 +133,13 @@ def trial_count(text: str) -> int:
     return value
 
 
+def http_header(text: str) -> tuple[str, str]:
+    try:
+        return parse_header(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def column_mapping(text: str) -> dict[str, str]:
     try:
         return parse_column_mapping(text)
@@ -153,10 +161,17 @@ def add_trace_commands(commands: Any) -> None:
     inspect.add_argument("--json", action="store_true", help="print the figures as JSON")
     inspect.add_argument("--png", type=Path, help="plot file (default: STEM-inspect.png)")
     inspect.add_argument("--no-png", action="store_true", help="write no plot")
-    inspect.add_argument("--window-s", type=float, default=60.0, help="tuner run's window")
-    inspect.add_argument("--tpot-ms", type=float, default=30.0, help="service model: decode")
     inspect.add_argument(
-        "--prefill-tokens-per-s", type=float, default=8000.0, help="service model: prefill"
+        "--window-s", type=positive_number, default=60.0, help="tuner run's window"
+    )
+    inspect.add_argument(
+        "--tpot-ms", type=positive_number, default=30.0, help="service model: decode"
+    )
+    inspect.add_argument(
+        "--prefill-tokens-per-s",
+        type=positive_number,
+        default=8000.0,
+        help="service model: prefill",
     )
     rebuild = sub.add_parser("from-prometheus", help="rebuild a trace from vLLM's metrics")
     rebuild.add_argument("--url", required=True, help="Prometheus base URL")
@@ -164,11 +179,32 @@ def add_trace_commands(commands: Any) -> None:
     rebuild.add_argument("--end", required=True, help="epoch seconds or ISO 8601 (UTC)")
     rebuild.add_argument("--selector", default="", help='label matchers, e.g. job="vllm"')
     rebuild.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        type=http_header,
+        metavar="'NAME: VALUE'",
+        help="an HTTP header sent with each query (repeatable), e.g. 'X-Scope-OrgID: prod'",
+    )
+    rebuild.add_argument(
+        "--bearer-token-file", type=Path, metavar="FILE", help="send the token in FILE as Bearer"
+    )
+    rebuild.add_argument("--basic-auth-user", metavar="USER", help="HTTP basic auth user")
+    rebuild.add_argument(
+        "--basic-auth-password-file",
+        type=Path,
+        metavar="FILE",
+        help="the basic auth password, read from FILE (never given on the command line)",
+    )
+    rebuild.add_argument(
+        "--ca-file", type=Path, metavar="FILE", help="CA certificates to verify HTTPS against"
+    )
+    rebuild.add_argument(
         "--insecure",
         action="store_true",
         help="do not verify an HTTPS Prometheus's TLS certificate (verified by default)",
     )
-    rebuild.add_argument("--step-s", type=float, default=15.0, help="query resolution")
+    rebuild.add_argument("--step-s", type=positive_number, default=15.0, help="query resolution")
     rebuild.add_argument("--seed", type=int, default=0, help="for arrivals and lengths")
     rebuild.add_argument("--out", type=Path, default=Path("prometheus-trace.csv"))
     rebuild.add_argument("--concurrency-out", type=Path, help="default: OUT.concurrency.csv")

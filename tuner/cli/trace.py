@@ -12,6 +12,7 @@ from tuner.traces import from_prometheus, plot, profile, prometheus
 from tuner.traces.concurrency import load_concurrency
 from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
 from tuner.traces.model import busiest_window_start
+from tuner.traces.prometheus_http import read_access
 
 
 def cmd_trace_inspect(args: argparse.Namespace) -> int:
@@ -43,9 +44,15 @@ def cmd_trace_inspect(args: argparse.Namespace) -> int:
 def cmd_trace_from_prometheus(args: argparse.Namespace) -> int:
     start_s = prometheus.parse_time(args.start)
     end_s = prometheus.parse_time(args.end)
-    scraped = prometheus.fetch(
-        args.url, start_s, end_s, args.step_s, args.selector, insecure=args.insecure
+    access = read_access(
+        args.header,
+        bearer_token_file=args.bearer_token_file,
+        basic_auth_user=args.basic_auth_user,
+        basic_auth_password_file=args.basic_auth_password_file,
+        ca_file=args.ca_file,
+        insecure=args.insecure,
     )
+    scraped = prometheus.fetch(args.url, start_s, end_s, args.step_s, args.selector, access=access)
     rebuilt = from_prometheus.rebuild(scraped, args.seed)
     concurrency_out = args.concurrency_out or args.out.with_suffix(".concurrency.csv")
     from_prometheus.write_trace(args.out, rebuilt)

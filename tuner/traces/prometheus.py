@@ -1,22 +1,21 @@
 """Querying Prometheus for what ``tuner.traces.from_prometheus`` rebuilds a trace from.
 
-``fetch`` is the only network I/O of the trace stage: GETs of Prometheus' HTTP API
-(``/api/v1/query_range`` and ``/api/v1/query``) for the counter of finished requests over the
-range, the running-requests gauge averaged per step, and the prompt, generation and end-to-end
-latency histograms' increase over the whole range. TLS certificates are verified unless the
-caller asks for ``insecure``.
+``fetch`` is the only network I/O of the trace stage: queries of Prometheus' HTTP API
+(``/api/v1/query_range`` and ``/api/v1/query``, sent by ``tuner.traces.prometheus_http``)
+for the counter of finished requests over the range, the running-requests gauge averaged per
+step, and the prompt, generation and end-to-end latency histograms' increase over the whole
+range. Credentials and TLS trust come in an ``Access``; certificates are verified unless it
+says ``insecure``.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import ssl
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 import numpy as np
 
 from tuner.errors import InputError, TunerError
@@ -29,14 +28,13 @@ from tuner.traces.from_prometheus import (
     Histogram,
     Scraped,
 )
+from tuner.traces.prometheus_http import Access, Connection, Result
 
 logger = logging.getLogger(__name__)
 
-QUERY_TIMEOUT_S = 60.0
-QUERY_ERRORS = ("bad_data", "execution")
-"""Prometheus' error types that mean the query itself is wrong (bad input), not the server."""
+OPEN = Access()
+"""No credentials, the system's CAs."""
 
-Result = list[Mapping[str, Any]]
 Query = Callable[[str, float], Result]
 """An instant query: PromQL evaluated at a time in epoch seconds."""
 
@@ -49,11 +47,15 @@ def _selector(selector: str) -> str:
 
 
 def parse_time(text: str) -> float:
-    """Seconds since the epoch, from a number or an ISO 8601 datetime (naive is UTC)."""
+    """Seconds since the epoch, from a finite number or an ISO 8601 datetime (naive is UTC)."""
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):
+            raise InputError(f"not a time: {text!r} (use epoch seconds or ISO 8601)")
+        return seconds
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
@@ -138,45 +140,6 @@ def _close_range(series: Result, at_end: Result, end_s: float) -> Result:
     return closed
 
 
-def _result(url: str, response: httpx.Response) -> Result:
-    """The ``data.result`` of a Prometheus API answer; its error envelope as a one-line error."""
-    try:
-        body = response.json()
-    except ValueError:
-        text = " ".join(response.text.split())[:120]
-        raise TunerError(
-            f"Prometheus at {url} answered HTTP {response.status_code}, not with its API's JSON: "
-            f"{text!r}"
-        ) from None
-    if not isinstance(body, dict):
-        raise TunerError(f"Prometheus at {url} answered with {type(body).__name__}, not an object")
-    if body.get("status") != "success":
-        kind = str(body.get("errorType", "unknown"))
-        reason = " ".join(str(body.get("error", "no reason given")).split())
-        if kind in QUERY_ERRORS:
-            raise InputError(f"Prometheus at {url} refused the query: {kind}: {reason}")
-        raise TunerError(f"Prometheus at {url} failed the query: {kind}: {reason}")
-    data = body.get("data")
-    result = data.get("result") if isinstance(data, dict) else None
-    if not isinstance(result, list):
-        raise TunerError(f"Prometheus at {url} answered without data.result")
-    return result
-
-
-def _unreachable(url: str, exc: httpx.HTTPError) -> TunerError:
-    """The one-line error for a request that got no answer; TLS verification names --insecure."""
-    cause: BaseException | None = exc
-    while cause is not None and not isinstance(cause, ssl.SSLError):
-        cause = cause.__cause__ or cause.__context__
-    if isinstance(cause, ssl.SSLCertVerificationError):
-        return TunerError(
-            f"cannot verify the TLS certificate of Prometheus at {url}: "
-            f"{cause.verify_message or cause.reason}; --insecure skips the check"
-        )
-    reason = " ".join(str(cause or exc).split())
-    return TunerError(f"cannot reach Prometheus at {url}: {type(exc).__name__}: {reason}")
-
-
 def fetch(
     url: str,
     start_s: float,
@@ -184,11 +147,14 @@ def fetch(
     step_s: float,
     selector: str = "",
     *,
-    insecure: bool = False,
+    access: Access = OPEN,
 ) -> Scraped:
     """Query Prometheus at ``url`` for the range; the only network I/O of this module.
 
-    ``insecure`` skips the verification of an HTTPS server's certificate.
+    ``access`` gives the credentials and the TLS trust (by default none, and the system's
+    CAs). Raises ``InputError`` for a bad range, URL or a query Prometheus refuses, and
+    ``TunerError`` for a server that cannot be reached or verified, refuses the credentials,
+    or answers without the API's JSON.
     """
     if end_s <= start_s + step_s:
         raise InputError("--end must be more than one step after --start")
@@ -196,32 +162,19 @@ def fetch(
         raise InputError("--step-s must be positive")
     if not url.startswith(("http://", "https://")):
         raise InputError(f"--url {url!r} must start with http:// or https://")
+    url = url.rstrip("/")
     selector = _selector(selector)
     range_s = max(math.ceil(end_s - start_s), 1)
     step = f"{step_s:g}s"
-    with httpx.Client(base_url=url, verify=not insecure, timeout=QUERY_TIMEOUT_S) as client:
-
-        def get(path: str, params: Mapping[str, str | float]) -> Result:
-            try:
-                response = client.get(path, params=params)
-            except httpx.HTTPError as exc:
-                raise _unreachable(url, exc) from None
-            return _result(url, response)
-
-        def query(promql: str, at_s: float) -> Result:
-            return get("/api/v1/query", {"query": promql, "time": at_s})
-
-        def query_range(promql: str, first_s: float) -> Result:
-            return get(
-                "/api/v1/query_range",
-                {"query": promql, "start": first_s, "end": end_s, "step": step},
-            )
-
-        counters = query_range(f"{SUCCESS}{selector}", start_s)
+    with Connection(url, access) as prometheus:
+        counters = prometheus.query_range(f"{SUCCESS}{selector}", start_s, end_s, step)
         # The grid stops at the last whole step; the counter at the range's end closes it,
         # else up to a step of completions at the end (a server draining its queue) is lost.
-        counters = _close_range(counters, query(f"{SUCCESS}{selector}", end_s), end_s)
-        running = query_range(f"sum(avg_over_time({RUNNING}{selector}[{step}]))", start_s + step_s)
+        counters = _close_range(counters, prometheus.query(f"{SUCCESS}{selector}", end_s), end_s)
+        running = prometheus.query_range(
+            f"sum(avg_over_time({RUNNING}{selector}[{step}]))", start_s + step_s, end_s, step
+        )
+        query = prometheus.query
         prompt = _histogram(query, PROMPT, selector, range_s, end_s)
         generation = _histogram(query, GENERATION, selector, range_s, end_s)
         e2e_sum = query(f"sum(increase({E2E}_sum{selector}[{range_s}s]))", end_s)
