@@ -8,17 +8,22 @@ stand-in runner whose scores are scripted per configuration and measurement; ``t
 
 from __future__ import annotations
 
+import re
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
-from conftest import cpu_spec, run_tuner, write_small_trace, write_spec
+from conftest import REPO, cpu_spec, run_tuner, write_small_trace, write_spec
 
 from tuner.cli.main import main
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.http import ReplaySettings
+from tuner.report.build import read_report, write_report
+from tuner.study import picks
+from tuner.study.choice import choose
 from tuner.study.confirm import CONFIRMS_ATTR, confirm, confirmed_winner, groups
 from tuner.study.scoring import Score, score
 from tuner.study.search import Measuring, open_study, run_study
@@ -289,3 +294,116 @@ def test_confirm_only_finishes_a_confirmation_and_adds_no_trial(tmp_path, cpu_mo
     done = run_tuner(*args, "--confirm-only", cwd=tmp_path, env=stand_in_vllm, timeout_s=180)
     assert done.returncode == 0, done.stdout + done.stderr
     assert len(optuna.load_study(study_name="s", storage=storage).trials) == len(trials)
+
+
+# --- tuner run and tuner report name the same trial -------------------------------------------
+
+WRITTEN_BY = re.compile(r"^# Study 's', trial (\d+)\.$", re.MULTILINE)
+
+
+def written_and_reported(tmp_path: Path, args: list[str]) -> tuple[int, str]:
+    """``tuner run --n-trials 0`` (``args``, from ``run_scripted``) writes the YAML, then
+    ``tuner report`` the page: the trial the YAML's header names, and the page."""
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    main(args)
+    found = WRITTEN_BY.search((tmp_path / "configs" / "s.yaml").read_text())
+    assert found is not None
+    out = tmp_path / "report"
+    configs = str(tmp_path / "configs")
+    assert main(["report", "s", "--storage", storage, "--configs", configs, "--out", str(out)]) == 0
+    return int(found[1]), (out / "index.html").read_text()
+
+
+def chosen_rows(page: str) -> list[str]:
+    return re.findall(r'<tr class="chosen"><td>(\d+)</td>', page)
+
+
+def verdict_columns(page: str) -> list[str]:
+    return re.findall(r"<th>(trial \d+: [^<]*)</th>", page)
+
+
+def test_report_names_the_trial_run_wrote_after_a_confirm_step(tmp_path, cpu_model, capsys):
+    # Trial 1 has the lowest single score (0.5, lucky once); its configuration's median is 0.9.
+    # Trial 2's configuration has the best median (0.6): tuner run writes trial 2, and the
+    # report, which took the lowest single score before, names it too.
+    scripted = Scripted({None: [1.0, 1.05, 0.98], 4: [0.5, 0.9, 0.95], 8: [0.6, 0.58, 0.62]})
+    study, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=2, repeats=2)
+    assert picks.best_trial(study).number == 1  # what the report chose before
+    written, page = written_and_reported(tmp_path, args)
+    assert written == 2
+    assert chosen_rows(page) == ["2"]
+    assert verdict_columns(page) == [
+        "trial 2: best, candidate 1",
+        "trial 0: vLLM&#x27;s defaults",
+        "trial 1: candidate 0",
+    ]
+    said = (
+        "Trial 2 meets every SLO (the median of its 3 measurements: trials 2, 4 and 6), with "
+        "the best median score of 3 feasible configurations."
+    )
+    assert said in page
+    assert "<li>winner trial 2: score median 0.6 of 3 (0.58 to 0.62; trials 2, 4, 6)</li>" in page
+    assert "<code>tuner run</code> wrote trial 2 to " in page
+    assert "is not from this trial" not in page
+
+
+def test_the_closest_is_the_best_median_too(tmp_path, cpu_model, capsys):
+    # No configuration meets the SLO (a score above 1 misses it): the baseline alone is
+    # re-measured, once luckily (trial 3, 1.1, the lowest single score); its median is 1.5,
+    # worse than trial 1's 1.2, which is the closest, in the YAML and on the page.
+    scripted = Scripted({None: [1.5, 1.1, 1.6], 4: [1.2], 8: [1.4]})
+    study, ran, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
+    assert ran == 2 and min(study.trials, key=lambda t: t.value).number == 3  # the old choice
+    written, page = written_and_reported(tmp_path, args)
+    assert written == 1
+    assert chosen_rows(page) == ["1"]
+    assert "No trial met the SLOs. The closest, trial 1: " in page
+    assert "<code>tuner run</code> wrote trial 1 to " in page
+
+
+def test_a_re_measurement_of_the_baseline_chosen_is_the_baseline(tmp_path, cpu_model):
+    # The baseline's median measurement is its second (trial 3): the page calls it vLLM's
+    # defaults, in one column, and does not show trial 0 beside it as another configuration.
+    scripted = Scripted({None: [0.45, 0.5, 0.55], 4: [0.9], 8: [0.7]})
+    _, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
+    written, page = written_and_reported(tmp_path, args)
+    assert written == 3 and chosen_rows(page) == ["3"]
+    assert verdict_columns(page) == [
+        "trial 3: best, vLLM&#x27;s defaults",
+        "trial 1: candidate 0",
+        "trial 2: candidate 1",
+    ]
+    assert "It is vLLM's own defaults: no searched configuration scored better." in page
+
+
+def test_the_closest_skips_a_configuration_whose_client_fell_behind():
+    study = optuna.create_study()
+    for value, behind in [(3.0, False), (2.0, True), (2.5, False)]:
+        attrs: dict[str, Any] = {"feasible": False} | ({CLIENT_BEHIND: 1.0} if behind else {})
+        study.add_trial(
+            optuna.trial.create_trial(value=value, user_attrs=attrs, params={}, distributions={})
+        )
+    choice = choose(study)
+    assert choice is not None and not choice.meets_slos and choice.trial.number == 2
+    assert choose(optuna.create_study()) is None
+
+
+@pytest.mark.parametrize(
+    ("folder", "name", "trial"), [("h200-story-cap", "story", 0), ("h100-story", "story", 4)]
+)
+def test_the_committed_gpu_studies_report_the_trial_tuner_wrote(tmp_path, folder, name, trial):
+    # h200-story-cap: trial 14 (a re-measurement of the defaults, 120 req/s) is the highest
+    # single capacity; tuner wrote trial 0, the defaults' median (104). h100-story: trial 12 is
+    # the lowest single score; tuner wrote trial 4.
+    results = REPO / "benchmarks" / "results" / folder
+    shutil.copy(results / "study.db", tmp_path / "study.db")
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    header = WRITTEN_BY.pattern.replace("'s'", f"'{name}'")
+    found = re.search(header, (results / "configs" / f"{name}.yaml").read_text(), re.MULTILINE)
+    assert found is not None and int(found[1]) == trial
+    report = read_report(name, storage, results / "configs")
+    assert report.chosen == trial and report.meets_slos
+    assert report.configuration is not None and report.configuration.trial == trial
+    page = write_report(name, storage, tmp_path / "out", results / "configs").read_text()
+    assert chosen_rows(page) == [str(trial)]
+    assert f"<code>tuner run</code> wrote trial {trial} to " in page

@@ -253,12 +253,18 @@ def main(argv: list[str] | None = None) -> int:
     loop = args.dir / "loop.jsonl"
     if loop.exists():
         walls = [json.loads(line) for line in loop.read_text().splitlines() if line.strip()]
-    # The trial whose configuration tuner wrote (after its confirm step), else the best
-    # feasible one: the highest capacity in a capacity study, the lowest score in a latency one.
+    # The trial tuner writes (tuner.study.choice.choose, through tuner report's reading): the
+    # median measurement of the feasible configuration with the best median.
     report = read_report(args.name, storage, args.dir / "configs")
     capacity = report.goal == CAPACITY_GOAL
+    best = report.chosen if report.meets_slos else None
     written = report.configuration.trial if report.configuration else None
-    best = written if written is not None else report.chosen if report.meets_slos else None
+    if report.configuration and report.configuration.written and written != report.chosen:
+        print(
+            f"report.py: {report.configuration.path} says trial {written}; tuner's choice is "
+            f"trial {report.chosen} (tuner run --n-trials 0 on the study writes it)",
+            file=sys.stderr,
+        )
     slos: dict[str, float] | None = None
     if args.spec:
         from tuner.study.spec import load_spec

@@ -16,6 +16,7 @@ from tuner.load.health import CLIENT_BEHIND
 from tuner.load.window import LOOP_LAG_WARNING_S
 from tuner.study import capacity_text, confirm, fingerprint, picks, scoring, search
 from tuner.study.capacity import CAPACITY_ATTR
+from tuner.study.choice import choose
 from tuner.study.emit import HEADLINE, Provenance, format_figure, render, verdict_lines
 from tuner.study.outcome import next_steps
 from tuner.study.spec import StudySpec
@@ -121,14 +122,13 @@ def comparison_table(
 def write_result(
     args: argparse.Namespace, study: Any, spec: StudySpec, name: str, sha: str, replay: Replay
 ) -> int:
-    """Write the best trial that met the SLOs, else the closest that served; say which.
+    """Write the configuration ``tuner.study.choice.choose`` picks (the feasible one with the
+    best median over its measurements, else the closest that served); say which.
 
     Exit 0 (meets the SLOs), 3 (written, misses them) or 1 (no trial served: nothing written).
     """
-    confirmed = confirm.confirmed_winner(study) if confirm.any_confirms(study) else None
-    chosen = confirmed.winner.median_trial if confirmed else None
-    chosen = chosen or picks.best_trial(study) or picks.closest_trial(study)
-    if chosen is None:
+    choice = choose(study)
+    if choice is None:
         failed = picks.first_failure(study)
         why = (
             f"trial {failed.number}: {failed.user_attrs.get(search.REASON_ATTR, 'no reason kept')}"
@@ -140,6 +140,7 @@ def write_result(
             file=sys.stderr,
         )
         return EXIT_FAILED
+    chosen, confirmed = choice.trial, choice.confirmed
     verdict = scoring.verdict(picks.constraints_of(chosen), chosen.user_attrs)
     baseline = picks.baseline_trial(study)
     baseline_attrs = baseline.user_attrs if baseline else None

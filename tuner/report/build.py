@@ -1,9 +1,9 @@
 """``tuner report``'s work: read a study, draw its figures, write one HTML page beside them.
 
 The page does not need the network: every figure is embedded in it (a ``data:`` URI) and also
-written beside it as a PNG. The trial it puts first is the one ``tuner run`` writes: the best
-feasible trial, else the closest (``tuner.study.picks``): in a latency study the lowest score,
-in a capacity study the highest capacity.
+written beside it as a PNG. The trial it puts first is the one ``tuner run`` writes, chosen by
+``tuner.study.choice.choose``: the feasible configuration with the best median over its
+measurements (the lowest score; in a capacity study the highest capacity), else the closest.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from tuner.report.data import (
 from tuner.report.page import render
 from tuner.report.rate_plot import plot_rates
 from tuner.study import picks, search
+from tuner.study.choice import choose
+from tuner.study.confirm import groups, summary
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -40,13 +42,13 @@ WRITTEN_BY = re.compile(r"^# Study '(?P<study>.*)', trial (?P<trial>\d+)\.$", re
 def read_report(name: str, storage: str, configs: Path) -> StudyReport:
     study = search.load_existing(name, storage)
     trials = study.get_trials(deepcopy=False)
-    best = picks.best_trial(study)
-    chosen = best or picks.closest_trial(study)
+    choice = choose(study)
     baseline = picks.baseline_trial(study)
     rows = rows_of(trials)
     configuration = None
-    if chosen is not None:
-        configuration = read_configuration(configs / f"{name}.yaml", name, chosen)
+    if choice is not None:
+        configuration = read_configuration(configs / f"{name}.yaml", name, choice.trial)
+    confirmed = None if choice is None else choice.confirmed
     return StudyReport(
         name=name,
         storage=storage,
@@ -54,11 +56,14 @@ def read_report(name: str, storage: str, configs: Path) -> StudyReport:
         parameters=searched_parameters(trials),
         # As the spec gave them where tuner run recorded them; else as the trials were held to.
         slos=recorded_slos(study.user_attrs) or slo_limits(rows),
-        chosen=None if chosen is None else chosen.number,
-        meets_slos=best is not None,
+        chosen=None if choice is None else choice.trial.number,
+        meets_slos=choice is not None and choice.meets_slos,
         baseline=None if baseline is None else baseline.number,
         configuration=configuration,
         goal=CAPACITY_GOAL if picks.is_capacity(study) else LATENCY_GOAL,
+        measurements=() if choice is None else choice.measurements,
+        confirmation=() if confirmed is None else tuple(summary(confirmed)),
+        feasible_configurations=sum(g.feasible for g in groups(study)),
     )
 
 

@@ -296,8 +296,15 @@ class StudyReport:
     rows: tuple[TrialRow, ...]
     parameters: tuple[Parameter, ...]
     slos: dict[str, float]
-    chosen: int | None  # best feasible trial, else closest served; None if none served
+    # The trial ``tuner.study.choice.choose`` stands for the chosen configuration (the median
+    # measurement of the best feasible one, else of the closest); None if none served.
+    chosen: int | None
     meets_slos: bool
     baseline: int | None
     configuration: Configuration | None
     goal: Goal = LATENCY_GOAL
+    # Every measurement of the chosen configuration, its first trial first (one: measured once).
+    measurements: tuple[int, ...] = ()
+    # What the confirm step found, as ``tuner run`` prints it and the YAML header carries it.
+    confirmation: tuple[str, ...] = ()
+    feasible_configurations: int = 0  # configurations (first trials) that met every SLO

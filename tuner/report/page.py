@@ -27,9 +27,8 @@ from tuner.report.data import (
     value_of,
 )
 from tuner.report.plots import label_of
+from tuner.report.verdict import chosen_is_baseline, confirmation_part, listed, said
 from tuner.study.capacity_text import num
-from tuner.study.emit import verdict_lines
-from tuner.study.scoring import verdict
 
 # Figures in the verdict after the SLOs: user attribute, label, scale, digits, unit.
 THROUGHPUT = (
@@ -84,7 +83,9 @@ def _columns(report: StudyReport) -> list[tuple[TrialRow, str]]:
     roles: dict[int, list[str]] = {}
     if report.chosen is not None:
         roles[report.chosen] = ["best" if report.meets_slos else "closest"]
-    if report.baseline is not None:
+    if report.chosen is not None and chosen_is_baseline(report):
+        roles[report.chosen].append("vLLM's defaults")  # one of the baseline's measurements
+    elif report.baseline is not None:
         roles.setdefault(report.baseline, []).append("vLLM's defaults")
     for row in report.rows:
         if row.kind.startswith("candidate") and row.outcome != "interrupted":
@@ -110,34 +111,6 @@ def _windows_cell(row: TrialRow) -> str:
     if windows is None:
         return "<td></td>"
     return f"<td>{windows:.0f}{' (unresolved)' if row.figure(RESOLVED) == 0.0 else ''}</td>"
-
-
-def _said(report: StudyReport, chosen: TrialRow) -> str:
-    """The verdict, in a sentence or two."""
-    if not report.meets_slos:
-        misses = verdict(chosen.constraints, chosen.attrs)
-        return f"No trial met the SLOs. The closest, trial {chosen.number}: " + "; ".join(
-            escape(line.strip()) for line in verdict_lines(misses)[1:]
-        )
-    feasible = sum(r.outcome == FEASIBLE for r in report.rows)
-    if report.goal.metric != CAPACITY:
-        said = (
-            f"Trial {chosen.number} meets every SLO, with the best score of the {feasible} "
-            "feasible trials."
-        )
-        if chosen.number == report.baseline:
-            said += " It is vLLM's own defaults: no searched configuration scored better."
-        return said
-    said = (
-        f"Trial {chosen.number} carries {fmt(CAPACITY, chosen.value)} within every SLO: the "
-        f"highest capacity of the {feasible} trials that met them at some rate."
-    )
-    baseline = next((r for r in report.rows if r.number == report.baseline), None)
-    if chosen.number == report.baseline:
-        said += " It is vLLM's own defaults: no searched configuration carried more."
-    elif baseline is not None and baseline.value is not None:
-        said += f" vLLM's defaults (trial {baseline.number}) carry {fmt(CAPACITY, baseline.value)}."
-    return said
 
 
 def verdict_section(report: StudyReport) -> str:
@@ -174,7 +147,8 @@ def verdict_section(report: StudyReport) -> str:
         cells = "".join(_cell(row, key, None) for row, _ in columns)
         body.append(f"<tr><th>{label}</th><td></td>{cells}</tr>")
     return (
-        f'<section id="verdict"><h2>Verdict</h2><p>{_said(report, chosen)}</p>'
+        f'<section id="verdict"><h2>Verdict</h2><p>{said(report, chosen)}</p>'
+        f"{confirmation_part(report)}"
         f'<table id="verdict-table"><tr><th></th><th>SLO</th>{head}</tr>{"".join(body)}</table>'
         f"{note}{configuration_part(report, chosen.number)}</section>"
     )
@@ -250,14 +224,9 @@ def _img(images: Mapping[str, bytes], name: str, alt: str) -> str:
     return f'<img src="data:image/png;base64,{data}" alt="{escape(alt)}" title="{name}">'
 
 
-def _listed(items: Sequence[str]) -> str:
-    """``a``, ``a and b``, ``a, b and c``."""
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
-
-
 def rates_caption(drawn: CurveSet) -> str:
     """What the capacity figure shows, and which configurations it leaves out."""
-    panels = _listed([short_label(m) for m in drawn.metrics])
+    panels = listed([short_label(m) for m in drawn.metrics])
     said = (
         f"{panels} of each configuration at each rate it replayed: a filled dot met every SLO, "
         "a cross missed one, a hollow triangle was stopped early once an SLO was lost for "
@@ -267,7 +236,7 @@ def rates_caption(drawn: CurveSet) -> str:
     if drawn.left_out:
         added = len(drawn.curves) > MOST_CURVES
         baseline = " and the baseline" if added else " (the baseline among them)"
-        trials = _listed([str(n) for n in drawn.left_out])
+        trials = listed([str(n) for n in drawn.left_out])
         said += (
             f" Drawn: the {MOST_CURVES} configurations of the highest capacity{baseline}; left "
             f"out, with less capacity: trial{'s' if len(drawn.left_out) > 1 else ''} {trials} "

@@ -84,11 +84,12 @@ class Group:
 
     @property
     def median_trial(self) -> FrozenTrial:
-        """The measurement at the median (of an even count, the worse middle one): a real one; of
-        a feasible configuration, among its feasible measurements."""
-        trials = self.trials
-        if self.feasible:
-            trials = tuple(t for t in trials if t.user_attrs.get(FEASIBLE_ATTR))
+        """The measurement at the median (of an even count, the worse middle one): a real one,
+        among the measurements that share the configuration's verdict (of a feasible
+        configuration its feasible ones, of an infeasible one its infeasible ones), so that the
+        trial written says what the configuration does."""
+        feasible = self.feasible
+        trials = tuple(t for t in self.trials if bool(t.user_attrs.get(FEASIBLE_ATTR)) == feasible)
         ordered = sorted(trials, key=lambda t: (t.value, t.number))
         if self.maximize:
             ordered.reverse()

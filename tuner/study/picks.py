@@ -1,5 +1,6 @@
-"""Which of a study's trials to show or write: the best, the closest, the baseline, the first
-failure. Read-only over a study's trials; the search itself is ``tuner.study.search``."""
+"""Which of a study's trials to show: the best single one (the pruner's reference), the
+baseline, the first failure. Read-only over a study's trials; the search itself is
+``tuner.study.search``, and the configuration tuner writes is ``tuner.study.choice``'s."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.load.health import CLIENT_BEHIND
 from tuner.study.attrs import ARGS_ATTR, BASELINE_ATTR, FEASIBLE_ATTR
 from tuner.study.capacity import CAPACITY_ATTR, POINTS_ATTR
 from tuner.study.scoring import FAILED_SCORE
@@ -45,17 +45,6 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
     except ValueError:
         return None
     return best if best.user_attrs.get(FEASIBLE_ATTR) else None
-
-
-def closest_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The served trial with the best value, feasible or not (the lowest score; in a capacity
-    study the highest capacity, the first of equals), one whose client kept up where any did;
-    None if none served."""
-    trials = [t for t in study.get_trials(deepcopy=False) if served(t)]
-    # A trial whose client fell behind is not ranked while any other served.
-    trials = [t for t in trials if not t.user_attrs.get(CLIENT_BEHIND)] or trials
-    sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
-    return min(trials, key=lambda t: (sign * (t.value or 0.0), t.number), default=None)
 
 
 def is_capacity(study: optuna.Study) -> bool:

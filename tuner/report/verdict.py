@@ -1,0 +1,89 @@
+"""The verdict in words: which trial tuner chose (``tuner.study.choice``), what it is best
+among, and what the confirm step found. Pure: text from a ``StudyReport``, escaped for HTML.
+
+Where the study was confirmed, configurations are ranked by the median of their measurements,
+and the chosen trial is its configuration's median measurement: the one ``tuner run`` wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+
+from tuner.report.data import CAPACITY, FEASIBLE, StudyReport, TrialRow
+from tuner.study.capacity_text import num
+from tuner.study.emit import verdict_lines
+from tuner.study.scoring import verdict
+
+
+def listed(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def chosen_is_baseline(report: StudyReport) -> bool:
+    """Whether the chosen configuration is vLLM's defaults: the baseline's first trial, or a
+    re-measurement of it, was chosen."""
+    if report.baseline is None or report.chosen is None:
+        return False
+    return report.baseline in (report.chosen, *report.measurements)
+
+
+def median_of(report: StudyReport) -> str:
+    """`` (the median of its 3 measurements: trials 0, 11 and 14)``; nothing if measured once."""
+    count = len(report.measurements)
+    if count < 2:
+        return ""
+    trials = listed([str(n) for n in report.measurements])
+    which = "median" if count % 2 else "worse middle"  # as Group.median_trial takes it
+    return f" (the {which} of its {count} measurements: trials {trials})"
+
+
+def among(report: StudyReport) -> str:
+    """What the chosen trial is best among: the feasible trials, or where the study was
+    confirmed, the feasible configurations by their medians."""
+    capacity = report.goal.metric == CAPACITY
+    if report.confirmation:
+        count = report.feasible_configurations
+        what = f"{count} {'' if capacity else 'feasible '}configuration{'s' if count != 1 else ''}"
+        best = "the highest median capacity" if capacity else "the best median score"
+    else:
+        count = sum(r.outcome == FEASIBLE for r in report.rows)
+        what = f"the {count} trials" if capacity else f"the {count} feasible trials"
+        best = "the highest capacity" if capacity else "the best score"
+    return f"{best} of {what}{' that met them at some rate' if capacity else ''}"
+
+
+def said(report: StudyReport, chosen: TrialRow) -> str:
+    """The verdict, in a sentence or two."""
+    measured = median_of(report)
+    if not report.meets_slos:
+        misses = verdict(chosen.constraints, chosen.attrs)
+        return f"No trial met the SLOs. The closest, trial {chosen.number}{measured}: " + "; ".join(
+            escape(line.strip()) for line in verdict_lines(misses)[1:]
+        )
+    if report.goal.metric != CAPACITY:
+        text = f"Trial {chosen.number} meets every SLO{measured}, with {among(report)}."
+        if chosen_is_baseline(report):
+            text += " It is vLLM's own defaults: no searched configuration scored better."
+        return text
+    value = num(chosen.value or 0.0)
+    text = (
+        f"Trial {chosen.number} carries {value} req/s within every SLO{measured}: {among(report)}."
+    )
+    baseline = next((r for r in report.rows if r.number == report.baseline), None)
+    if chosen_is_baseline(report):
+        text += " It is vLLM's own defaults: no searched configuration carried more."
+    elif baseline is not None and baseline.value is not None and not report.confirmation:
+        # Confirmed, the baseline's median is in the confirmation's lines instead.
+        text += f" vLLM's defaults (trial {baseline.number}) carry {num(baseline.value)} req/s."
+    return text
+
+
+def confirmation_part(report: StudyReport) -> str:
+    """The confirm step's lines, as ``tuner run`` prints them and the YAML header carries them;
+    nothing for a study without re-measurements."""
+    if not report.confirmation:
+        return ""
+    items = "".join(f"<li>{escape(line)}</li>" for line in report.confirmation)
+    return f'<ul id="confirmation">{items}</ul>'
