@@ -275,7 +275,7 @@ def confirm(
     while ran < limit:
         # Measurements taken, not only those in the median: a configuration whose client fell
         # behind on every re-measurement would otherwise be measured until the time ran out
-        # (the H100 study of session 9 re-measured its baseline six times).
+        # (the H100 study of benchmarks/results/h100.md re-measured its baseline six times).
         short = [g for g in to_confirm(study, top_k, candidates) if g.measured < 1 + repeats]
         if not short:
             break
