@@ -193,9 +193,9 @@ def test_a_re_measurement_whose_client_fell_behind_is_not_in_the_median():
 
 
 def test_re_measurements_whose_client_fell_behind_count_as_taken(tmp_path, cpu_model):
-    # The H100 study of session 9: every re-measurement of the baseline was flagged, none
-    # entered its median, and the confirmation measured it again until the time ran out (six
-    # times). Flagged re-measurements are left out of the median but count as taken.
+    # The H100 study of benchmarks/results/h100.md: every re-measurement of the baseline was
+    # flagged, none entered its median, and the confirmation measured it again until the time ran
+    # out (six times). Flagged re-measurements are left out of the median but count as taken.
     scripted = Scripted({None: [0.9, 0.8, 0.8, 0.8, 0.8], 4: [0.5, 0.5, 0.5], 8: [0.7]}, [None])
     study, ran, _ = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
     assert ran == 4 and scripted.order == [None, 4, 8, 4, None, 4, None]
@@ -272,7 +272,7 @@ def test_without_the_option_candidates_are_not_re_measured(tmp_path, cpu_model):
 
 
 def test_confirm_only_finishes_a_confirmation_and_adds_no_trial(tmp_path, cpu_model, stand_in_vllm):
-    """A run cut short before its confirmation (a device lease running out) is finished by
+    """A run cut short before its confirmation (a machine's time running out) is finished by
     ``tuner run --confirm-only`` on the same study: the top one and the baseline re-measured,
     no searched trial added; run again, it has nothing left to do."""
     spec = cpu_spec(cpu_model, window_s=2, time_scale=1, n_trials=2)
