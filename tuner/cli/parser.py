@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import tuner
-from tuner.study.spec import OBJECTIVE_MODES
+from tuner.study.spec import OBJECTIVE_MODES, SCORED_METRICS
 from tuner.traces.formats import FORMATS, parse_column_mapping
 from tuner.traces.parsers import TIME_UNITS_PER_S
 from tuner.traces.prometheus_http import parse_header
@@ -20,12 +20,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log tuner's steps")
     commands = parser.add_subparsers(dest="command", required=True)
 
+    init = commands.add_parser(
+        "init", help="write the study spec for this trace, model and machine, and stop"
+    )
+    init.add_argument("--trace", required=True, type=Path, help="trace file (CSV)")
+    add_trace_options(init)
+    add_study_options(init)
     run = commands.add_parser("run", help="tune vLLM against a replayed trace")
     run.add_argument("--trace", required=True, type=Path, help="trace file (CSV)")
     add_trace_options(run)
-    run.add_argument("--study", help="study name (default: the trace file's stem)")
-    run.add_argument("--spec", type=Path, help="study spec (default: studies/NAME.yaml)")
-    run.add_argument("--model", help="model folder, written into a new spec")
+    add_study_options(run)
     run.add_argument(
         "--n-trials", type=trial_count, help="trials to add in this run (default: spec)"
     )
@@ -64,12 +68,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--report", action="store_true", help="write the HTML report at the end")
     run.add_argument(
-        "--objective",
-        choices=OBJECTIVE_MODES,
-        help="latency: the best score at the window's rate; capacity: the highest rate one "
-        "server carries within the SLOs (default: the spec's objective_mode, else latency)",
-    )
-    run.add_argument(
         "--client-procs",
         type=client_procs,
         metavar="auto|N",
@@ -84,6 +82,48 @@ def build_parser() -> argparse.ArgumentParser:
     )
     keys.add_argument("--spec", type=Path, required=True, help="study spec")
     return parser
+
+
+def add_study_options(parser: argparse.ArgumentParser) -> None:
+    """What a new study spec is written from, and what overrides an existing one's."""
+    parser.add_argument("--study", help="study name (default: the trace file's stem)")
+    parser.add_argument("--spec", type=Path, help="study spec (default: studies/NAME.yaml)")
+    parser.add_argument(
+        "--model",
+        help="a local model folder or a Hugging Face model id (from the Hugging Face cache, "
+        "as vLLM resolves it), written into a new spec (default: a small demo model)",
+    )
+    parser.add_argument(
+        "--dummy-weights",
+        action="store_true",
+        help="measure on random weights of the model's shape (load-format dummy); the config "
+        "written still loads the real weights",
+    )
+    parser.add_argument(
+        "--slo",
+        action="append",
+        type=slo,
+        metavar="METRIC=SECONDS",
+        help="an SLO, e.g. ttft_p95_s=0.3 (repeatable; replaces the spec's SLOs, each weighted "
+        f"1 in the score; metrics: {', '.join(SCORED_METRICS)})",
+    )
+    parser.add_argument(
+        "--objective",
+        choices=OBJECTIVE_MODES,
+        help="latency: the best score at the window's rate; capacity: the highest rate one "
+        "server carries within the SLOs (default: the spec's objective_mode, else latency)",
+    )
+
+
+def slo(text: str) -> tuple[str, float]:
+    """``METRIC=SECONDS``: a scored metric and a positive number."""
+    metric, sep, value = text.partition("=")
+    metric = metric.strip()
+    if not sep or metric not in SCORED_METRICS:
+        raise argparse.ArgumentTypeError(
+            f"must be METRIC=SECONDS with METRIC one of {', '.join(SCORED_METRICS)}, got {text!r}"
+        )
+    return metric, positive_number(value)
 
 
 def client_procs(text: str) -> int | str:
