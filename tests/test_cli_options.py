@@ -1,7 +1,8 @@
-"""``tuner run``'s numeric options: checked as they are parsed, and an override is never dropped.
+"""Numeric options: checked as they are parsed, and an override is never dropped.
 
 Each run goes through ``tuner.cli.main`` with ``--n-trials 0`` (or fails before it), so no vLLM
-starts; a study in SQLite is opened only where the options are good.
+starts; a study in SQLite is opened only where the options are good. ``tuner trace inspect``'s
+service model and window are checked alike (``from-prometheus``'s in test_from_prometheus).
 """
 
 from __future__ import annotations
@@ -93,3 +94,39 @@ def test_good_numbers_override_the_spec(folder: Path, capsys) -> None:
     fingerprint = optuna.load_study(study_name="s", storage=f"sqlite:///{folder / 's.db'}")
     recorded = fingerprint.user_attrs["workload"]
     assert (recorded["window_s"], recorded["time_scale"]) == (2.5, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--window-s", "nan"),
+        ("--window-s", "0"),
+        ("--window-s", "-60"),
+        ("--window-s", "inf"),
+        ("--tpot-ms", "nan"),
+        ("--tpot-ms", "-30"),
+        ("--prefill-tokens-per-s", "0"),
+        ("--prefill-tokens-per-s", "-inf"),
+        ("--prefill-tokens-per-s", "fast"),
+    ],
+)
+def test_trace_inspect_refuses_a_bad_number_as_it_is_parsed(
+    tmp_path: Path, capsys, option: str, value: str
+) -> None:
+    trace = write_small_trace(tmp_path / "trace.csv")
+    with pytest.raises(SystemExit) as exited:
+        main(["trace", "inspect", str(trace), "--no-png", f"{option}={value}"])
+    assert exited.value.code == EXIT_BAD_INPUT
+    captured = capsys.readouterr()
+    said = f"must be a positive number, got {value!r}"
+    assert f"tuner trace inspect: error: argument {option}: {said}" in captured.err.splitlines()
+    assert captured.out == "" and "Traceback" not in captured.err
+
+
+def test_trace_inspect_takes_a_fractional_window(tmp_path: Path, capsys) -> None:
+    trace = write_small_trace(tmp_path / "trace.csv")
+    assert main(["trace", "inspect", str(trace), "--no-png", "--window-s", "2.5"]) == 0
+    busiest = [line for line in capsys.readouterr().out.splitlines() if "busiest" in line]
+    assert busiest == [
+        "busiest window     2.5 s from 0.0 s: 10 requests (4.00 req/s), what tuner run replays"
+    ]

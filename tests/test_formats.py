@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from tuner.errors import TraceError
 from tuner.load.prompts import prompt_token_ids
+from tuner.traces.concurrency import load_concurrency
 from tuner.traces.formats import (
     PARSERS,
     decide_format,
@@ -229,6 +230,60 @@ def test_bad_rows_name_file_and_line(write_trace, name, text, line, words):
     assert words in str(caught.value)
 
 
+CSV_HEADER = "timestamp,input_tokens,output_tokens\n"
+BURST_HEADER = "Timestamp,Model,Request tokens,Response tokens\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "columns", "line", "words"),
+    [
+        ("a.csv", CSV_HEADER + "0,1,1\n-2,1,1\n", None, 3, "timestamp is negative (-2)"),
+        ("a.csv", CSV_HEADER + '0,1,1\n"-2",1,1\n', None, 3, "timestamp is negative (-2)"),
+        ("a.csv", CSV_HEADER + "0,1,1\ninf,1,1\n", None, 3, "timestamp is not a finite number"),
+        ("a.csv", CSV_HEADER + "0,1,1\n-inf,1,1\n", None, 3, "timestamp is not a finite number"),
+        ("a.csv", CSV_HEADER + '0,1,1\n"nan",1,1\n', None, 3, "timestamp is not a finite number"),
+        ("a.csv", CSV_HEADER + "0,1,1\n1e400,1,1\n", None, 3, "timestamp is not a finite number"),
+        ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n1970-01-01 00:00:01,1,1\n"
+         "1969-12-31 23:59:59,1,1\n", None, 3, "TIMESTAMP is negative (-1)"),
+        ("a.csv", BURST_HEADER + "1,A,1,5\n-0.5,A,1,5\n", None, 3, "Timestamp is negative (-0.5)"),
+        ("a.csv", BURST_HEADER + "1,A,1,5\nnan,A,1,5\n", None, 3, "Timestamp is not a finite"),
+        ("a.csv", "ts,a,b\n5,1,1\n-5,1,1\n", "timestamp=ts,input_tokens=a,output_tokens=b", 3,
+         "ts is negative (-5)"),
+        ("a.csv", "ts,a,b\n5,1,1\ninf,1,1\n", "timestamp=ts,input_tokens=a,output_tokens=b", 3,
+         "ts is not a finite number"),
+        ("m.jsonl", MOONCAKE.replace('"timestamp": 700', '"timestamp": -700'), None, 3,
+         "timestamp is negative (-700)"),
+        ("m.jsonl", MOONCAKE.replace('"timestamp": 700', '"timestamp": Infinity'), None, 3,
+         "timestamp is not a finite number"),
+        ("b.jsonl", BAILIAN.replace('"timestamp": 4.0', '"timestamp": -4.0'), None, 3,
+         "timestamp is negative (-4)"),
+        ("c.jsonl", jsonl({"timestamp": 1, "input_tokens": 2, "output_tokens": 3},
+                          {"timestamp": -1, "input_tokens": 2, "output_tokens": 3}), None, 2,
+         "timestamp is negative (-1)"),
+    ],
+)  # fmt: skip
+def test_negative_or_non_finite_timestamps_name_file_and_line(
+    write_trace, name, text, columns, line, words
+):
+    path = write_trace(text, name)
+    with pytest.raises(TraceError) as caught:
+        load_trace(path, columns=parse_column_mapping(columns) if columns else None)
+    assert str(caught.value).startswith(f"{path}:{line}: {words}"), str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("rows", "words"),
+    [("0,1\n-1,2\n", "timestamp is negative (-1)"), ("0,1\nnan,2\n", "not a finite")],
+)
+def test_concurrency_timestamps_are_checked_alike(write_trace, rows, words):
+    path = write_trace("timestamp,concurrency\n" + rows)
+    with pytest.raises(TraceError, match=rf"^{path}:3: timestamp is (negative|not a finite)"):
+        load_concurrency(path)
+    done = run_tuner("trace", "inspect", path, "--no-png", cwd=path.parent)
+    assert done.returncode == 2 and done.stderr.startswith(f"tuner: {path}:3: ")
+    assert words in done.stderr and len(done.stderr.splitlines()) == 1
+
+
 def test_binary_junk_and_bad_utf8(tmp_path):
     junk = tmp_path / "junk.csv"
     junk.write_bytes(b"timestamp,input_tokens,output_tokens\n0,1,1\n\x00\x01\x02\xff")
@@ -376,7 +431,13 @@ def _load_or_trace_error(path: Path, fmt: str | None) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "timestamp,input_tokens,output_tokens\n1,1,1\n0,1,-1\n", "\x00junk", "x,y\n1,2\n"],
+    [
+        "",
+        "timestamp,input_tokens,output_tokens\n1,1,1\n0,1,-1\n",
+        "timestamp,input_tokens,output_tokens\n1,1,1\n-3,1,1\n",
+        "\x00junk",
+        "x,y\n1,2\n",
+    ],
 )
 def test_tuner_run_on_bad_trace_exits_2_and_writes_nothing(tmp_path, text):
     path = tmp_path / "bad.csv"

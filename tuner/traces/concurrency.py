@@ -24,7 +24,7 @@ import numpy as np
 from tuner.errors import InputError, TraceError
 from tuner.traces.csv_reader import read_csv
 from tuner.traces.model import Request, Trace
-from tuner.traces.table import MAX_TRACE_BYTES, Kind, read_text
+from tuner.traces.table import MAX_TRACE_BYTES, Kind, read_text, timestamps
 
 logger = logging.getLogger(__name__)
 
@@ -118,18 +118,17 @@ def load_concurrency(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Conc
     """Read ``timestamp,concurrency`` (seconds or ISO datetimes; whole or fractional counts).
 
     Fractional counts (averaged exports) are rounded; out-of-order rows are sorted with a
-    warning; two rows at one time, negative or non-finite counts are errors.
+    warning; two rows at one time, negative or non-finite counts or timestamps are errors.
     """
     path = Path(path)
     wanted: dict[str, Kind] = {"timestamp": "time", "concurrency": "number"}
     table = read_csv(str(path), read_text(path, max_bytes), wanted)
-    times, values = table.columns["timestamp"], table.columns["concurrency"]
+    values = table.columns["concurrency"]
     bad = ~np.isfinite(values) | (values < 0) | (values > MAX_CONCURRENCY)
     if np.any(bad):
         row = int(np.argmax(bad))
         table.fail(row, f"concurrency must be between 0 and {MAX_CONCURRENCY}, got {values[row]}")
-    if np.any(~np.isfinite(times)):
-        table.fail(int(np.argmax(~np.isfinite(times))), "timestamp is not a finite number")
+    times = timestamps(table, "timestamp")
     order = np.argsort(times, kind="stable")
     if np.any(order != np.arange(len(order))):
         logger.warning("%s: samples out of time order; sorted", path)

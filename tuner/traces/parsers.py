@@ -20,7 +20,14 @@ from tuner.errors import TraceError
 from tuner.traces.csv_reader import read_csv
 from tuner.traces.jsonl_reader import read_jsonl
 from tuner.traces.model import HashIds, IntLists, Trace, from_columns
-from tuner.traces.table import MAX_TRACE_BYTES, Kind, Table, first_record_line, read_text
+from tuner.traces.table import (
+    MAX_TRACE_BYTES,
+    Kind,
+    Table,
+    first_record_line,
+    read_text,
+    timestamps,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +83,7 @@ def _lengths(table: Table, column: str, label: str) -> np.ndarray:
 
 
 def _arrivals(table: Table, column: str, units_per_s: float = 1.0) -> np.ndarray:
-    values = table.columns[column]
-    bad = ~np.isfinite(values)
-    if np.any(bad):
-        table.fail(int(np.argmax(bad)), f"{column} is not a finite number")
+    values = timestamps(table, column)
     return values / units_per_s if units_per_s != 1.0 else values
 
 

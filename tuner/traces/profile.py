@@ -196,7 +196,7 @@ def format_profile(profile: dict[str, Any]) -> str:
     )
     window = profile["busiest_window"]
     lines.append(
-        f"{'busiest window':<18} {window['window_s']:.0f} s from {window['start_s']:.1f} s: "
+        f"{'busiest window':<18} {window['window_s']:g} s from {window['start_s']:.1f} s: "
         f"{window['requests']} requests ({window['rate_per_s']:.2f} req/s), what tuner run replays"
     )
     if "sessions" in profile:

@@ -95,6 +95,24 @@ class Table:
         raise TraceError(self.path, self.line_of(row), message)
 
 
+def timestamps(table: Table, column: str) -> np.ndarray:
+    """``column`` of ``table``, checked as timestamps: finite and not negative (they count up
+    from 0, or are datetimes from 1970 on); the first row that is not names its line."""
+    values = table.columns[column]
+    bad = ~np.isfinite(values)
+    if np.any(bad):
+        table.fail(int(np.argmax(bad)), f"{column} is not a finite number")
+    negative = values < 0
+    if np.any(negative):
+        row = int(np.argmax(negative))
+        table.fail(
+            row,
+            f"{column} is negative ({values[row]:g}): timestamps count up from 0 "
+            "(or are datetimes from 1970 on)",
+        )
+    return values
+
+
 def read_text(path: Path, max_bytes: int = MAX_TRACE_BYTES) -> str:
     """The whole file as text with ``\\n`` line ends; refuses huge, binary and non-UTF-8 files."""
     try:
