@@ -173,6 +173,13 @@ def trial_count(text: str) -> int:
     return value
 
 
+def seed(text: str) -> int:
+    """A random seed: a whole number, 0 or more (numpy's generators take no negative seed)."""
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return int(text)
+
+
 def http_header(text: str) -> tuple[str, str]:
     try:
         return parse_header(text)
@@ -245,7 +252,7 @@ def add_trace_commands(commands: Any) -> None:
         help="do not verify an HTTPS Prometheus's TLS certificate (verified by default)",
     )
     rebuild.add_argument("--step-s", type=positive_number, default=15.0, help="query resolution")
-    rebuild.add_argument("--seed", type=int, default=0, help="for arrivals and lengths")
+    rebuild.add_argument("--seed", type=seed, default=0, help="for arrivals and lengths")
     rebuild.add_argument("--out", type=Path, default=Path("prometheus-trace.csv"))
     rebuild.add_argument("--concurrency-out", type=Path, help="default: OUT.concurrency.csv")
 
