@@ -6,13 +6,17 @@ the rest in seconds.
 
 from __future__ import annotations
 
+import glob
 import ipaddress
 import os
+import pwd
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,7 @@ import pytest
 import yaml
 
 from tuner.engine.dummy_model import write_model
+from tuner.engine.process import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_TRACE = REPO / "traces" / "azure-conv-peak.csv"
@@ -206,3 +211,40 @@ def _address(hexed: str) -> str:
     if len(words) == 4:
         return ".".join(str(b) for b in words)
     return str(ipaddress.IPv6Address(words))
+
+
+def pg_binary(name: str) -> str | None:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return found[-1] if found else shutil.which(name)
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[str]:
+    """The URL of a fresh PostgreSQL server's ``postgres`` database, trusting local users.
+
+    The server is the Debian package's (``.ci/setup`` installs it), started in a temporary
+    folder on 127.0.0.1 for the test module and stopped after; as root it runs as ``nobody``,
+    since PostgreSQL refuses to run as root.
+    """
+    pytest.importorskip("psycopg")
+    initdb, pg_ctl = pg_binary("initdb"), pg_binary("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        pytest.skip("no PostgreSQL server installed (.ci/setup installs Debian's postgresql)")
+    folder = Path(tempfile.mkdtemp(prefix="tuner-pg-"))
+    as_user: list[str] = []
+    user = pwd.getpwuid(os.getuid()).pw_name
+    if os.getuid() == 0:
+        user = "nobody"
+        os.chown(folder, pwd.getpwnam(user).pw_uid, -1)
+        as_user = ["runuser", "-u", user, "--"]
+    data, port = folder / "data", free_port()
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT, "check": True}
+    subprocess.run([*as_user, initdb, "-A", "trust", "-U", user, "-D", str(data)], **quiet)
+    options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c max_connections=50"
+    start = [*as_user, pg_ctl, "-D", str(data), "-l", str(folder / "log"), "-o", options]
+    subprocess.run([*start, "-w", "start"], **quiet)
+    try:
+        yield f"postgresql://{user}@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], **quiet)
+        shutil.rmtree(folder, ignore_errors=True)

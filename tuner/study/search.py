@@ -36,10 +36,12 @@ from tuner.study.picks import best_trial
 from tuner.study.spec import Dimension, StudySpec
 from tuner.study.storage import (
     OPEN_ERRORS,
+    OPEN_WAIT_S,
     STORAGE_ERRORS,
     abandon,
     cause,
     open_failure,
+    opening,
     rdb_storage,
 )
 from tuner.study.trial import TrialOutcome, TrialSetup, run_trial
@@ -91,12 +93,16 @@ def open_study(
     seed: int,
     pruner: optuna.pruners.BasePruner | None = None,
     capacity: bool = False,
+    wait_s: float = OPEN_WAIT_S,
 ) -> optuna.Study:
     """Create the study or load it to add trials; the sampler's seed moves on with each trial.
 
     A latency study minimises the score, a ``capacity`` one maximises the capacity; a study
     created for one is refused for the other. A storage that cannot be opened is a
     ``TunerError`` naming it and the cause, in one line.
+
+    Processes opening studies in one database at once take turns (``storage.opening``), each
+    waiting at most ``wait_s`` seconds for the others: so workers started together all start.
 
     A resumed study re-seeded with the same number would replay the same random start-up
     suggestions, so the seed is offset by the trials already there.
@@ -105,32 +111,37 @@ def open_study(
     existing = 0
     direction = StudyDirection.MAXIMIZE if capacity else StudyDirection.MINIMIZE
     shown = storage if isinstance(storage, str) else type(storage).__name__
+    url = storage.url if isinstance(storage, optuna.storages.RDBStorage) else storage
+    turn = opening(url, wait_s) if isinstance(url, str) else contextlib.nullcontext()
     try:
-        if isinstance(storage, str):
-            storage = rdb_storage(storage)
-        with contextlib.suppress(KeyError):
-            loaded = optuna.load_study(study_name=name, storage=storage)
-            existing = len(loaded.trials)
-            if loaded.direction != direction:
-                kind = "a capacity" if loaded.direction == StudyDirection.MAXIMIZE else "a latency"
-                raise InputError(
-                    f"study {name!r} is {kind} study (--objective "
-                    f"{'capacity' if kind == 'a capacity' else 'latency'}); use --study NEWNAME "
-                    "to start a new one"
-                )
-        sampler = optuna.samplers.TPESampler(seed=seed + existing, multivariate=True)
-        study = optuna.create_study(
-            study_name=name,
-            storage=storage,
-            sampler=sampler,
-            pruner=pruner or optuna.pruners.NopPruner(),
-            direction=direction,
-            load_if_exists=True,
-        )
-        if study.metric_names is None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                study.set_metric_names([CAPACITY_ATTR if capacity else SCORE_NAME])
+        with turn:
+            if isinstance(storage, str):
+                storage = rdb_storage(storage)
+            with contextlib.suppress(KeyError):
+                loaded = optuna.load_study(study_name=name, storage=storage)
+                existing = len(loaded.trials)
+                if loaded.direction != direction:
+                    kind = (
+                        "a capacity" if loaded.direction == StudyDirection.MAXIMIZE else "a latency"
+                    )
+                    raise InputError(
+                        f"study {name!r} is {kind} study (--objective "
+                        f"{'capacity' if kind == 'a capacity' else 'latency'}); use --study "
+                        "NEWNAME to start a new one"
+                    )
+            sampler = optuna.samplers.TPESampler(seed=seed + existing, multivariate=True)
+            study = optuna.create_study(
+                study_name=name,
+                storage=storage,
+                sampler=sampler,
+                pruner=pruner or optuna.pruners.NopPruner(),
+                direction=direction,
+                load_if_exists=True,
+            )
+            if study.metric_names is None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    study.set_metric_names([CAPACITY_ATTR if capacity else SCORE_NAME])
     except OPEN_ERRORS as exc:
         raise TunerError(open_failure(shown, exc)) from None
     return study

@@ -5,14 +5,22 @@ parse, a driver not installed, a server not listening, a SQLite file in a folder
 exist, a database that stops taking writes) reaches tuner as an exception of SQLAlchemy's or
 Optuna's, with a message over several lines. These are failures of the tool's surroundings:
 tuner reports them in one line, naming the storage and the cause.
+
+Several tuner processes may open one study at the same moment (one worker per GPU, started
+together). Opening creates Optuna's tables on a new database, stamps its schema version, creates
+the study and names its objective, each a check followed by a write that a second process can
+slip between. ``opening`` makes the processes take turns: on PostgreSQL a session-level advisory
+lock of the database, on SQLite an exclusive lock of a file beside the database.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
@@ -24,17 +32,33 @@ from tuner.study.attrs import REASON_ATTR
 
 logger = logging.getLogger(__name__)
 
+
+class OpeningTimeout(Exception):
+    """Other tuner processes were opening a study in the same database for too long."""
+
+
 # What opening or writing to a storage raises when the storage, not tuner, is at fault.
 STORAGE_ERRORS: tuple[type[Exception], ...] = (
     sqlalchemy.exc.SQLAlchemyError,
     optuna.exceptions.StorageInternalError,
 )
 # Opening also imports the database's driver, which may not be installed.
-OPEN_ERRORS: tuple[type[Exception], ...] = (*STORAGE_ERRORS, ImportError)
+OPEN_ERRORS: tuple[type[Exception], ...] = (*STORAGE_ERRORS, ImportError, OpeningTimeout)
 
 # Seconds a PostgreSQL server may take to accept a connection: one that takes it and never
 # answers (a firewall's black hole, a server stuck in recovery) would otherwise hold tuner.
 CONNECT_TIMEOUT_S = 10
+
+# Seconds a tuner process waits for others to finish opening a study in the same database.
+# Opening is a few statements; a process that holds the turn for minutes is stuck.
+OPEN_WAIT_S = 120.0
+
+# PostgreSQL's advisory locks are numbers, scoped to a database; tuner's turn to open is this one.
+PG_OPEN_LOCK = int.from_bytes(b"tuner-op", "big")
+
+# SQLite's own locks are POSIX record locks on the database file, which a process loses when it
+# closes any descriptor of that file; tuner's lock is on a file of its own, kept beside it.
+SQLITE_LOCK_SUFFIX = ".open-lock"
 
 # The line SQLAlchemy adds to its messages.
 _BACKGROUND = re.compile(r"\(Background on this error at: [^)]*\)")
@@ -57,27 +81,108 @@ def cause(exc: BaseException) -> str:
     """
     if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__ is not None:
         exc = exc.__cause__
-    if isinstance(exc, ImportError) and isinstance(exc.__cause__, ImportError):
-        return f"its database driver is not installed ({exc.__cause__})"
+    if isinstance(exc, ImportError):
+        driver = exc.__cause__ if isinstance(exc.__cause__, ImportError) else exc
+        return f"its database driver is not installed ({driver})"
     said = getattr(exc, "orig", None) or exc
     return " ".join(_BACKGROUND.sub("", str(said)).split()) or type(said).__name__
 
 
-def rdb_storage(url: str) -> optuna.storages.RDBStorage:
-    """The storage at ``url``; a PostgreSQL server gets ``CONNECT_TIMEOUT_S`` to answer."""
-    engine_kwargs = {}
+def _engine_kwargs(url: str) -> dict[str, object]:
+    """SQLAlchemy engine arguments: a PostgreSQL server gets ``CONNECT_TIMEOUT_S`` to answer."""
     if sqlalchemy.make_url(url).get_backend_name() == "postgresql":
-        engine_kwargs = {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
-    # Two workers opening a new database at once both create Optuna's tables; the slower one
-    # finds them made under it (a unique-key error) and, on a second try, uses them.
-    for attempt in range(3):
-        try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
-        except sqlalchemy.exc.IntegrityError:
-            if attempt == 2:
+        return {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
+    return {}
+
+
+def rdb_storage(url: str) -> optuna.storages.RDBStorage:
+    """The storage at ``url``, its tables created if the database has none.
+
+    Creating them is not safe against another process doing so at once: call it inside
+    ``opening(url)`` where another tuner may open the same database.
+    """
+    return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+
+
+@contextlib.contextmanager
+def opening(url: str, wait_s: float = OPEN_WAIT_S) -> Iterator[None]:
+    """Hold this database's turn to open a study: one tuner process at a time.
+
+    On PostgreSQL, the advisory lock ``PG_OPEN_LOCK`` on a connection of its own, which the
+    server releases if the process dies; on a SQLite file, an exclusive ``flock`` of the file
+    ``DATABASE.open-lock`` beside it (made if missing, never removed: another process may be
+    waiting on it), released by the kernel likewise. Other databases are opened without a turn.
+
+    Raises ``OpeningTimeout`` after ``wait_s`` seconds of waiting, and SQLAlchemy's errors (or
+    ``ImportError``) where the PostgreSQL server cannot be reached (or its driver is missing).
+    """
+    parsed = sqlalchemy.make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "postgresql":
+        with _pg_turn(url, wait_s):
+            yield
+    elif backend == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        database = str(parsed.database)
+        with _file_turn(Path(database + SQLITE_LOCK_SUFFIX), wait_s):
+            yield
+    else:
+        yield
+
+
+def _waited_too_long(wait_s: float) -> OpeningTimeout:
+    return OpeningTimeout(f"other tuner processes were opening a study there for over {wait_s:g} s")
+
+
+@contextlib.contextmanager
+def _pg_turn(url: str, wait_s: float) -> Iterator[None]:
+    engine = sqlalchemy.create_engine(
+        url, poolclass=sqlalchemy.pool.NullPool, **_engine_kwargs(url)
+    )
+    try:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+            # The lock is the session's, held across statements; lock_timeout bounds the wait.
+            connection.execute(sqlalchemy.text(f"SET lock_timeout = {round(wait_s * 1000)}"))
+            try:
+                connection.execute(sqlalchemy.text(f"SELECT pg_advisory_lock({PG_OPEN_LOCK})"))
+            except sqlalchemy.exc.OperationalError as exc:
+                code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+                if code == "55P03":  # lock_not_available (psycopg says sqlstate, psycopg2 pgcode)
+                    raise _waited_too_long(wait_s) from None
                 raise
-            time.sleep(0.5 + attempt)
-    raise AssertionError("unreachable")
+            try:
+                yield
+            finally:
+                # Closing the connection releases the lock too; unlocking first lets the next
+                # process go without waiting for the server to notice the close.
+                with contextlib.suppress(sqlalchemy.exc.SQLAlchemyError):
+                    unlock = f"SELECT pg_advisory_unlock({PG_OPEN_LOCK})"
+                    connection.execute(sqlalchemy.text(unlock))
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def _file_turn(path: Path, wait_s: float) -> Iterator[None]:
+    try:
+        handle = path.open("a")
+    except OSError:
+        # A folder that is missing or that tuner cannot write to: SQLite can neither create
+        # nor write a database there, and opening fails in its own words.
+        handle = None
+    if handle is None:
+        yield
+        return
+    with handle:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise _waited_too_long(wait_s) from None
+                time.sleep(0.02)
+        yield  # closing the file releases the lock
 
 
 def missing_folder(url: str) -> Path | None:

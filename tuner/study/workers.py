@@ -64,19 +64,36 @@ def is_gone(worker: str) -> bool:
 
 
 def fail_orphans(study: optuna.Study) -> list[FrozenTrial]:
-    """Mark FAIL, with the reason, every RUNNING trial whose worker is gone; return them."""
+    """Mark FAIL, with the reason, every RUNNING trial whose worker is gone; return them.
+
+    Workers that open the study together find the same orphans: one that another worker
+    finished first is left to it, and not returned.
+    """
     orphans = [
         t
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         if isinstance(t.user_attrs.get(WORKER_ATTR), str) and is_gone(t.user_attrs[WORKER_ATTR])
     ]
+    marked = []
     for frozen in orphans:
         _, pid, _ = str(frozen.user_attrs[WORKER_ATTR]).split(" ", 2)
         reason = (
             f"tuner (pid {pid}) ended while this trial ran, killed or crashed: "
             "nothing it measured was kept"
         )
-        optuna.trial.Trial(study, frozen._trial_id).set_user_attr(REASON_ATTR, reason)
-        study.tell(frozen.number, state=TrialState.FAIL)
+        try:
+            optuna.trial.Trial(study, frozen._trial_id).set_user_attr(REASON_ATTR, reason)
+            study.tell(frozen.number, state=TrialState.FAIL)
+        except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
+            # Optuna's storage refuses to update a finished trial, and ``tell`` a trial it
+            # reads as finished (ValueError); anything else is not another worker's doing.
+            if not _finished(study, frozen.number):
+                raise
+            continue
         logger.warning("trial %d: %s; marked FAIL", frozen.number, reason)
-    return orphans
+        marked.append(frozen)
+    return marked
+
+
+def _finished(study: optuna.Study, number: int) -> bool:
+    return any(t.number == number and t.state.is_finished() for t in study.get_trials())
