@@ -563,6 +563,8 @@ def test_bearer_token_file_becomes_the_authorization_header(tmp_path):
         (["--start", "nan"], "not a time: 'nan'"),
         (["--step-s", "0"], "argument --step-s: must be a positive number, got '0'"),
         (["--step-s", "inf"], "argument --step-s: must be a positive number, got 'inf'"),
+        (["--url", "http://"], "--url 'http://' names no host"),
+        (["--url", "ftp://x"], "must start with http:// or https://"),
         (["--seed", "-1"], "argument --seed: must be a whole number >= 0, got '-1'"),
         (["--seed", "1.5"], "argument --seed: must be a whole number >= 0, got '1.5'"),
     ],

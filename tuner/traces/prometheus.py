@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -162,6 +163,8 @@ def fetch(
         raise InputError("--step-s must be positive")
     if not url.startswith(("http://", "https://")):
         raise InputError(f"--url {url!r} must start with http:// or https://")
+    if not urlsplit(url).hostname:
+        raise InputError(f"--url {url!r} names no host")
     url = url.rstrip("/")
     selector = _selector(selector)
     range_s = max(math.ceil(end_s - start_s), 1)

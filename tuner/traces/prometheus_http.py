@@ -271,7 +271,7 @@ class Connection:
                 raise self._unauthorised(self.last) from None
             _result(self.url, self.last)  # Prometheus' own error, or what the answer lacks
             raise TunerError(
-                f"Prometheus at {self.url} answered HTTP {self.last.status_code}: {exc}"
+                f"Prometheus at {self.url} answered HTTP {self.last.status_code}, not a result"
             ) from None
         except requests.RequestException as exc:
             raise _unreachable(self.url, exc) from None
