@@ -208,7 +208,9 @@ def write_result(
             "again under a new --study"
         )
         return EXIT_MISSES_SLOS
-    steps = next_steps(chosen.number, chosen.user_attrs, replay.offered, spec_path(args, name))
+    steps = next_steps(
+        chosen.number, chosen.user_attrs, replay.offered, spec_path(args, name), verdict.misses
+    )
     if replay.offered is not None:
         steps.append(
             "  or find the rate one server of each configuration carries within these SLOs: "
