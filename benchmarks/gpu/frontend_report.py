@@ -4,13 +4,15 @@ profiles of ``frontend.py probe``) and ``ab DIR`` (the study of ``frontend.py ab
     python benchmarks/gpu/frontend_report.py probe benchmarks/results/h100-frontend/probe
     python benchmarks/gpu/frontend_report.py ab benchmarks/results/h100-frontend/ab
 
-Markdown on stdout.
+Markdown on stdout. py-spy's profiles are read as written or compressed (``.txt.xz``); ``ab``
+reads ``study.db`` (also a ``tuner run`` study's folder).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import re
 import statistics
 from collections import Counter
@@ -18,9 +20,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-# A main-thread sample whose innermost Python frame is the event loop's own run: the loop was in
-# its C code (waiting in epoll, or reading and writing sockets), running no Python callback.
-LOOP_FRAMES = ("Runner.run (asyncio/runners.py", "run (uvloop/__init__.py")
 FRAME = re.compile(r"^(?P<func>.*?) \((?P<where>[^()]*)\)$")
 
 
@@ -108,7 +107,9 @@ def timeline_table(record: Mapping[str, Any]) -> list[str]:
 def read_profile(path: Path) -> dict[str, Counter[tuple[str, ...]]]:
     """py-spy's raw output: stacks (outermost first) and their sample counts, by thread name."""
     threads: dict[str, Counter[tuple[str, ...]]] = {}
-    for line in path.read_text().splitlines():
+    raw = path.read_bytes()
+    text = (lzma.decompress(raw) if path.suffix == ".xz" else raw).decode()
+    for line in text.splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack:
             continue
@@ -126,49 +127,43 @@ def short(frame: str) -> str:
     return f"{match['func']} ({where})"
 
 
+# Where a thread's own work starts: frames up to the last of these are the launch chain (the
+# zygote's fork, vLLM's process start), the same in every sample.
+ANCHORS = ("Runner.run (", "EngineCoreProc.run_busy_loop (")
+
+
+def own_frames(stack: tuple[str, ...]) -> tuple[str, ...]:
+    """The frames above the innermost anchor (the whole stack where there is none)."""
+    last = max((i for i, f in enumerate(stack) if f.startswith(ANCHORS)), default=-1)
+    return stack[last + 1 :]
+
+
 def profile_table(path: Path, top: int = 14) -> list[str]:
-    """The main thread: samples in the event loop's C code, and the functions the others were
-    in (inclusive: anywhere on the stack), most first; the other threads' samples."""
+    """The main thread: samples in the event loop's or the busy loop's own code (no Python frame
+    above it), and the functions the others were in (inclusive: anywhere above the loop; self:
+    innermost), most first; the other threads' samples."""
     threads = read_profile(path)
     main = threads.get("MainThread", Counter())
     total = sum(main.values())
     rows = [f"{path.name}: {total} main-thread samples (100 a second)"]
     if not total:
         return rows
-    in_loop = sum(n for stack, n in main.items() if stack and stack[-1].startswith(LOOP_FRAMES))
-    rows.append(
-        f"- in the event loop's own code (no Python callback running): {in_loop / total:.0%}"
-        if in_loop
-        else "- no event loop on this thread"
-    )
+    in_loop = sum(n for stack, n in main.items() if not own_frames(stack))
+    rows.append(f"- in the loop's own code (no Python function above it): {in_loop / total:.0%}")
     inclusive: Counter[str] = Counter()
     leaf: Counter[str] = Counter()
     for stack, n in main.items():
-        if stack and stack[-1].startswith(LOOP_FRAMES):
-            continue
-        for frame in {short(f) for f in stack}:
+        frames = own_frames(stack)
+        for frame in sorted({short(f) for f in frames}):
             inclusive[frame] += n
-        if stack:
-            leaf[short(stack[-1])] += n
+        if frames:
+            leaf[short(frames[-1])] += n
     rows += ["", "| function (main thread) | inclusive | self |", "|---|---|---|"]
-    skip = ("_run_module_as_main", "_run_code", "<module>", "main (tuner", "_fork", "_run_child",
-            "run_module", "_run_module_code", "ServeSubcommand.cmd", "run (uvloop",
-            "Runner.run", "Thread._bootstrap", "run_engine_core", "run_server")  # fmt: skip
-    shown = 0
-    for frame, n in inclusive.most_common():
-        if frame.startswith(skip):
-            continue
+    for frame, n in inclusive.most_common(top):
         rows.append(f"| `{frame}` | {n / total:.0%} | {leaf.get(frame, 0) / total:.0%} |")
-        shown += 1
-        if shown >= top:
-            break
-    others = {name: sum(c.values()) for name, c in threads.items() if name != "MainThread"}
-    busiest = sorted(others.items(), key=lambda kv: -kv[1])[:5]
-    rows.append("")
-    rows.append(
-        "other threads' samples (idle ones included): "
-        + ", ".join(f"{name} {n}" for name, n in busiest)
-    )
+    rows += ["", "| innermost function (main thread) | self |", "|---|---|"]
+    for frame, n in leaf.most_common(top):
+        rows.append(f"| `{frame}` | {n / total:.0%} |")
     return rows
 
 
@@ -181,7 +176,7 @@ def cmd_probe(folder: Path) -> None:
     for r in records:
         if not r["ramped"]:
             print("\n".join(timeline_table(r)) + "\n")
-    for path in sorted(folder.glob("pyspy-*.txt")):
+    for path in sorted(folder.glob("pyspy-*.txt*")):
         print("\n".join(profile_table(path)) + "\n")
 
 
@@ -221,18 +216,32 @@ def cmd_ab(folder: Path) -> None:
         )
     print()
     print(
-        "| trial | configuration | engine healthy (s) | compile cache hit | windows "
-        "| why the last failing rate failed |"
+        "| trial | configuration | engine healthy (s) | at capacity: TTFT p95 / TPOT p95 (ms), "
+        "running peak | lowest failing rate: why (TTFT p95 / TPOT p95 ms) |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|")
     for label, trials in groups.items():
         for t in trials:
-            failing = [p for p in t.user_attrs.get("capacity_points", []) if not p["passed"]]
-            why = failing[-1].get("reason", "") if failing else ""
+            points = t.user_attrs.get("capacity_points", [])
+            passed = [p for p in points if p["passed"]]
+            failed = [p for p in points if not p["passed"]]
+            best = max(passed, key=lambda p: p["rate_req_per_s"]) if passed else None
+            low = min(failed, key=lambda p: p["rate_req_per_s"]) if failed else None
+            at = (
+                f"{ms(best.get('ttft_p95_s'))} / {ms(best.get('tpot_p95_s'))}, "
+                f"{best.get('running_peak', 0):.0f}"
+                if best
+                else "-"
+            )
+            why = (
+                f"{low['rate_req_per_s']:.0f} req/s: {low.get('reason', '')} "
+                f"({ms(low.get('ttft_p95_s'))} / {ms(low.get('tpot_p95_s'))})"
+                if low
+                else "-"
+            )
             print(
-                f"| {t.number} | {label} | {t.user_attrs.get('engine_healthy_s', 0):.0f} "
-                f"| {t.user_attrs.get('compile_cache_hit', '-')} "
-                f"| {len(t.user_attrs.get('capacity_points', []))} | {why} |"
+                f"| {t.number} | {label} | {t.user_attrs.get('time_engine_healthy_s', 0):.0f} "
+                f"| {at} | {why} |"
             )
 
 
