@@ -334,7 +334,7 @@ def test_tuner_s_own_delays_are_measured(server, caplog):
 
 @pytest.mark.vllm
 def test_closed_loop_against_vllm(tmp_path, cpu_model):
-    """vLLM's own gauge follows the target: 1 in flight, then 4, then 2."""
+    """Against vLLM, the requests in flight follow the target: 1, then 4, then 2."""
     engine = Engine(
         str(cpu_model),
         {"load-format": "dummy", "max-model-len": 4096, "gpu-memory-utilization": 0.2,
@@ -354,12 +354,29 @@ def test_closed_loop_against_vllm(tmp_path, cpu_model):
     assert all(r.ok for r in result.results), [r.error for r in result.results][:3]
     sent = np.array([r.sent_s for r in result.results])
     done = sent + np.array([r.e2e_s for r in result.results])
+    # Every decision to send fills the target and never passes it (counted when the loop
+    # decided, as in test_closed_loop_follows_the_target).
+    decided = np.array([r.scheduled_s for r in result.results])
+    at_send = np.array([np.count_nonzero((decided <= s) & (done > s)) for s in decided])
+    targets = np.array([schedule.target_at(s) for s in decided])
+    assert not [(s, n, t) for s, n, t in zip(decided, at_send, targets, strict=True) if n > t]
     times_s, counts = in_flight(sent, done)
-    for lo, hi, want in ((1, 7.5, 1), (9, 15.5, 4), (17, 23.5, 2)):
-        inside = (times_s >= lo) & (times_s < hi)
-        assert counts[inside].max() == want
-        mean = time_weighted(times_s[inside], counts[inside], hi)["mean"]
-        assert mean == pytest.approx(want, abs=0.3)
+    before = 0
+    for start, hi, want in ((0, 7.5, 1), (8, 15.5, 4), (16, 23.5, 2)):
+        assert at_send[(decided >= start) & (decided < start + 8)].max() == want
+        # Held at the target from a second into the phase; where the target fell, from when
+        # the last request sent before it finished, which takes what the machine takes (with
+        # two busy processes beside vLLM on 2 cores, tuner's client is held up for seconds).
+        lingering = done[decided < start] if want < before else []
+        lo = max([start + 1.0, *lingering])
+        before = want
+        assert lo <= hi - 2.0, f"the requests sent before {start} s ended at {lo:.1f} s"
+        inside = (times_s > lo) & (times_s < hi)
+        window_s = np.concatenate(([lo], times_s[inside]))
+        window_counts = np.concatenate(([counts[times_s <= lo][-1]], counts[inside]))
+        assert window_counts.max() == want, (start, window_counts)
+        mean = time_weighted(window_s, window_counts, hi)["mean"]
+        assert mean == pytest.approx(want, abs=0.3), (start, window_counts)
 
 
 def test_window_and_busiest_window_of_a_schedule():

@@ -5,7 +5,8 @@ whether it passed, and decides which rates to try. It brackets from a starting r
 trace's own, or a capacity already measured in the study), growing or shrinking it geometrically
 until one rate passes and one fails, then bisects (geometrically) until the two are within the
 requested relative resolution. The capacity is the highest rate that passed; 0 if none did down
-to ``floor_req_per_s``.
+to ``floor_req_per_s``, the floor itself tried (as the ceiling is) where a halving would skip past
+it.
 
 The bracket doubles or halves at each window, except from the configuration's own capacity
 measured before (a re-measurement): there the first step is small (``hinted_step``: two
@@ -103,8 +104,10 @@ def search_capacity(
     The bracket's first step is ``first_step`` (a factor above 1); each further step squares the
     last one, up to ``GROWTH``.
 
-    Below ``floor_req_per_s`` (a window too sparse to judge) the search stops with capacity 0;
-    above ``ceiling_req_per_s`` (what the client can send) with the ceiling passed, unresolved.
+    Below ``floor_req_per_s`` (a window too sparse to judge) the search stops with capacity 0,
+    once the floor itself has failed: a step that would jump from above the floor to below it
+    measures the floor instead. Above ``ceiling_req_per_s`` (what the client can send) it stops
+    with the ceiling passed, unresolved.
     """
     if start_req_per_s <= 0 or resolution <= 0 or max_windows < 1 or first_step <= 1:
         raise ValueError(
@@ -152,7 +155,9 @@ def search_capacity(
             else:
                 rate = hi / step
                 if rate < floor_req_per_s:
-                    return found(False, f"failed down to the floor {floor_req_per_s:g} req/s")
+                    if hi <= floor_req_per_s:
+                        return found(False, f"failed down to the floor {floor_req_per_s:g} req/s")
+                    rate = floor_req_per_s
                 if at(rate).passed:
                     lo = rate
                 else:
