@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
 from tuner.cli.main import main
 from tuner.load.http import ReplaySettings
+from tuner.study.capacity_text import num, servers_for, servers_line
 from tuner.study.emit import served_config
 from tuner.study.outcome import Offered, next_steps, ratio_text, servers_needed
 from tuner.study.scoring import FAILED, Miss, score
@@ -424,3 +425,21 @@ def test_no_count_beside_a_word_that_servers_would_not_help(waiting, duration_s)
         assert "would not" not in text and "may not" not in text
     if "would not remove" in text:
         assert waiting == 0.0 and counted is None
+
+
+@pytest.mark.parametrize(
+    ("peak", "capacity", "line"),
+    [
+        # The old count, ceil(12.97 / 12.96), was 2 beside "ceil(13 / 13)".
+        (12.97, 12.96, "1 like trial 0 (ceil(13 / 13), "),
+        (12.97, 12.9, "2 like trial 0 (ceil(13 / 12.9), "),
+        (4.0, 2.5, "2 like trial 0 (ceil(4 / 2.5), "),
+        (12.97, 103.8, "1 like trial 0 (ceil(13 / 104), "),
+    ],
+)
+def test_a_capacity_study_s_servers_line_reads_true(peak, capacity, line) -> None:
+    text = servers_line(capacity, peak, "trial 0")
+    assert text == f"servers for the peak ({num(peak)} req/s): {line}if the load splits evenly)"
+    shown = re.search(r"ceil\(([\d.]+) / ([\d.]+)\)", text)
+    assert shown is not None
+    assert servers_for(peak, capacity) == math.ceil(float(shown[1]) / float(shown[2]))

@@ -16,10 +16,14 @@ def capacity_of(attrs: Mapping[str, Any] | None) -> float | None:
 
 
 def servers_for(peak_req_per_s: float, capacity_req_per_s: float) -> int | None:
-    """Servers of this capacity that carry the peak, if load splits evenly; None at capacity 0."""
+    """Servers of this capacity that carry the peak, if load splits evenly; None at capacity 0.
+
+    The two rates as ``servers_line`` shows them (``num``) divided and rounded up, so that its
+    ``ceil(13 / 13)`` is 1 where the rates were 12.97 and 12.96.
+    """
     if capacity_req_per_s <= 0:
         return None
-    return max(1, math.ceil(peak_req_per_s / capacity_req_per_s - 1e-9))
+    return max(1, math.ceil(float(num(peak_req_per_s)) / float(num(capacity_req_per_s)) - 1e-9))
 
 
 def num(value: float) -> str:
