@@ -7,6 +7,7 @@ the rest in seconds.
 from __future__ import annotations
 
 import glob
+import hashlib
 import ipaddress
 import os
 import pwd
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tuner.engine.dummy_model import write_model
+from tuner.engine.dummy_model import write_model, write_model_with_weights
 from tuner.engine.process import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -248,3 +249,51 @@ def postgres() -> Iterator[str]:
     finally:
         subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], **quiet)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# The Hugging Face id under which ``hub_cache`` serves ``tiny_model`` offline.
+HUB_MODEL_ID = "tuner-tests/cpu-tiny"
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``cpu-tiny`` model with saved weights (random values), written once per session."""
+    return write_model_with_weights(tmp_path_factory.mktemp("model") / "cpu-tiny", "cpu-tiny")
+
+
+def lay_out_hub_cache(model: Path, hub: Path, repo_id: str) -> Path:
+    """Lay ``model``'s files out in the cache folder ``hub`` (``HF_HOME/hub``) as huggingface_hub
+    holds a download of ``repo_id`` at ``main``; return the snapshot folder.
+
+    ``models--ORG--NAME/blobs`` holds each file once, named as the Hub's ETag names it (the
+    sha256 of an LFS file, here the safetensors; the git blob sha1 of any other),
+    ``snapshots/COMMIT/FILE`` links to ``../../blobs/BLOB`` and ``refs/main`` holds COMMIT.
+    """
+    repo = hub / ("models--" + repo_id.replace("/", "--"))
+    (repo / "blobs").mkdir(parents=True)
+    blobs = {}
+    for path in sorted(p for p in model.iterdir() if p.is_file()):
+        data = path.read_bytes()
+        if path.suffix == ".safetensors":
+            blob = hashlib.sha256(data).hexdigest()
+        else:
+            blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        (repo / "blobs" / blob).write_bytes(data)
+        blobs[path.name] = blob
+    commit = hashlib.sha1(repr(sorted(blobs.items())).encode()).hexdigest()
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for name, blob in blobs.items():
+        (snapshot / name).symlink_to(Path("..", "..", "blobs", blob))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    return snapshot
+
+
+@pytest.fixture(scope="session")
+def hub_cache(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Environment under which ``HUB_MODEL_ID`` is ``tiny_model`` from the Hugging Face cache,
+    offline: ``HF_HOME`` (a fresh folder holding only that cache) and ``HF_HUB_OFFLINE=1``."""
+    home = tmp_path_factory.mktemp("hf-home")
+    lay_out_hub_cache(tiny_model, home / "hub", HUB_MODEL_ID)
+    return {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}

@@ -1,8 +1,16 @@
-"""A model folder that vLLM serves with ``load-format: dummy``: no weights, no model hub.
+"""Small model folders written on the spot, with no model hub.
 
-The folder holds a real architecture's ``config.json`` and a word-level tokenizer whose
-vocabulary covers the config's ``vocab_size``. vLLM fills the weights with random values; speed
-depends only on the shapes, as long as output lengths are forced (``ignore_eos``).
+``write_model`` writes a folder that vLLM serves with ``load-format: dummy``: a real
+architecture's ``config.json`` and a word-level tokenizer whose vocabulary covers the config's
+``vocab_size``, no weights. vLLM fills the weights with random values; speed depends only on the
+shapes, as long as output lengths are forced (``ignore_eos``).
+
+``write_model_with_weights`` writes a folder that vLLM loads as it loads any model, with its
+default load format: the weights themselves (random values, saved as safetensors) and a
+byte-level BPE tokenizer. transformers 5 (5.19) rebuilds the tokenizer of any Qwen2 model as a
+byte-level BPE whatever its files say, which leaves ``write_model``'s word-level vocabulary
+unreachable from text; this one survives that, so text prompts encode (one token a byte) and
+decode back.
 """
 
 from __future__ import annotations
@@ -139,4 +147,75 @@ def write_model(folder: str | Path, shape: str | ModelShape = "cpu-demo") -> Pat
     }
     for name, content in files.items():
         (folder / name).write_text(json.dumps(content, indent=1) + "\n")
+    return folder
+
+
+def byte_level_tokenizer_json(vocab_size: int) -> dict[str, object]:
+    """A byte-level BPE ``tokenizers`` file with no merges: 0 is end of sequence, 1 to 256 the
+    256 byte symbols, each id beyond the word ``t<i>`` (never produced by encoding text)."""
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    symbols = sorted(ByteLevel.alphabet())
+    if vocab_size <= len(symbols):
+        raise ValueError(f"a byte-level vocabulary needs more than {len(symbols)} tokens")
+    vocab = {EOS_TOKEN: 0, **{s: i for i, s in enumerate(symbols, start=1)}}
+    vocab |= {f"t{i}": i for i in range(len(vocab), vocab_size)}
+    byte_level = {"add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    # The word-level file's frame (its end-of-sequence token), with a byte-level model.
+    document = tokenizer_json(0)
+    document.update(
+        pre_tokenizer={"type": "ByteLevel", **byte_level},
+        decoder={"type": "ByteLevel", **byte_level},
+        model={
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": [],
+        },
+    )
+    return document
+
+
+def write_model_with_weights(
+    folder: str | Path, shape: str | ModelShape = "cpu-tiny", seed: int = 0
+) -> Path:
+    """Write (or overwrite) a model folder holding saved weights and return its path.
+
+    ``config.json`` and ``generation_config.json`` as transformers writes them for that shape;
+    ``model.safetensors``, transformers' own initialisation of the architecture drawn from
+    ``seed`` (the same seed, the same bytes; the global random state is left as it was); the
+    byte-level tokenizer. Needs torch and transformers (vLLM's own dependencies); the whole
+    model is built in memory, so a large shape takes its full size there and on disk.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if isinstance(shape, str):
+        shape = SHAPES[shape]
+    folder = write_model(folder, shape)
+    files = {
+        "tokenizer.json": byte_level_tokenizer_json(shape.vocab_size),
+        "tokenizer_config.json": {
+            "tokenizer_class": "Qwen2Tokenizer",
+            "bos_token": None,
+            "eos_token": EOS_TOKEN,
+            "pad_token": EOS_TOKEN,
+            "unk_token": EOS_TOKEN,
+            "model_max_length": shape.max_position_embeddings,
+            "clean_up_tokenization_spaces": False,
+        },
+    }
+    for name, content in files.items():
+        (folder / name).write_text(json.dumps(content, indent=1) + "\n")
+    config = AutoConfig.from_pretrained(folder)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=config.dtype)
+    model.save_pretrained(folder, safe_serialization=True)
     return folder
