@@ -60,7 +60,10 @@ def write_default_spec(args: argparse.Namespace, path: Path, trace: Trace | None
     Off vLLM's CPU build, max-num-seqs reaches vLLM's default on the GPU vLLM will open first,
     and the defaults search the CUDA-graph capture range, over values that cover the trace's
     prompt lengths. On it, gpu-memory-utilization is searched up to what this machine starts.
+    A ``--model`` that cannot be read is an ``InputError`` before anything is written.
     """
+    if args.model:
+        model_info(args.model, None)
     path.parent.mkdir(parents=True, exist_ok=True)
     prompts = None if trace is None else [int(n) for n in trace.input_tokens]
     gpu = not environment.is_cpu_build()
@@ -116,10 +119,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     if path.exists():
         raise InputError(f"{path} exists: edit it, or give another --study or --spec")
     write_default_spec(args, path, trace)
-    spec = load_spec(path)
-    if not spec.dummy_model:
-        max_len = spec.engine_args.get("max-model-len")
-        model_info(spec.model, int(max_len) if max_len else None, spec.engine_args.get("revision"))
+    load_spec(path)
     print(f"wrote {path}: read it, edit it, then: tuner run --trace {args.trace} --study {name}")
     return 0
 
