@@ -205,10 +205,11 @@ def test_a_calibrated_study_replays_every_trial_at_the_calibrated_rate(
         r"^calibrated \((\d+) rates.*time scale ([\d.e+-]+)\), for at most 3 s$", done.stdout, re.M
     )
     assert line, done.stdout
-    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db")
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/studies/s.db")
     found = calibrate.stored(study.user_attrs)
     assert found is not None and found.windows == int(line[1])
-    assert found.capacity_req_per_s > 0 and found.window_req_per_s == 4.0
+    # 40 requests a quarter second apart: a window of 9.75 s as the trace has it.
+    assert found.capacity_req_per_s > 0 and found.window_req_per_s == pytest.approx(40 / 9.75)
     # Every trial replayed the window at the calibrated rate, cut to 3 s.
     assert study.user_attrs["workload"]["time_scale"] == pytest.approx(found.time_scale)
     for trial in study.trials:
@@ -221,7 +222,7 @@ def test_a_calibrated_study_replays_every_trial_at_the_calibrated_rate(
     assert again.returncode == 0, again.stdout + again.stderr
     assert "calibrating" not in again.stdout and line[0] in again.stdout
     assert math.isclose(
-        optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/s.db").user_attrs[
+        optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/studies/s.db").user_attrs[
             "workload"
         ]["time_scale"],
         found.time_scale,

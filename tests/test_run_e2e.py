@@ -403,12 +403,20 @@ def test_impossible_slos_write_the_closest_and_exit_3(cpu_model: Path, tmp_path:
     assert lines[2].startswith("# Tuned by tuner ")
     body = text.split("# Serve with: vllm serve --config <this file>\n", 1)[1]
     engine_yaml = tmp_path / "runs" / "slo" / "trial-0000" / "engine.yaml"
-    assert body.encode() == without_server_lines(engine_yaml.read_text()).encode()
+    # What the trial was started from, less host and port, and less the random weights: the
+    # file loads the model's real weights, and its header says how it was measured.
+    measured = without_server_lines(engine_yaml.read_text())
+    assert "load-format: dummy\n" in measured
+    assert body.encode() == measured.replace("load-format: dummy\n", "").encode()
+    assert "# Measured on random weights (load-format: dummy)" in text
     out = result.stdout
     assert "no trial met the SLOs; wrote the closest, trial 0, to " in out
     assert "    ttft_p95_s: " in out and "relax the SLOs in " in out
     assert "the window offers " in out and "trial 0 completed " in out
-    assert re.search(r"(roughly \d+ servers|one server) like trial 0", out), out[-2000:]
+    assert (
+        "no servers figure: more servers would not fix trial 0's misses: vLLM's prefill alone"
+        in out
+    ), out[-2000:]
     # Not a terminal: one line as the trial starts, one as it ends, and no live status line.
     trial_lines = [line for line in out.splitlines() if line.startswith("trial   0")]
     assert len(trial_lines) == 2, trial_lines
