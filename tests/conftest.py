@@ -77,7 +77,7 @@ def cpu_spec(model: Path, **overrides: Any) -> dict[str, Any]:
 
     The SLOs are loose: on a shared CI machine the point is to measure, not to miss them. The
     window's 19 prompts of 1,700 tokens on average queue behind each other's prefill: TTFT p95
-    measured 118 to 136 s on a slow day of these 2-core machines (session 5), hence 600 s.
+    measured 118 to 136 s on a slow day of these 2-core machines (2026-11-24), hence 600 s.
     """
     spec: dict[str, Any] = {
         "model": str(model),
