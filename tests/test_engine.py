@@ -44,6 +44,7 @@ FAKE_SERVER = textwrap.dedent(
     config = yaml.safe_load(open(sys.argv[sys.argv.index("--config") + 1]))
     mode = os.environ.get("FAKE_MODE", "serve")
     print(f"fake vllm starting pid={os.getpid()}", config, flush=True)
+    print("module:", __spec__.name, flush=True)
     print("multiproc method:", os.environ.get("VLLM_WORKER_MULTIPROC_METHOD"), flush=True)
     if mode == "exit":
         print("error: argument --bogus: invalid choice", flush=True)
@@ -124,14 +125,16 @@ FAKE_SERVER = textwrap.dedent(
 
 @pytest.fixture
 def fake(tmp_path: Path) -> dict[str, str]:
-    """Environment that makes ``python -m fake_vllm`` importable; the module is written here."""
+    """Environment that makes ``python -m fake_vllm`` importable, and ``fake_vllm_serve`` (the
+    same server, standing in for ``vllm serve``); the modules are written here."""
     folder = tmp_path / "fake"
     folder.mkdir()
     (folder / "fake_vllm.py").write_text(FAKE_SERVER)
+    (folder / "fake_vllm_serve.py").write_text(FAKE_SERVER)
     return {"PYTHONPATH": str(folder)}
 
 
-LAUNCHER = ProcessLauncher(module="fake_vllm")
+LAUNCHER = ProcessLauncher(module="fake_vllm", serve_module="fake_vllm_serve")
 
 
 def gone(pid: int) -> bool:
@@ -167,6 +170,24 @@ def test_engine_core_is_forked_unless_tuner_is_told_otherwise(tmp_path, fake, mo
     with engine:
         engine.wait_healthy(timeout_s=30, poll_s=0.05)
     assert f"multiproc method: {own or 'fork'}" in engine.log_path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "module"),
+    [
+        ({"max-num-seqs": 4}, "fake_vllm"),
+        # Only vLLM's serve command reads the API server count and data-parallel-size (its
+        # default): one API server or several, the server runs as `vllm serve` does.
+        ({"api-server-count": 2}, "fake_vllm_serve"),
+        ({"api_server_count": 1}, "fake_vllm_serve"),
+        ({"data-parallel-size": 2}, "fake_vllm_serve"),
+    ],
+)
+def test_the_api_server_count_starts_the_server_as_vllm_serve(tmp_path, fake, args, module):
+    engine = Engine("m", args, tmp_path / "t", launcher=LAUNCHER, env=fake)
+    with engine:
+        engine.wait_healthy(timeout_s=30, poll_s=0.05)
+    assert f"module: {module}\n" in engine.log_path.read_text()
 
 
 def test_rejected_argument_fails_with_the_log_tail(tmp_path, fake):

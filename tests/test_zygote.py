@@ -25,6 +25,8 @@ from tuner.engine.launchers import EngineFailed, ZygoteLauncher
 from tuner.engine.process import Engine
 
 FAKE_MODULE = "fake_zygote_server"
+# The same stand-in under another name, for ``vllm serve`` (``ZygoteLauncher.serve_module``).
+FAKE_SERVE_MODULE = "fake_zygote_serve"
 FAKE_SERVER = textwrap.dedent(
     '''
     """A stand-in for vLLM's server module. FAKE_IMPORT says what importing it does (in the
@@ -59,6 +61,7 @@ FAKE_SERVER = textwrap.dedent(
     def main():
         config = sys.argv[sys.argv.index("--config") + 1]
         print(f"fake server pid={os.getpid()} config={config}", flush=True)
+        print(f"module: {__spec__.name}", flush=True)
         print(json.dumps({"pid": 1}), flush=True)  # noise from the child, as vLLM logs
         mode = os.environ.get("FAKE_MODE", "serve")
         if mode == "hang":
@@ -93,6 +96,7 @@ def fake_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "fake"
     folder.mkdir()
     (folder / f"{FAKE_MODULE}.py").write_text(FAKE_SERVER)
+    (folder / f"{FAKE_SERVE_MODULE}.py").write_text(FAKE_SERVER)
     paths = [str(folder), str(REPO), os.environ.get("PYTHONPATH", "")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
     return folder
@@ -100,7 +104,9 @@ def fake_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def launcher(tmp_path: Path, fake_path: Path) -> Iterator[ZygoteLauncher]:
-    zygote = ZygoteLauncher(module=FAKE_MODULE, log=tmp_path / "launcher.log")
+    zygote = ZygoteLauncher(
+        module=FAKE_MODULE, serve_module=FAKE_SERVE_MODULE, log=tmp_path / "launcher.log"
+    )
     try:
         yield zygote
     finally:
@@ -178,6 +184,45 @@ def test_two_trials_in_a_row_from_one_zygote(tmp_path, launcher):
             pids.append((parent(server), server))
     assert pids[0][0] == pids[1][0]  # the same zygote forked both
     assert pids[0][1] != pids[1][1]
+
+
+def test_the_zygote_imports_the_serve_module_once_for_the_servers_that_need_it(tmp_path, launcher):
+    """A server whose arguments name api-server-count runs the serve module, which the zygote
+    imported the first time it was asked for; the others run the module it started with."""
+    ran = []
+    for n, args in enumerate([{}, {"api-server-count": 2}, {"api-server-count": 1}, {}]):
+        with Engine("m", args, tmp_path / f"t{n}", launcher=launcher) as engine:
+            engine.wait_healthy(timeout_s=30, poll_s=0.05)
+            server = server_pid(engine)
+            ran.append((parent(server), log_text(engine).split("module: ", 1)[1].split()[0]))
+    assert [module for _, module in ran] == [
+        FAKE_MODULE,
+        FAKE_SERVE_MODULE,
+        FAKE_SERVE_MODULE,
+        FAKE_MODULE,
+    ]
+    assert len({zygote for zygote, _ in ran}) == 1
+    assert launcher.log is not None
+    assert launcher.log.read_text().count(f"tuner: imported {FAKE_SERVE_MODULE} in ") == 1
+
+
+def test_a_serve_module_that_does_not_import_fails_the_trial_not_the_zygote(tmp_path, fake_path):
+    launcher = ZygoteLauncher(
+        module=FAKE_MODULE, serve_module="no_such_serve_module", log=tmp_path / "launcher.log"
+    )
+    try:
+        with Engine("m", {}, tmp_path / "t0", launcher=launcher) as engine:
+            engine.wait_healthy(timeout_s=30, poll_s=0.05)
+            zygote = parent(server_pid(engine))
+        engine = Engine("m", {"api-server-count": 2}, tmp_path / "t1", launcher=launcher)
+        with pytest.raises(EngineFailed, match="importing no_such_serve_module failed") as caught:
+            engine.start()
+        assert "ModuleNotFoundError" in caught.value.log_tail
+        with Engine("m", {}, tmp_path / "t2", launcher=launcher) as engine:
+            engine.wait_healthy(timeout_s=30, poll_s=0.05)
+            assert parent(server_pid(engine)) == zygote
+    finally:
+        launcher.close()
 
 
 @pytest.mark.parametrize("shared", [True, False])

@@ -2,6 +2,9 @@
 
 A ``Launcher`` starts a server process as its own process group and hands back a
 ``ServerProcess``; ``tuner.engine.process`` decides when, with what arguments, and stops it.
+The process runs one of two modules: vLLM's ``api_server`` (``SERVER_MODULE``), one API server
+in that process, or ``vllm serve`` (``SERVE_MODULE``), which starts as many API server
+processes as ``api-server-count`` says; the caller says which (``serve_command``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,7 +28,11 @@ from tuner.engine.zygote import Channel
 
 logger = logging.getLogger(__name__)
 
+# vLLM's OpenAI server: one API server, in the process that runs it.
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# ``vllm serve`` (tuner.engine.serve): with api-server-count above 1, the engine core and that
+# many API server processes, all in the process group of the one that runs it.
+SERVE_MODULE = "tuner.engine.serve"
 
 # prctl(2) option: the signal a process gets when the thread that forked it exits.
 _PR_SET_PDEATHSIG = 1
@@ -91,24 +98,35 @@ class ServerProcess:
 
 
 class Launcher(Protocol):
-    """Starts vLLM server processes, each its own process group."""
+    """Starts vLLM server processes, each its own process group.
 
-    def launch(self, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> ServerProcess: ...
+    ``launch`` runs ``argv`` with the launcher's ``module``, or with its ``serve_module`` where
+    ``serve_command`` is true; its output goes to ``log``, ``env`` over tuner's environment.
+    """
+
+    def launch(
+        self, argv: Sequence[str], log: Path, env: Mapping[str, str], serve_command: bool = False
+    ) -> ServerProcess: ...
 
     def close(self) -> None: ...
 
 
 @dataclass
 class ProcessLauncher:
-    """A fresh interpreter per server: ``python -m vllm.entrypoints.openai.api_server``."""
+    """A fresh interpreter per server: ``python -m vllm.entrypoints.openai.api_server``, or
+    ``python -m tuner.engine.serve`` (``vllm serve``)."""
 
     module: str = SERVER_MODULE
     python: str = sys.executable
+    serve_module: str = SERVE_MODULE
 
-    def launch(self, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> ServerProcess:
+    def launch(
+        self, argv: Sequence[str], log: Path, env: Mapping[str, str], serve_command: bool = False
+    ) -> ServerProcess:
+        module = self.serve_module if serve_command else self.module
         with log.open("ab") as out:
             popen = subprocess.Popen(
-                [self.python, "-m", self.module, *argv],
+                [self.python, "-m", module, *argv],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -209,9 +227,11 @@ class ZygoteLauncher:
     """One long-lived process that imports vLLM once and forks a server per trial.
 
     See ``tuner.engine.zygote``. Saves the server process's interpreter start and imports on every
-    trial; what runs after the fork is the same module ``ProcessLauncher`` runs. Requests and
-    replies go over a private socket; the zygote's own output goes to ``log``. A zygote that dies
-    or stops answering fails the trial at hand (``EngineFailed``); the next launch starts afresh.
+    trial; what runs after the fork is the same module ``ProcessLauncher`` runs. The zygote
+    imports ``module`` when it starts and ``serve_module`` the first time a launch asks for it,
+    so that launch may take up to ``ready_timeout_s``. Requests and replies go over a private
+    socket; the zygote's own output goes to ``log``. A zygote that dies or stops answering fails
+    the trial at hand (``EngineFailed``); the next launch starts afresh.
     """
 
     module: str = SERVER_MODULE
@@ -220,8 +240,11 @@ class ZygoteLauncher:
     ready_timeout_s: float = READY_TIMEOUT_S
     reply_timeout_s: float = REPLY_TIMEOUT_S
     import_s: float | None = None
+    serve_module: str = SERVE_MODULE
     _process: subprocess.Popen[bytes] | None = None
     _channel: Channel | None = None
+    # The modules the running zygote has imported.
+    _imported: set[str] = field(default_factory=set)
 
     def _ensure_started(self) -> tuple[subprocess.Popen[bytes], Channel]:
         if self._process is not None and self._channel is not None:
@@ -246,7 +269,9 @@ class ZygoteLauncher:
                 start_new_session=True,
             )
         self._channel = Channel(ours)
+        self._imported = set()
         reply = self._exchange(None, self.ready_timeout_s, "it was ready")
+        self._imported.add(self.module)
         self.import_s = time.monotonic() - began
         logger.info("launcher ready after %.1f s (threads: %s)", self.import_s, reply["threads"])
         return self._process, self._channel
@@ -282,12 +307,24 @@ class ZygoteLauncher:
     def _tail(self) -> str:
         return tail(self.log) if self.log is not None else ""
 
-    def launch(self, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> ServerProcess:
+    def launch(
+        self, argv: Sequence[str], log: Path, env: Mapping[str, str], serve_command: bool = False
+    ) -> ServerProcess:
         process, _ = self._ensure_started()
+        module = self.serve_module if serve_command else self.module
         status = log.with_name(log.name + ".exit")
         status.unlink(missing_ok=True)
-        request = {"argv": list(argv), "log": str(log), "env": dict(env), "status": str(status)}
-        reply = self._exchange(request, self.reply_timeout_s, "it forked the server")
+        request = {
+            "module": module,
+            "argv": list(argv),
+            "log": str(log),
+            "env": dict(env),
+            "status": str(status),
+        }
+        # A module the zygote has not imported yet, it imports before it forks.
+        timeout_s = self.reply_timeout_s if module in self._imported else self.ready_timeout_s
+        reply = self._exchange(request, timeout_s, "it forked the server")
+        self._imported.add(module)
         logs = [log] if self.log is None else [log, self.log]
         return ForkedServer(int(reply["pid"]), status, process, logs)
 

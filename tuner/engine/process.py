@@ -30,7 +30,7 @@ from tuner.engine.launchers import (
     signal_group,
     tail,
 )
-from tuner.flags import config_yaml
+from tuner.flags import config_yaml, flag_name
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,22 @@ logger = logging.getLogger(__name__)
 # TTFT, TPOT and throughput (benchmarks/results/h100-trial-cost.md). vLLM still spawns where
 # forking is unsafe (CUDA already initialised, Ray, the CPU build), whatever this says.
 SERVER_ENV_DEFAULTS = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
+
+
+# The engine arguments that decide how many API server processes ``vllm serve`` starts: the
+# count, and data-parallel-size, which the count defaults to (vLLM 0.26.0 to 0.32.0). vLLM's
+# ``api_server`` module reads neither (it serves from one process whatever they say), so a
+# server whose arguments name either is started as ``vllm serve`` (``tuner.engine.serve``),
+# one API server or several: what was measured is then what ``vllm serve --config`` of the
+# emitted YAML runs.
+API_SERVER_COUNT = "api-server-count"
+SERVE_COMMAND_ARGUMENTS = frozenset({API_SERVER_COUNT, "data-parallel-size"})
+
+
+def needs_serve_command(args: Mapping[str, Any]) -> bool:
+    """Whether these engine arguments (either spelling) name one that only ``vllm serve``
+    reads."""
+    return any(flag_name(name) in SERVE_COMMAND_ARGUMENTS for name in args)
 
 
 def server_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -102,7 +118,10 @@ class Engine:
         logger.info("starting vLLM on port %d: %s", self.port, dict(self.args))
         self.times.start_s = time.monotonic()
         self._server = self.launcher.launch(
-            ["--config", str(self.config_path)], self.log_path, server_env(self.env)
+            ["--config", str(self.config_path)],
+            self.log_path,
+            server_env(self.env),
+            serve_command=needs_serve_command(self.args),
         )
 
     def wait_healthy(
@@ -195,7 +214,8 @@ class Engine:
             signal_group(server.pid, signal.SIGTERM)
             if not server.wait(grace_s):
                 logger.warning("vLLM did not stop within %.0f s; killing it", grace_s)
-            # Engine-core workers can outlive the API server; the group kill takes them too.
+            # Engine-core workers can outlive the API server; the group kill takes them too,
+            # and every API server process of ``vllm serve``.
             signal_group(server.pid, signal.SIGKILL)
             server.wait(30.0)
             self.times.stop_s = time.monotonic() - began

@@ -6,9 +6,11 @@ line and nothing else. The zygote's stdout and stderr, where vLLM logs while it 
 the launcher log, so nothing printed there can be taken for a reply.
 
 Each request forks a child that becomes its own session (so the engine's process-group stop
-works as for a plain process), points its output at the trial's log, and runs MODULE as
-``__main__`` with the trial's arguments: exactly what ``python -m MODULE --config FILE`` runs,
-minus the interpreter start and the imports, which the fork inherits. When a child exits, its
+works as for a plain process), points its output at the trial's log, and runs the request's
+module (MODULE where it names none) as ``__main__`` with the trial's arguments: exactly what
+``python -m MODULE --config FILE`` runs, minus the interpreter start and the imports, which the
+fork inherits. A module other than MODULE is imported by the zygote itself the first time a
+request names it, before it forks, so later forks inherit it too. When a child exits, its
 status is written to the file the request named. When the channel closes (tuner exited or was
 killed), the children are stopped and the launcher ends. When the zygote itself dies, the
 kernel sends each child SIGTERM (Linux's parent-death signal), so no server outlives it.
@@ -135,8 +137,27 @@ def _run_child(module: str, request: dict[str, Any]) -> int:
     return 0
 
 
+def _import(module: str) -> str | None:
+    """Import ``module`` into the zygote, where it is not yet; why that failed, or None."""
+    if module in sys.modules:
+        return None
+    started = time.monotonic()
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # the request fails, not the zygote
+        traceback.print_exc()
+        return f"importing {module} failed: {exc!r}"
+    print(f"tuner: imported {module} in {time.monotonic() - started:.1f} s", flush=True)
+    return None
+
+
 def _fork(module: str, request: dict[str, Any], channel: Channel) -> dict[str, Any]:
-    """Fork a server for ``request``; the reply for tuner: its pid, or why there is none."""
+    """Fork a server for ``request``; the reply for tuner: its pid, or why there is none.
+
+    ``module`` runs unless the request names another (``"module"``)."""
+    module = str(request.get("module") or module)
+    if (failed := _import(module)) is not None:
+        return {"error": failed}
     zygote = os.getpid()
     # What the zygote has buffered belongs in its own log, not in the child's.
     sys.stdout.flush()
