@@ -64,10 +64,26 @@ def test_the_spec_header_says_why_the_ceiling_is_vllms_default():
     assert "several times the load" in header
 
 
+def test_the_gpu_space_offers_a_second_api_server_and_says_why():
+    space = gpu_space("0, GPU-1, 81559, NVIDIA H100 80GB HBM3\n")
+    servers = space["api-server-count"]
+    assert (servers.kind, servers.choices) == ("categorical", (1, 2))
+    # stream-interval changes what a streaming client receives; async-scheduling is already on.
+    assert "stream-interval" not in space and "async-scheduling" not in space
+    header = default_spec_text("m", gpu=True).split("\nmodel:")[0]
+    for said in ("2026-11-26", "tuner aa88a48", "gpu-frontend-knobs.md", "174.2", "268.7"):
+        assert said in header
+    # How a spec whose clients accept chunked streams adds stream-interval, as YAML that parses.
+    line = next(line for line in header.splitlines() if "stream-interval: {" in line)
+    added = yaml.safe_load(line.lstrip("# ").split(" (", 1)[0])
+    assert parse_spec({"search_space": added}).space[0].choices == (1, 4)
+
+
 def test_the_cpu_default_space_stays_1_to_32():
     text = default_spec_text("m")
     seqs = {d.name: d for d in parse_spec(yaml.safe_load(text)).space}["max-num-seqs"]
     assert (seqs.low, seqs.high, seqs.log) == (1, 32, False)
     assert "vLLM's own default" not in text
+    assert "api-server-count" not in text
     demo = parse_spec(yaml.safe_load(DEMO.read_text()))
     assert {d.name: d for d in demo.space}["max-num-seqs"].high == 32

@@ -2,9 +2,9 @@
 
 On vLLM's CPU build, the defaults of ``tuner.study.spec``. On a GPU, max-num-seqs reaches
 vLLM's own default for that GPU (log scale), max-num-batched-tokens is offered as a few levels
-(each compiles once) and the CUDA-graph capture range is searched over values that cover the
-trace's prompt lengths; where it is not searched, it is pinned after trial 0 so that searched
-trials share vLLM's compiles.
+(each compiles once), one or two API server processes are offered, and the CUDA-graph capture
+range is searched over values that cover the trace's prompt lengths; where the range is not
+searched, it is pinned after trial 0 so that searched trials share vLLM's compiles.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from tuner.engine.environment import Gpu, HostMemory
+from tuner.engine.process import API_SERVER_COUNT
 from tuner.flags import MAX_CAPTURE_SIZE, sets_capture_range
 from tuner.study.spec import DEFAULT_SPEC, StudySpec
 
@@ -38,6 +39,19 @@ PINNED_CAPTURE_SIZE = 512
 LARGE_GPU_MEMORY_MIB = 70 * 1024
 LARGE_GPU_MAX_NUM_SEQS = 1024
 GPU_MAX_NUM_SEQS = 256
+
+
+# API server processes offered on a GPU (``vllm serve``'s api-server-count). On one H100
+# (benchmarks/results/gpu-frontend.md and gpu-frontend-knobs.md, 2026-11-26, vLLM 0.26.0, tuner
+# aa88a48) vLLM's defaults were bound by their one API server's event-loop thread: a second
+# process lifted the median capacity from 174.2 to 268.7 req/s (3 fresh engines each; 158.4 to
+# 174.2 and 166.8 to 268.7; not beyond the spread, one engine of three gaining nothing: the
+# confirm step decides per workload), for about 15 s more per start and no compile. Four measured
+# 207.2 and 227.9 on 2 engines and started slowest: not offered. Two front-end arguments are
+# left out: stream-interval (tokens sent several to a chunk, which a streaming client sees and
+# no SLO measures; the header says how a spec adds it) and async-scheduling (on by default in
+# vLLM 0.26.0 for these models, so there is nothing to choose).
+GPU_API_SERVER_COUNTS = [1, 2]
 
 
 # vLLM's CPU build reads gpu-memory-utilization as the share of the host's memory (its first
@@ -131,7 +145,8 @@ def vllm_default_max_num_seqs(device: Gpu | None) -> int:
 
 def gpu_search_space(prompt_tokens: list[int] | None, device: Gpu | None) -> dict[str, Any]:
     """The default search space on ``device``: max-num-seqs up to vLLM's default there (log
-    scale), max-num-batched-tokens as compile levels, and the CUDA-graph capture range."""
+    scale), max-num-batched-tokens as compile levels, the CUDA-graph capture range, and one or
+    two API server processes."""
     space = dict(DEFAULT_SPEC["search_space"])
     seqs_high = vllm_default_max_num_seqs(device)
     space["max-num-seqs"] = {"type": "int", "low": 1, "high": seqs_high, "log": True}
@@ -143,6 +158,7 @@ def gpu_search_space(prompt_tokens: list[int] | None, device: Gpu | None) -> dic
         "type": "categorical",
         "choices": capture_choices(prompt_tokens, seqs_high, min_num_seqs=1),
     }
+    space[API_SERVER_COUNT] = {"type": "categorical", "choices": list(GPU_API_SERVER_COUNTS)}
     return space
 
 
@@ -229,5 +245,16 @@ def default_spec_text(
             "# compilation-config.max_cudagraph_capture_size: the largest step (in tokens) vLLM\n"
             "#   runs as a CUDA graph; null is vLLM's default, min(2 x max-num-seqs, 512). Where\n"
             "#   it is not searched, tuner pins it to 512 after trial 0 so trials share compiles.\n"
+            "# api-server-count: 1 or 2 API server processes (HTTP, streaming, detokenising) in\n"
+            "#   front of vLLM's engine. On one H100 (2026-11-26, vLLM 0.26.0, tuner aa88a48,\n"
+            "#   Qwen2.5-3B shape, 10 to 200 tokens in and out; benchmarks/results/\n"
+            "#   gpu-frontend.md, gpu-frontend-knobs.md) one API server bound vLLM's defaults:\n"
+            "#   median capacity 174.2 req/s (158.4 to 174.2, 3 fresh engines); with 2, 268.7\n"
+            "#   (166.8 to 268.7: one engine of three gained nothing). A start takes about 15 s\n"
+            "#   more.\n"
+            "# stream-interval is not searched: several tokens a chunk changes what a streaming\n"
+            "#   client sees, which no SLO measures. Where clients accept chunks, add\n"
+            "#   stream-interval: {type: categorical, choices: [1, 4]} (4 measured 244.2 req/s\n"
+            "#   median, 233.1 to 268.7, beyond the defaults' spread, on the same H100).\n"
         )
     return header + yaml.safe_dump(spec, sort_keys=False)
