@@ -286,13 +286,26 @@ def test_summarize_server_diffs_the_two_scrapes():
     assert summary["server_ttft_p95_s"] == pytest.approx(0.5 + 0.5 * (5.7 - 4) / (6 - 4))
     # Absent before: taken whole.
     assert summary["server_e2e_mean_s"] == pytest.approx(2.0)
-    assert summary["server_e2e_p50_s"] == pytest.approx(1.0)
+    # Half of the four in the first bucket (up to 1 s): its p50 is bounded, not measured.
+    assert summary["server_e2e_p50_at_most_s"] == 1.0
+    assert "server_e2e_p50_s" not in summary
     # The older name of inter-token latency is picked up.
     assert summary["server_itl_mean_s"] == pytest.approx(0.03)
     assert summary["server_itl_p50_s"] == pytest.approx(0.03)
     assert summary["server_prompt_tokens"] == 400.0
     assert "server_preemptions" not in summary
     assert "server_queue_mean_s" not in summary
+
+
+def test_a_histogram_whose_first_bucket_is_unbounded_gives_no_quantile():
+    text = (
+        "# TYPE vllm:time_to_first_token_seconds histogram\n"
+        'vllm:time_to_first_token_seconds_bucket{le="+Inf"} 4.0\n'
+        "vllm:time_to_first_token_seconds_count 4.0\n"
+        "vllm:time_to_first_token_seconds_sum 2.0\n"
+    )
+    summary = summarize_server(parse_scrape(""), parse_scrape(text))
+    assert summary == {"server_ttft_mean_s": 0.5}
 
 
 def test_summarize_server_of_an_idle_window_has_no_latencies():

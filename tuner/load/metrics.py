@@ -184,6 +184,15 @@ class Histogram:
     def mean(self) -> float | None:
         return self.sum / self.count if self.count > 0 else None
 
+    def in_first_bucket(self, q: float) -> bool:
+        """Whether the ``q`` quantile falls in the first bucket, from 0 to its upper bound.
+
+        There the histogram bounds the quantile from above and says nothing more: vLLM's queue
+        and prefill times start with a bucket of 0 to 0.3 s, and ``quantile`` interpolates
+        0.285 s for a p95 whose every value was 0.
+        """
+        return self.count > 0 and bool(self.buckets) and self.buckets[0][1] >= q * self.count
+
     def quantile(self, q: float) -> float | None:
         """Linear interpolation inside the bucket, as Prometheus' ``histogram_quantile``."""
         if self.count <= 0:
@@ -268,7 +277,13 @@ GAUGES: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def summarize_server(before: Scrape, after: Scrape) -> dict[str, float]:
-    """What the server measured between two scrapes: histogram means and quantiles, counters."""
+    """What the server measured between two scrapes: histogram means and quantiles, counters.
+
+    A quantile is ``{prefix}_p{q}_s``, interpolated inside its bucket, except where it falls in
+    the histogram's first bucket: there only its bound is known, and it is recorded as
+    ``{prefix}_p{q}_at_most_s`` (the bucket's upper bound) instead (nothing where that bucket
+    is the one to infinity). The mean, exact, is the figure to read then.
+    """
     summary: dict[str, float] = {}
     for prefix, names in SERVER_HISTOGRAMS:
         name = next((n for n in names if n in after.histograms), None)
@@ -280,7 +295,10 @@ def summarize_server(before: Scrape, after: Scrape) -> dict[str, float]:
         if (mean := delta.mean) is not None:
             summary[f"{prefix}_mean_s"] = mean
         for q in QUANTILES:
-            if (value := delta.quantile(q / 100)) is not None:
+            if delta.in_first_bucket(q / 100):
+                if not math.isinf(bound := delta.buckets[0][0]):
+                    summary[f"{prefix}_p{q}_at_most_s"] = bound
+            elif (value := delta.quantile(q / 100)) is not None:
                 summary[f"{prefix}_p{q}_s"] = value
     for prefix, name in SERVER_COUNTERS:
         if name in after.values:
