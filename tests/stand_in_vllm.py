@@ -10,6 +10,8 @@ SIGTERM. Set in the environment:
 
 - ``STAND_IN_TOKEN_S``: seconds per output token (default 0.002);
 - ``STAND_IN_PIDS``: a folder where each process writes a file named by its pid;
+- ``STAND_IN_SLOTS``: requests streamed at once (default: no limit); the others wait for a slot
+  before their first token, so the server has a capacity, as a real one does;
 - ``STAND_IN_STALL_AFTER``: in a server whose config sets no ``max-num-seqs`` (vLLM's defaults:
   the baseline), each stream stops after this many tokens and the connection is held open;
 - ``STAND_IN_JIT_AT``: request numbers (``3,30``: the 3rd and the 30th to arrive) at which the
@@ -17,11 +19,13 @@ SIGTERM. Set in the environment:
   monitor's own line at start-up.
 """
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -70,6 +74,8 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, stop)
     done = {"n": 0, "arrived": 0}
+    slots = int(os.environ.get("STAND_IN_SLOTS", "0"))
+    slot = threading.BoundedSemaphore(slots) if slots > 0 else contextlib.nullcontext()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -110,6 +116,11 @@ def main() -> None:
                       f"Triton kernel JIT compilation during inference: _kernel_{done['arrived']}"
                       ". This causes a latency spike; consider extending warmup to cover this "
                       "shape/config.", flush=True)  # fmt: skip
+            with slot:
+                self._stream(body, tokens)
+            done["n"] += 1
+
+        def _stream(self, body: dict, tokens: int) -> None:
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.send_header("transfer-encoding", "chunked")
@@ -124,7 +135,6 @@ def main() -> None:
             self._chunk(json.dumps({"choices": [], "usage": usage}).encode())
             self._chunk(b"[DONE]")
             self.wfile.write(b"0\r\n\r\n")
-            done["n"] += 1
 
     server = ThreadingHTTPServer((config["host"], config["port"]), Handler)
     print("stand-in vLLM: startup complete", flush=True)

@@ -198,7 +198,9 @@ def test_a_calibrated_study_replays_every_trial_at_the_calibrated_rate(
     }
     write_spec(tmp_path / "s.yaml", spec)
     args = ["run", "--trace", "trace.csv", "--study", "s", "--spec", "s.yaml"]
-    env = {**stand_in_vllm, "STAND_IN_TOKEN_S": "0.001"}
+    # Two requests stream at once, about 60 ms each: a capacity near 30 req/s, which the
+    # calibration's search brackets within a few windows of 3 s.
+    env = {**stand_in_vllm, "STAND_IN_TOKEN_S": "0.002", "STAND_IN_SLOTS": "2"}
     done = run_tuner(*args, cwd=tmp_path, env=env, timeout_s=600)
     assert done.returncode == 0, done.stdout + done.stderr
     line = re.search(
