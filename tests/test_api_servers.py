@@ -37,6 +37,12 @@ API_SERVER_TITLE = "VLLM::APIServer_"
 KEEP_ENVIRON = {"SPT_NOENV": "1"}
 
 
+def prometheus_files(tmp: Path) -> list[str]:
+    """What is left of vLLM's Prometheus multiprocess folders (``counter_PID.db`` and the
+    like), which ``vllm serve`` makes under the temporary folder and removes as it exits."""
+    return sorted(str(path.relative_to(tmp)) for path in tmp.rglob("*.db"))
+
+
 def api_servers(processes: list[str]) -> list[str]:
     """The API server processes among ``marked_processes``' lines."""
     return [line for line in processes if line.split(" ", 1)[1].startswith(API_SERVER_TITLE)]
@@ -50,6 +56,9 @@ def test_a_trial_with_two_api_servers_serves_and_leaves_no_process(
     # The zygote, and so every server it forks, carries them.
     monkeypatch.setenv(MARKER, marker)
     monkeypatch.setenv("SPT_NOENV", KEEP_ENVIRON["SPT_NOENV"])
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
     running: list[str] = []
 
     def look(progress: TrialProgress) -> None:
@@ -83,6 +92,7 @@ def test_a_trial_with_two_api_servers_serves_and_leaves_no_process(
     assert outcome.metrics["server_requests_succeeded"] == len(requests)
     assert outcome.metrics["server_generation_tokens"] == 8 * len(requests)
     assert wait_for_no_processes(marker, timeout_s=30) == []
+    assert prometheus_files(tmp) == []
 
 
 TUNER_THAT_DIES = textwrap.dedent(
@@ -105,11 +115,13 @@ TUNER_THAT_DIES = textwrap.dedent(
 @pytest.mark.vllm
 def test_two_api_servers_do_not_outlive_a_killed_tuner(tmp_path: Path, cpu_model: Path) -> None:
     marker = f"api-servers-killed-{os.getpid()}-{time.time_ns()}"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     tuner = subprocess.Popen(
         [sys.executable, "-c", TUNER_THAT_DIES, tmp_path, cpu_model, json.dumps(TWO_API_SERVERS)],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, **KEEP_ENVIRON, MARKER: marker},
+        env={**os.environ, **KEEP_ENVIRON, MARKER: marker, "TMPDIR": str(tmp)},
     )
     try:
         assert tuner.stdout is not None
@@ -130,3 +142,4 @@ def test_two_api_servers_do_not_outlive_a_killed_tuner(tmp_path: Path, cpu_model
         tuner.kill()
         tuner.wait()
     assert wait_for_no_processes(marker, timeout_s=60) == []
+    assert prometheus_files(tmp) == []

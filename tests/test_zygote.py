@@ -64,6 +64,9 @@ FAKE_SERVER = textwrap.dedent(
         print(f"module: {__spec__.name}", flush=True)
         print(json.dumps({"pid": 1}), flush=True)  # noise from the child, as vLLM logs
         mode = os.environ.get("FAKE_MODE", "serve")
+        if os.environ.get("FAKE_ATEXIT"):
+            import atexit
+            atexit.register(lambda: open(os.environ["FAKE_ATEXIT"], "w").write("ran"))
         if mode == "hang":
             time.sleep(600)
         if mode == "exit":
@@ -245,6 +248,17 @@ def test_server_that_exits_fails_with_its_status(tmp_path, launcher):
     engine = Engine("m", {}, tmp_path / "t", launcher=launcher, env={"FAKE_MODE": "exit"})
     with engine, pytest.raises(EngineFailed, match="exited with status 3"):
         engine.wait_healthy(timeout_s=30, poll_s=0.05)
+
+
+def test_a_server_that_exits_runs_its_exit_handlers_as_its_own_process_would(tmp_path, launcher):
+    """A forked server ends with os._exit, which skips them; vllm serve removes its Prometheus
+    folder in one."""
+    ran = tmp_path / "atexit"
+    env = {"FAKE_MODE": "exit", "FAKE_ATEXIT": str(ran)}
+    engine = Engine("m", {}, tmp_path / "t", launcher=launcher, env=env)
+    with engine, pytest.raises(EngineFailed, match="exited with status 3"):
+        engine.wait_healthy(timeout_s=30, poll_s=0.05)
+    assert ran.read_text() == "ran"
 
 
 def test_output_on_stdout_does_not_break_the_protocol(tmp_path, launcher, monkeypatch):

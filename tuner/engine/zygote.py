@@ -18,6 +18,7 @@ kernel sends each child SIGTERM (Linux's parent-death signal), so no server outl
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import importlib
@@ -134,6 +135,12 @@ def _run_child(module: str, request: dict[str, Any]) -> int:
     except BaseException:
         traceback.print_exc()
         return 1
+    finally:
+        # What the interpreter runs at exit and the child's ``os._exit`` would skip: the exit
+        # handlers, those registered while the zygote imported MODULE included, as in a process
+        # of its own. ``vllm serve`` removes its Prometheus folder there (under /tmp, one per
+        # server of several API server processes).
+        atexit._run_exitfuncs()
     return 0
 
 
