@@ -80,7 +80,10 @@ class ServeLauncher:
         self.inner = ZygoteLauncher(module=SERVE_MODULE, log=log)
         self.last: ServerProcess | None = None
 
-    def launch(self, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> ServerProcess:
+    def launch(
+        self, argv: Sequence[str], log: Path, env: Mapping[str, str], serve_command: bool = False
+    ) -> ServerProcess:
+        # Every server here runs ``vllm serve`` already: ``serve_command`` changes nothing.
         self.last = self.inner.launch(argv, log, env)
         return self.last
 
