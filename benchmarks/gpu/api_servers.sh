@@ -57,6 +57,6 @@ for name in optuna.get_all_study_names("sqlite:///study.db"):
 PY
 cp study.db tuner.log "$out/"
 tar czf "$out/runs.tgz" runs configs 2>/dev/null
-grep -h -o -E 'APIServer[_a-zA-Z]*[0-9]+' -r runs | sort | uniq -c
-grep -c 'APIServer' "$out/ps.log"
+grep -h -o -i -E '\((APIServer|ApiServer)_[0-9]+ pid=[0-9]+' -r runs | sort | uniq -c
+grep -c 'VLLM::APIServer' "$out/ps.log"
 ls -l "$out"
