@@ -309,7 +309,10 @@ def _run_trials(
 ) -> None:
     # On a terminal, a live line shows the running trial; elsewhere, one line as each starts.
     status = StatusLine(sys.stdout)
-    space_names = [d.name for d in spec.space]
+    # What a trial's line names: the searched arguments, and what the baseline and the
+    # candidates set beyond the fixed ones (a candidate {api-server-count: 2} is not the defaults).
+    set_by = [*spec.baseline, *(name for candidate in spec.candidates for name in candidate)]
+    space_names = list(dict.fromkeys([*(d.name for d in spec.space), *set_by]))
 
     def started(number: int, engine_args: Mapping[str, Any]) -> None:
         params = fmt_params(engine_args, space_names)
