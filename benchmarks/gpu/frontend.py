@@ -46,20 +46,18 @@ from typing import Any
 import numpy as np
 import psutil
 
-from tuner.cli.run import capacity_settings
-from tuner.cli.workload import open_loop_replay
+from tuner.cli.workload import open_loop_replay, trial_setup
 from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import ServerProcess, ZygoteLauncher
 from tuner.engine.process import Engine
-from tuner.load.http import ReplaySettings
 from tuner.load.metrics import RequestResult, parse_scrape, summarize_client
 from tuner.load.spread import replay
 from tuner.load.window import replay_figures
 from tuner.study import confirm, fingerprint, search
 from tuner.study.capacity import reset_prefix_cache, wait_idle
 from tuner.study.scoring import score
-from tuner.study.spec import AUTO, StudySpec, load_spec
-from tuner.study.trial import Objective, TrialSetup
+from tuner.study.spec import StudySpec, load_spec
+from tuner.study.trial import TrialSetup
 from tuner.traces.formats import load_trace
 from tuner.traces.model import Request
 from tuner.traces.workload import at_rate, model_info
@@ -104,23 +102,9 @@ def build(
     info = model_info(spec.model, int(max_len) if max_len else None)
     workload = open_loop_replay(trace, spec.window_s, spec.time_scale, info.max_model_len)
     print(f"window: {workload.text}", flush=True)
-    setup = TrialSetup(
-        model=spec.model,
-        requests=workload.requests,
-        replay=ReplaySettings(
-            model=str(spec.engine_args.get("served-model-name", spec.model)),
-            vocab_size=info.vocab_size,
-            block_tokens=workload.block_tokens,
-            seed=spec.seed,
-            client_procs=0 if spec.client_procs == AUTO else int(spec.client_procs),
-            request_timeout_s=spec.stall_timeout_s,
-        ),
-        objective=Objective(spec.slos, spec.weights, spec.max_error_rate),
-        health_timeout_s=spec.health_timeout_s,
-        warmup_requests=workload.requests[: spec.warmup_requests],
-        launcher=launcher,
-        capacity=capacity_settings(spec, workload),
-        client_tolerance_s=spec.client_tolerance_s,
+    # tuner run's own setup; every server here serves /reset_prefix_cache, latency study or not.
+    setup = dataclasses.replace(
+        trial_setup(spec, workload, info.vocab_size, launcher),
         env={"VLLM_SERVER_DEV_MODE": "1"},
     )
     return spec, setup
