@@ -53,7 +53,7 @@ def search(requests: int = 112, period_s: float = 10.0) -> CapacitySettings:
 
 
 def test_the_window_is_replayed_at_the_load_share_of_what_the_defaults_carried():
-    found = calibrate.from_outcome(outcome(2.0, [11.2, 5.6, 2.8, 1.4, 2.0]), search(), 0.5, 30.0)
+    found = calibrate.from_outcome(outcome(2.0, [11.2, 5.6, 2.8, 1.4, 2.0]), search(), 0.5)
     assert found.capacity_req_per_s == 2.0 and found.windows == 5
     assert found.rate_req_per_s == pytest.approx(1.0)
     # The window offers 11.2 req/s as the trace has it: stretched 11.2 times to 1 req/s.
@@ -62,9 +62,7 @@ def test_the_window_is_replayed_at_the_load_share_of_what_the_defaults_carried()
 
 
 def test_where_no_rate_met_the_slos_the_lowest_rate_tried_is_the_base():
-    found = calibrate.from_outcome(
-        outcome(0.0, [11.2, 5.6, 2.8, 1.4, 0.7, 0.35]), search(), 0.5, 30.0
-    )
+    found = calibrate.from_outcome(outcome(0.0, [11.2, 5.6, 2.8, 1.4, 0.7, 0.35]), search(), 0.5)
     assert found.capacity_req_per_s == 0 and found.lowest_req_per_s == 0.35
     assert found.rate_req_per_s == pytest.approx(0.175)
     # 30 s at 0.175 req/s would replay 5 requests: the replay is made long enough for 20.
@@ -75,12 +73,12 @@ def test_where_no_rate_met_the_slos_the_lowest_rate_tried_is_the_base():
 def test_an_engine_that_never_served_is_no_calibration():
     failed = TrialOutcome({}, Score(0.0, {}), {CAPACITY_ATTR: 0.0}, {}, "vLLM exited", "Traceback")
     with pytest.raises(calibrate.CalibrationFailed) as caught:
-        calibrate.from_outcome(failed, search(), 0.5, 30.0)
+        calibrate.from_outcome(failed, search(), 0.5)
     assert caught.value.reason == "vLLM exited" and caught.value.log_tail == "Traceback"
 
 
 def test_a_study_keeps_its_calibration_as_json():
-    found = calibrate.from_outcome(outcome(3.0, [11.2, 5.6, 2.8, 4.0]), search(), 0.4, 20.0)
+    found = calibrate.from_outcome(outcome(3.0, [11.2, 5.6, 2.8, 4.0]), search(), 0.4)
     study = optuna.create_study()
     study.set_user_attr(calibrate.CALIBRATION_ATTR, found.as_attr())
     assert calibrate.stored(study.user_attrs) == found

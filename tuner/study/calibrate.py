@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tuner.study.capacity import CAPACITY_ATTR, MIN_WINDOW_REQUESTS, CapacitySettings
+from tuner.study.capacity import CAPACITY_ATTR, CapacitySettings
 from tuner.study.spec import StudySpec
 from tuner.study.trial import TrialOutcome, TrialSetup, run_trial
 from tuner.traces.model import Request
@@ -122,17 +122,14 @@ def settings(
     )
 
 
-def from_outcome(
-    outcome: TrialOutcome, search: CapacitySettings, load: float, replay_s: float
-) -> Calibration:
-    """The calibration a capacity measurement of vLLM's defaults gives; ``CalibrationFailed``
-    where the engine did not serve (no rate measured)."""
+def from_outcome(outcome: TrialOutcome, search: CapacitySettings, load: float) -> Calibration:
+    """The calibration that ``search`` (``settings``) found on vLLM's defaults; a trial replays
+    for ``search.window_s`` seconds, or long enough for ``MIN_REPLAY_REQUESTS`` at its rate.
+    ``CalibrationFailed`` where the engine did not serve (no rate measured)."""
     if not outcome.points:
         raise CalibrationFailed(outcome.reason or "vLLM's defaults did not serve", outcome.log_tail)
     rates = [float(point["rate_req_per_s"]) for point in outcome.points]
     lowest = min(rates)
-    if lowest <= 0:
-        lowest = MIN_WINDOW_REQUESTS / replay_s
     capacity = float(outcome.metrics.get(CAPACITY_ATTR, 0.0))
     rate = load * (capacity or lowest)
     return Calibration(
@@ -140,7 +137,7 @@ def from_outcome(
         lowest_req_per_s=lowest,
         load=load,
         window_req_per_s=search.window_req_per_s,
-        replay_s=max(replay_s, MIN_REPLAY_REQUESTS / rate),
+        replay_s=max(search.window_s, MIN_REPLAY_REQUESTS / rate),
         windows=len(rates),
         seconds=float(outcome.timings.get("trial_s", 0.0)),
         points=tuple(outcome.points),
@@ -153,7 +150,7 @@ def measure(
     """Start vLLM's defaults (the spec's baseline) once, search what they carry, stop them."""
     calibrating = replace(setup, capacity=search, env={**setup.env, "VLLM_SERVER_DEV_MODE": "1"})
     outcome = run_trial({**spec.engine_args, **spec.baseline}, calibrating, workdir)
-    return from_outcome(outcome, search, spec.calibrate_load, spec.calibrate_replay_s)
+    return from_outcome(outcome, search, spec.calibrate_load)
 
 
 def stored(study_attrs: Mapping[str, Any]) -> Calibration | None:
