@@ -46,7 +46,7 @@ from tuner.traces.workload import model_info
 def spec_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """What the command line sets in the spec: its SLOs (each weighted 1) and objective."""
     out: dict[str, Any] = {}
-    if getattr(args, "slo", None):
+    if args.slo:
         out["slos"] = dict(args.slo)
         out["objective"] = dict.fromkeys(out["slos"], 1.0)
     if args.objective is not None:
