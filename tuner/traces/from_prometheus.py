@@ -3,10 +3,14 @@
 Prometheus keeps no per-request rows, only counters, histograms and gauges; this module turns
 them back into a request trace with the same rate over time and the same length distributions:
 
-- arrivals: the rate of ``vllm:request_success_total`` per step (from the counter's values
-  at each step, see ``rate_from_counters``), as a whole number of requests per step
-  (cumulative rounding keeps the total), placed uniformly at random in their step and moved
-  back by the mean end-to-end latency (the counter counts completions, not arrivals);
+- arrivals: the rate per step of the count of first tokens (``_count`` of the
+  ``vllm:time_to_first_token_seconds`` histogram; from the counter's values at each step, see
+  ``rate_from_counters``), as a whole number of requests per step (cumulative rounding keeps
+  the total), placed uniformly at random in their step and moved back by the mean TTFT (the
+  counter counts first tokens, not arrivals). Where Prometheus has no TTFT histogram, the
+  rate of ``vllm:request_success_total`` moved back by the mean end-to-end latency instead:
+  completions lag arrivals by a whole request's time, which spreads as requests queue, while
+  a first token lags by its queueing and prefill only;
 - lengths: drawn from the increase of the ``vllm:request_prompt_tokens`` and
   ``vllm:request_generation_tokens`` histograms over the whole range; inside a bucket, values
   follow ``lo + (hi - lo) * u**a`` with ``a`` chosen so that the mean equals the histogram's
@@ -40,6 +44,15 @@ PROMPT = "vllm:request_prompt_tokens"
 GENERATION = "vllm:request_generation_tokens"
 RUNNING = "vllm:num_requests_running"
 E2E = "vllm:e2e_request_latency_seconds"
+TTFT = "vllm:time_to_first_token_seconds"
+FIRST_TOKENS = f"{TTFT}_count"
+
+# The counters arrivals are rebuilt from, first choice first, each with the histogram whose
+# mean is its lag behind a request's arrival, as the header names that lag.
+ARRIVAL_COUNTERS: dict[str, tuple[str, str]] = {
+    FIRST_TOKENS: (TTFT, "TTFT"),
+    SUCCESS: (E2E, "e2e latency"),
+}
 
 
 @dataclass(frozen=True)
@@ -69,7 +82,10 @@ class Scraped:
     generation: Histogram
     running_times_s: np.ndarray
     running: np.ndarray
-    mean_e2e_s: float
+    # The mean time from a request's arrival to its count in ``counter``, whose rate per step
+    # is ``rate_per_s``: one of ``ARRIVAL_COUNTERS``.
+    mean_lag_s: float
+    counter: str = FIRST_TOKENS
 
 
 @dataclass(frozen=True)
@@ -153,19 +169,19 @@ def arrivals_from_rate(
 def rebuild(scraped: Scraped, seed: int = 0) -> Rebuilt:
     """The request trace and concurrency series the scraped metrics describe."""
     rng = np.random.default_rng(seed)
-    completion_s = arrivals_from_rate(scraped.rate_times_s, scraped.rate_per_s, scraped.step_s, rng)
-    shift_s = scraped.mean_e2e_s if math.isfinite(scraped.mean_e2e_s) else 0.0
-    arrival_s = np.clip(completion_s - shift_s - scraped.start_s, 0.0, None)
+    counted_s = arrivals_from_rate(scraped.rate_times_s, scraped.rate_per_s, scraped.step_s, rng)
+    shift_s = scraped.mean_lag_s if math.isfinite(scraped.mean_lag_s) else 0.0
+    arrival_s = np.clip(counted_s - shift_s - scraped.start_s, 0.0, None)
     if not len(arrival_s):
-        raise TunerError("no finished requests in the range; nothing to rebuild")
+        raise TunerError(f"no requests in {scraped.counter} over the range; nothing to rebuild")
     inputs = sample_lengths(scraped.prompt, len(arrival_s), rng)
     outputs = sample_lengths(scraped.generation, len(arrival_s), rng)
     trace = from_columns(arrival_s, inputs, outputs, source="prometheus")
     header = (
         f"rebuilt by tuner from Prometheus metrics of vLLM, "
         f"{_iso(scraped.start_s)} to {_iso(scraped.end_s)}, step {scraped.step_s:g} s, seed {seed}",
-        f"arrivals: rate of {SUCCESS} per {scraped.step_s:g} s step, uniform within a step, "
-        f"shifted back by the mean e2e latency {shift_s:.3f} s",
+        f"arrivals: rate of {scraped.counter} per {scraped.step_s:g} s step, uniform within a "
+        f"step, shifted back by the mean {ARRIVAL_COUNTERS[scraped.counter][1]} {shift_s:.3f} s",
         f"lengths: drawn from the {PROMPT} and {GENERATION} histograms over the range "
         f"(means {scraped.prompt.mean:.1f} and {scraped.generation.mean:.1f} tokens), "
         "independently of each other and of time",

@@ -2,9 +2,10 @@
 
 ``fetch`` is the only network I/O of the trace stage: queries of Prometheus' HTTP API
 (``/api/v1/query_range`` and ``/api/v1/query``, sent by ``tuner.traces.prometheus_http``)
-for the counter of finished requests over the range, the running-requests gauge averaged per
-step, and the prompt, generation and end-to-end latency histograms' increase over the whole
-range. Credentials and TLS trust come in an ``Access``; certificates are verified unless it
+for the count of first tokens (else of finished requests) over the range, the running-requests
+gauge averaged per step, and the increase over the whole range of the prompt and generation
+histograms and of the histogram whose mean is that count's lag (TTFT, else end-to-end
+latency). Credentials and TLS trust come in an ``Access``; certificates are verified unless it
 says ``insecure``.
 """
 
@@ -21,11 +22,10 @@ import numpy as np
 
 from tuner.errors import InputError, TunerError
 from tuner.traces.from_prometheus import (
-    E2E,
+    ARRIVAL_COUNTERS,
     GENERATION,
     PROMPT,
     RUNNING,
-    SUCCESS,
     Histogram,
     Scraped,
 )
@@ -170,26 +170,31 @@ def fetch(
     range_s = max(math.ceil(end_s - start_s), 1)
     step = f"{step_s:g}s"
     with Connection(url, access) as prometheus:
-        counters = prometheus.query_range(f"{SUCCESS}{selector}", start_s, end_s, step)
+        for counter in ARRIVAL_COUNTERS:
+            counters = prometheus.query_range(f"{counter}{selector}", start_s, end_s, step)
+            if counters:
+                break
+        lag = ARRIVAL_COUNTERS[counter][0]
         # The grid stops at the last whole step; the counter at the range's end closes it,
-        # else up to a step of completions at the end (a server draining its queue) is lost.
-        counters = _close_range(counters, prometheus.query(f"{SUCCESS}{selector}", end_s), end_s)
+        # else up to a step of counts at the end (a server draining its queue) is lost.
+        counters = _close_range(counters, prometheus.query(f"{counter}{selector}", end_s), end_s)
         running = prometheus.query_range(
             f"sum(avg_over_time({RUNNING}{selector}[{step}]))", start_s + step_s, end_s, step
         )
         query = prometheus.query
         prompt = _histogram(query, PROMPT, selector, range_s, end_s)
         generation = _histogram(query, GENERATION, selector, range_s, end_s)
-        e2e_sum = query(f"sum(increase({E2E}_sum{selector}[{range_s}s]))", end_s)
-        e2e_count = query(f"sum(increase({E2E}_count{selector}[{range_s}s]))", end_s)
+        lag_sum = query(f"sum(increase({lag}_sum{selector}[{range_s}s]))", end_s)
+        lag_count = query(f"sum(increase({lag}_count{selector}[{range_s}s]))", end_s)
     rate_times_s, rate_per_s = rate_from_counters(
         [[(float(t), float(v)) for t, v in series["values"]] for series in counters], step_s
     )
     if not len(rate_times_s):
-        raise TunerError(f"Prometheus has no {SUCCESS} series for {selector or 'any target'}")
+        names = " or ".join(ARRIVAL_COUNTERS)
+        raise TunerError(f"Prometheus has no {names} series for {selector or 'any target'}")
     running_times_s, running_values = _values(running)
-    mean_e2e_s = _instant(e2e_sum) / _instant(e2e_count) if e2e_count else math.nan
-    logger.info("fetched %d rate steps from %s", len(rate_times_s), url)
+    mean_lag_s = _instant(lag_sum) / _instant(lag_count) if lag_count else math.nan
+    logger.info("fetched %d rate steps of %s from %s", len(rate_times_s), counter, url)
     return Scraped(
         start_s=start_s,
         end_s=end_s,
@@ -200,5 +205,6 @@ def fetch(
         generation=generation,
         running_times_s=running_times_s,
         running=running_values,
-        mean_e2e_s=mean_e2e_s,
+        mean_lag_s=mean_lag_s,
+        counter=counter,
     )
