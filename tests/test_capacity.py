@@ -342,6 +342,18 @@ def test_the_search_finds_a_known_capacity(stand_in, caplog):
     assert all(p.figures["prefix_cache_reset"] == 1.0 for p in found.points)
 
 
+def test_a_gate_above_the_capacity_costs_one_window(stand_in):
+    """Gated at twice the stand-in's capacity (the best so far in a study), the search measures
+    that rate only, and says the capacity is below it."""
+    window = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
+    gate = 2 * CAPACITY_REQ_PER_S
+    settings = CapacitySettings(window, period_s=1.0, window_s=4.0, gate_req_per_s=gate)
+    replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
+    found = measure_capacity(stand_in.url, settings, replay, {"ttft_p95_s": 0.5}, {})
+    assert [p.rate_req_per_s for p in found.points] == [gate]
+    assert found.below_req_per_s == gate and found.capacity_req_per_s == 0.0
+
+
 def test_one_rate_is_measured_alone_as_the_search_would(stand_in):
     # What a caller that picks its own rates gets (benchmarks/capacity.py's scan): the same
     # point the search would record for that rate, told to ``on_rate`` under its index.
@@ -611,9 +623,9 @@ def test_only_failed_engines_write_nothing(tmp_path, cpu_model, capsys):
 
 
 def test_each_trial_starts_its_search_from_what_the_study_measured(tmp_path):
-    """The baseline and a first searched trial start from the window's rate; a later trial from
-    its nearest neighbour's capacity; a re-measurement (as the confirm step queues it) from its
-    own, with the small first step."""
+    """The baseline starts from the window's rate; a searched trial from the best capacity so
+    far (its gate), with the small first step; a re-measurement (as the confirm step queues it)
+    from its own capacity, with the small first step, and no gate."""
     spec = parse_spec(
         {
             "model": "m",
@@ -627,8 +639,11 @@ def test_each_trial_starts_its_search_from_what_the_study_measured(tmp_path):
     started: list[tuple[float, float]] = []
     capacities = iter([5.0, 8.0, 3.0, 7.5])
 
+    gates: list[float | None] = []
+
     def runner(args, setup, workdir, should_stop=None) -> TrialOutcome:
         started.append((setup.capacity.start_req_per_s, setup.capacity.first_step))
+        gates.append(setup.capacity.gate_req_per_s)
         return dataclasses.replace(capacity_outcome(next(capacities)), engine_args=args)
 
     window = [Request(i * 0.5, 10, 10) for i in range(8)]  # 2 req/s
@@ -641,10 +656,29 @@ def test_each_trial_starts_its_search_from_what_the_study_measured(tmp_path):
     )
     study = open_study("cap", f"sqlite:///{tmp_path / 'study.db'}", 0, capacity=True)
     run_study(study, spec, setup, tmp_path / "runs", 3, runner=runner)
-    assert started == [(2.0, 2.0), (2.0, 2.0), (8.0, 2.0)]
+    small = hinted_step(0.1)
+    assert started == [(2.0, 2.0), (5.0, small), (8.0, small)]
+    assert gates == [None, 5.0, 8.0]
     study.enqueue_trial(dict(study.trials[1].params), user_attrs={CONFIRMS_ATTR: 1})
     run_study(study, spec, setup, tmp_path / "runs", 1, runner=runner)
-    assert started[3] == (8.0, hinted_step(0.1))
+    assert started[3] == (8.0, small) and gates[3] is None
+
+
+@pytest.mark.parametrize("true_req_per_s", [4.0, 12.0])
+def test_a_gated_search_stops_where_it_cannot_win(true_req_per_s):
+    """Gated at 10 req/s (the best so far): a configuration that fails there is measured once,
+    its capacity below 10; one that passes is resolved upward from there in small steps."""
+    calls: list[float] = []
+    found = search_capacity(threshold(true_req_per_s, calls), 3.0, 0.1, 10, gate_req_per_s=10.0)
+    if true_req_per_s < 10.0:
+        assert calls == [10.0]
+        assert found.below_req_per_s == 10.0 and found.capacity_req_per_s == 0.0
+        assert "the best capacity so far" in found.why_stopped
+    else:
+        assert calls[0] == 10.0 and calls[1] == pytest.approx(10.0 * hinted_step(0.1))
+        assert found.resolved and found.below_req_per_s is None
+        assert found.capacity_req_per_s <= 12.0 < found.capacity_req_per_s * 1.1
+        assert len(calls) <= 4
 
 
 def test_a_latency_study_is_not_resumed_as_a_capacity_one(tmp_path):

@@ -8,9 +8,11 @@ are measured in full.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import subprocess
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -18,8 +20,10 @@ import pytest
 from conftest import run_tuner, write_small_trace, write_spec
 from optuna.trial import TrialState
 
+from tuner.cli.report import trial_line
 from tuner.errors import TunerError
 from tuner.load.http import ReplaySettings
+from tuner.study.capacity import BELOW_ATTR, CAPACITY_ATTR, CapacitySettings, capacity_score
 from tuner.study.scoring import score
 from tuner.study.search import FarOffPruner, open_study, pruner_for, run_study
 from tuner.study.spec import parse_spec
@@ -327,3 +331,99 @@ def test_a_database_deleted_mid_run_says_the_trial_stays_running(tmp_path: Path)
         f"trial 0: the study's storage failed: {readonly}; marking the trial FAIL failed too "
         f"({readonly}): it stays RUNNING in the storage"
     )
+
+
+# The incumbent search through the study loop.
+
+LANDSCAPE_SPEC = {
+    **SPEC,
+    "baseline": {},
+    "candidates": [],
+    "search_space": {
+        "max-num-seqs": {"type": "int", "low": 1, "high": 32, "log": True, "default": 128},
+        "max-num-batched-tokens": {"type": "categorical", "choices": [512, 2048, 8192],
+                                   "default": 2048},
+    },
+    "prune_factor": 0,
+}  # fmt: skip
+
+
+def landscape_runner(seen: list[dict]):
+    """Latency scores: best at max-num-seqs 8 and 8192 tokens; vLLM's defaults at 1.0."""
+
+    def runner(args, setup, workdir, should_stop=None) -> TrialOutcome:
+        seen.append(dict(args))
+        seqs = args.get("max-num-seqs", 128)
+        tokens = args.get("max-num-batched-tokens", 2048)
+        ratio = 0.2 + 0.1 * abs(math.log2(seqs / 8)) + (0.0 if tokens == 8192 else 0.2)
+        metrics = {"e2e_p99_s": ratio * 10.0, "error_rate": 0.0}
+        return TrialOutcome(args, score(metrics, SLOS, WEIGHTS), metrics, {})
+
+    return runner
+
+
+def test_the_study_moves_from_vllms_defaults_with_the_incumbent(tmp_path: Path) -> None:
+    spec = parse_spec(LANDSCAPE_SPEC)
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    seen: list[dict] = []
+    run_study(
+        open_study("s", storage, 0),
+        spec,
+        stand_in_setup(),
+        tmp_path,
+        8,
+        runner=landscape_runner(seen),
+    )
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    moves = [t.user_attrs.get("move") for t in trials]
+    assert moves[0] is None and trials[0].user_attrs["baseline"] is True
+    # vLLM's default 128 lies above the range: the search starts at its nearest level, 32.
+    assert moves[1] == "the incumbent's levels"
+    assert trials[1].params == {"max-num-seqs": 32, "max-num-batched-tokens": 2048}
+    assert moves[2] == "max-num-seqs down 1" and trials[2].params["max-num-seqs"] == 16
+    assert all(isinstance(m, str) for m in moves[1:])
+    points = [tuple(sorted(t.params.items())) for t in trials[1:]]
+    assert len(points) == len(set(points))
+    best = min(trials, key=lambda t: t.value)
+    assert best.params == {"max-num-seqs": 8, "max-num-batched-tokens": 8192}
+    assert len(seen) == 8
+
+
+def test_tpe_draws_when_the_spec_asks(tmp_path: Path) -> None:
+    spec = parse_spec(LANDSCAPE_SPEC | {"search": "tpe"})
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    run_study(
+        open_study("s", storage, 0),
+        spec,
+        stand_in_setup(),
+        tmp_path,
+        3,
+        runner=landscape_runner([]),
+    )
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    assert all("move" not in t.user_attrs for t in trials)
+
+
+def test_a_gated_capacity_trial_is_pruned_and_says_so(tmp_path: Path) -> None:
+    spec = parse_spec(LANDSCAPE_SPEC | {"objective_mode": "capacity"})
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    gates: list[float | None] = []
+
+    def runner(args, setup, workdir, should_stop=None) -> TrialOutcome:
+        gate = setup.capacity.gate_req_per_s
+        gates.append(gate)
+        if gate is None:
+            metrics = {CAPACITY_ATTR: 6.0}
+            return TrialOutcome(args, capacity_score(6.0), metrics, {})
+        metrics = {BELOW_ATTR: gate, "ttft_p95_s": 3.0}
+        return TrialOutcome(args, capacity_score(0.0), metrics, {}, "failed at 6", pruned=True)
+
+    setup = replace(
+        stand_in_setup(), capacity=CapacitySettings(requests=(), period_s=1.0, window_s=5.0)
+    )
+    run_study(open_study("s", storage, 0, capacity=True), spec, setup, tmp_path, 2, runner=runner)
+    baseline, searched = optuna.load_study(study_name="s", storage=storage).trials
+    assert baseline.user_attrs[CAPACITY_ATTR] == 6.0 and gates == [None, 6.0]
+    assert searched.state == TrialState.PRUNED and searched.user_attrs[BELOW_ATTR] == 6.0
+    line = trial_line(searched, [d.name for d in spec.space])
+    assert "[pruned, the incumbent's levels]" in line and "capacity below 6 req/s" in line

@@ -108,7 +108,28 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"candidates": [{"port": 8000}]}, "port"),
     ({"confirm_candidates": "yes"}, "confirm_candidates"),
     ({"confirm_candidates": 1}, "confirm_candidates"),
+    ({"search": "random"}, "search"),
+    ({"search_space": {"x": {"type": "categorical", "choices": [1, 2], "default": 3}}}, "default"),
+    ({"search_space": {"x": {"type": "int", "low": 1, "high": 2, "default": "a"}}}, "default"),
 ]
+
+
+def test_a_dimensions_default_is_vllms_value_and_may_lie_outside_the_range():
+    spec = parse_spec(
+        {
+            "search_space": {
+                "max-num-seqs": {"type": "int", "low": 1, "high": 32, "default": 128},
+                "capture": {"type": "categorical", "choices": [None, 256], "default": None},
+                "gpu-memory-utilization": {"type": "float", "low": 0.1, "high": 0.5},
+            }
+        }
+    )
+    seqs, capture, share = spec.space
+    assert (seqs.default, seqs.has_default) == (128, True) and isinstance(seqs.default, int)
+    assert (capture.default, capture.has_default) == (None, True)
+    assert share.has_default is False
+    assert spec.search == "incumbent"
+    assert parse_spec({"search": "tpe"}).search == "tpe"
 
 
 @pytest.mark.parametrize(("data", "field"), BAD)

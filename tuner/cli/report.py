@@ -15,7 +15,7 @@ from tuner.errors import TunerError
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.window import LOOP_LAG_WARNING_S
 from tuner.study import capacity_text, confirm, fingerprint, picks, scoring, search
-from tuner.study.capacity import CAPACITY_ATTR
+from tuner.study.capacity import BELOW_ATTR, CAPACITY_ATTR
 from tuner.study.choice import choose
 from tuner.study.emit import HEADLINE, Provenance, format_figure, render, verdict_lines
 from tuner.study.outcome import next_steps
@@ -48,6 +48,8 @@ def trial_line(trial: Any, space_names: Sequence[str]) -> str:
         state = "pruned"
     if search.BASELINE_ATTR in attrs:
         state += ", baseline"
+    if isinstance(attrs.get(search.MOVE_ATTR), str):
+        state += f", {attrs[search.MOVE_ATTR]}"
     if isinstance(attrs.get(confirm.CONFIRMS_ATTR), int):
         state += f", repeats trial {attrs[confirm.CONFIRMS_ATTR]}"
     parts = [f"trial {trial.number:>3}", fmt_params(args, space_names), f"[{state}]"]
@@ -63,6 +65,8 @@ def trial_line(trial: Any, space_names: Sequence[str]) -> str:
         windows = attrs.get("capacity_windows", 0)
         found = capacity_text.num(attrs[CAPACITY_ATTR])
         parts.append(f"capacity {found} req/s ({windows:.0f} rates measured)")
+    elif isinstance(attrs.get(BELOW_ATTR), int | float):
+        parts.append(f"capacity below {capacity_text.num(attrs[BELOW_ATTR])} req/s")
     elif trial.value is not None:
         parts.append(f"score {trial.value:.3f}")
     if attrs.get(CLIENT_BEHIND):

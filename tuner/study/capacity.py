@@ -57,6 +57,8 @@ LOST_CHECK_S = 1.0
 SEED_STRIDE = 7919
 
 CAPACITY_ATTR = "capacity_req_per_s"
+# A searched trial that failed at the best capacity so far: its capacity is below this.
+BELOW_ATTR = "capacity_below_req_per_s"
 POINTS_ATTR = "capacity_points"
 # The constraint a capacity trial misses when no rate it tried met the SLOs.
 NO_RATE = "no_rate_met_slos"
@@ -86,6 +88,9 @@ class CapacitySettings:
     # A capacity already measured in the study (``start_hint``): where the search starts
     # instead of the window's rate.
     hint: StartHint | None = None
+    # The best capacity in the study so far, for a searched configuration: measured first, and
+    # a failure there ends the trial (``search_capacity``'s gate).
+    gate_req_per_s: float | None = None
 
     @property
     def window_req_per_s(self) -> float:
@@ -94,14 +99,18 @@ class CapacitySettings:
 
     @property
     def start_req_per_s(self) -> float:
-        """Where the search starts: the hint, else the window's rate."""
+        """Where the search starts: the gate, else the hint, else the window's rate."""
+        if self.gate_req_per_s is not None:
+            return self.gate_req_per_s
         return self.hint.req_per_s if self.hint is not None else self.window_req_per_s
 
     @property
     def first_step(self) -> float:
         """The bracket's first step: small from the configuration's own capacity (measured again
-        it differs by 10 to 20 %), a doubling from a neighbour's or the window's rate."""
-        return hinted_step(self.resolution) if self.hint and self.hint.repeat else GROWTH
+        it differs by 10 to 20 %) or from the gate (a pass there is to be resolved near it), a
+        doubling from a neighbour's or the window's rate."""
+        near = self.gate_req_per_s is not None or (self.hint is not None and self.hint.repeat)
+        return hinted_step(self.resolution) if near else GROWTH
 
     @property
     def floor_req_per_s(self) -> float:
@@ -266,6 +275,7 @@ def measure_capacity(
         settings.max_windows,
         settings.floor_req_per_s,
         first_step=settings.first_step,
+        gate_req_per_s=settings.gate_req_per_s,
     )
 
 

@@ -33,13 +33,17 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
 from tuner.load.health import CLIENT_BEHIND
-from tuner.study.attrs import ARGS_ATTR, BASELINE_ATTR, CANDIDATE_ATTR, FEASIBLE_ATTR
+from tuner.study.attrs import (
+    ARGS_ATTR,
+    BASELINE_ATTR,
+    CANDIDATE_ATTR,
+    CONFIRMS_ATTR,
+    FEASIBLE_ATTR,
+)
 from tuner.study.picks import served
 from tuner.study.search import Measuring, measure
 
 logger = logging.getLogger(__name__)
-
-CONFIRMS_ATTR = "confirms"
 
 
 @dataclass(frozen=True)

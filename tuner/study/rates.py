@@ -68,6 +68,9 @@ class CapacityFound:
     points: tuple[RatePoint, ...]
     resolved: bool
     why_stopped: str
+    # Set where the search stopped at its gate (``search_capacity``'s ``gate_req_per_s``): the
+    # capacity is below that rate, not measured further.
+    below_req_per_s: float | None = None
 
     @property
     def best_point(self) -> RatePoint | None:
@@ -97,9 +100,15 @@ def search_capacity(
     floor_req_per_s: float = 0.0,
     ceiling_req_per_s: float = math.inf,
     first_step: float = GROWTH,
+    gate_req_per_s: float | None = None,
 ) -> CapacityFound:
     """Bracket from ``start_req_per_s``, then bisect to ``resolution`` (0.1: the passing and the
     failing rate within 10 % of each other); at most ``max_windows`` calls of ``measure``.
+
+    With ``gate_req_per_s`` (the best capacity measured so far), the first window is at that
+    rate instead, and a failure there ends the search (``below_req_per_s``): a configuration
+    that cannot carry the best capacity so far cannot beat it, and one window says so. A pass
+    brackets upward from the gate in small steps (``hinted_step``).
 
     The bracket's first step is ``first_step`` (a factor above 1); each further step squares the
     last one, up to ``GROWTH``.
@@ -109,6 +118,8 @@ def search_capacity(
     measures the floor instead. Above ``ceiling_req_per_s`` (what the client can send) it stops
     with the ceiling passed, unresolved.
     """
+    if gate_req_per_s is not None and gate_req_per_s <= 0:
+        raise ValueError("search_capacity's gate must be a positive rate")
     if start_req_per_s <= 0 or resolution <= 0 or max_windows < 1 or first_step <= 1:
         raise ValueError(
             "search_capacity needs a positive start rate and resolution, 1+ windows and a "
@@ -134,8 +145,14 @@ def search_capacity(
         return CapacityFound(max(passed, default=0.0), tuple(points), resolved, why)
 
     try:
+        if gate_req_per_s is not None:
+            start_req_per_s = gate_req_per_s
+            first_step = hinted_step(resolution)
         rate = min(start_req_per_s, ceiling_req_per_s)
         first = at(rate)
+        if gate_req_per_s is not None and not first.passed:
+            why = f"failed at {rate:.3g} req/s, the best capacity so far: it cannot beat that"
+            return CapacityFound(0.0, tuple(points), False, why, below_req_per_s=rate)
         lo, hi = (rate, math.inf) if first.passed else (0.0, rate)
         step = min(first_step, GROWTH)
         # Bracket: grow while passing, shrink while failing.

@@ -39,17 +39,20 @@ def next_candidate(study: optuna.Study, spec: StudySpec) -> int | None:
     return next((i for i in range(len(spec.candidates)) if i not in taken), None)
 
 
-def queue_next(study: optuna.Study, spec: StudySpec) -> None:
-    """Queue the baseline if no trial has taken it, else the next candidate no trial has."""
+def queue_next(study: optuna.Study, spec: StudySpec) -> bool:
+    """Queue the baseline if no trial has taken it, else the next candidate no trial has;
+    whether one was queued."""
     if True not in _taken(study, BASELINE_ATTR):
         study.enqueue_trial({}, user_attrs={BASELINE_ATTR: True})
-        return
+        return True
     index = next_candidate(study, spec)
-    if index is not None:
-        names = {d.name for d in spec.space}
-        params = {k: v for k, v in spec.candidates[index].items() if k in names}
-        # Out-of-range values are kept (Optuna warns): the candidate is what it is.
-        study.enqueue_trial(params, user_attrs={CANDIDATE_ATTR: index})
+    if index is None:
+        return False
+    names = {d.name for d in spec.space}
+    params = {k: v for k, v in spec.candidates[index].items() if k in names}
+    # Out-of-range values are kept (Optuna warns): the candidate is what it is.
+    study.enqueue_trial(params, user_attrs={CANDIDATE_ATTR: index})
+    return True
 
 
 def duplicate_of(study: optuna.Study, trial: Trial) -> int | None:

@@ -22,18 +22,20 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tuner.errors import InputError, TunerError
 from tuner.flags import flag_name
-from tuner.study import fingerprint, references
+from tuner.study import fingerprint, incumbent, references
 from tuner.study.attrs import (
     ARGS_ATTR,
     BASELINE_ATTR,
     CANDIDATE_ATTR,
+    CONFIRMS_ATTR,
     FEASIBLE_ATTR,
     LOG_ATTR,
+    MOVE_ATTR,
     REASON_ATTR,
 )
 from tuner.study.capacity import CAPACITY_ATTR, POINTS_ATTR, start_hint
 from tuner.study.picks import best_trial
-from tuner.study.spec import Dimension, StudySpec
+from tuner.study.spec import INCUMBENT, Dimension, StudySpec
 from tuner.study.storage import (
     OPEN_ERRORS,
     OPEN_WAIT_S,
@@ -51,6 +53,8 @@ logger = logging.getLogger(__name__)
 
 # The objective's name, which optuna-dashboard shows (the study minimises it).
 SCORE_NAME = "score"
+# Added to an infeasible trial's rank: any feasible trial is a better incumbent.
+INFEASIBLE_RANK = 1e12
 
 MAX_NUM_SEQS = flag_name("max_num_seqs")
 MAX_BATCHED_TOKENS = flag_name("max_num_batched_tokens")
@@ -246,7 +250,8 @@ def run_study(
             return done
         began = time.monotonic()
         try:
-            references.queue_next(study, spec)
+            if not references.queue_next(study, spec) and spec.search == INCUMBENT:
+                queue_move(study, spec)
             trial = study.ask()
             trial.set_user_attr(WORKER_ATTR, this_worker())
             original = references.duplicate_of(study, trial)
@@ -276,7 +281,9 @@ def run_study(
         # ratios are reported too, for the pruner to compare with when one is best.
         prunable = not baseline and candidate is None
         how = Measuring(setup, run_dir, runner, machine, on_start)
-        frozen = measure(study, trial, args, how, prunable)
+        # A searched configuration, not a re-measurement: first at the best capacity so far.
+        gated = prunable and CONFIRMS_ATTR not in trial.user_attrs
+        frozen = measure(study, trial, args, how, prunable, gated=gated)
         if on_trial is not None:
             on_trial(frozen)
         longest_s = max(longest_s, time.monotonic() - began)
@@ -297,9 +304,17 @@ class Measuring:
 
 
 def measure(
-    study: optuna.Study, trial: Trial, args: Mapping[str, Any], how: Measuring, prunable: bool
+    study: optuna.Study,
+    trial: Trial,
+    args: Mapping[str, Any],
+    how: Measuring,
+    prunable: bool,
+    gated: bool = False,
 ) -> FrozenTrial:
     """Run the asked ``trial`` with ``args``, record what it measured and tell the study.
+
+    ``gated``, in a capacity study with a feasible trial: the trial first replays the best
+    capacity so far, and is pruned if it fails there (it cannot beat it).
 
     Any escape (Ctrl-C, a storage error) marks the trial FAIL with the reason first.
     """
@@ -315,7 +330,9 @@ def measure(
             # Start the search where this configuration, or its nearest neighbour, already
             # measured its capacity: fewer windows than from the trace's rate.
             hint = start_hint(study.get_trials(deepcopy=False), args, trial.params)
-            setup = replace(setup, capacity=replace(setup.capacity, hint=hint))
+            best = best_trial(study) if gated else None
+            gate = float(best.value) if best is not None and best.value else None
+            setup = replace(setup, capacity=replace(setup.capacity, hint=hint, gate_req_per_s=gate))
         outcome = how.runner(
             args,
             setup,
@@ -331,6 +348,30 @@ def measure(
         if failure is None:
             raise
         raise failure from exc
+
+
+def queue_move(study: optuna.Study, spec: StudySpec) -> None:
+    """Queue the incumbent search's next configuration (``tuner.study.incumbent``), if it has
+    one; else the study's sampler draws the trial."""
+    names = {d.name for d in spec.space}
+    defaults = {d.name: d.default for d in spec.space if d.has_default}
+    capacity = study.direction == StudyDirection.MAXIMIZE
+    taken = []
+    for t in study.get_trials(deepcopy=False, states=references.TAKEN):
+        # What the trial set: its engine arguments, its queued values, its drawn ones.
+        values = {k: v for k, v in t.user_attrs.get(ARGS_ATTR, {}).items() if k in names}
+        values |= t.system_attrs.get("fixed_params", {}) | t.params
+        rank = None
+        if t.state == TrialState.COMPLETE and t.value is not None:
+            rank = -t.value if capacity else t.value
+            if not t.user_attrs.get(FEASIBLE_ATTR):
+                rank += INFEASIBLE_RANK
+        taken.append(incumbent.Taken(values, rank))
+    rules = [(MAX_NUM_SEQS, MAX_BATCHED_TOKENS)]
+    proposal = incumbent.next_point(spec.space, taken, defaults, rules)
+    if proposal is not None:
+        logger.info("next: %s (%s)", proposal.params, proposal.move)
+        study.enqueue_trial(proposal.params, user_attrs={MOVE_ATTR: proposal.move})
 
 
 def _should_stop(trial: Trial, prunable: bool) -> Callable[[int, float], bool]:

@@ -39,6 +39,9 @@ PINNED_CAPTURE_SIZE = 512
 LARGE_GPU_MEMORY_MIB = 70 * 1024
 LARGE_GPU_MAX_NUM_SEQS = 1024
 GPU_MAX_NUM_SEQS = 256
+# Its default max-num-batched-tokens for the API server, on the same two tiers.
+LARGE_GPU_BATCHED_TOKENS = 8192
+GPU_BATCHED_TOKENS = 2048
 
 
 # API server processes offered on a GPU (``vllm serve``'s api-server-count). On one H100
@@ -149,16 +152,29 @@ def gpu_search_space(prompt_tokens: list[int] | None, device: Gpu | None) -> dic
     two API server processes."""
     space = dict(DEFAULT_SPEC["search_space"])
     seqs_high = vllm_default_max_num_seqs(device)
-    space["max-num-seqs"] = {"type": "int", "low": 1, "high": seqs_high, "log": True}
+    large = seqs_high == LARGE_GPU_MAX_NUM_SEQS
+    space["max-num-seqs"] = {
+        "type": "int",
+        "low": 1,
+        "high": seqs_high,
+        "log": True,
+        "default": seqs_high,
+    }
     space["max-num-batched-tokens"] = {
         "type": "categorical",
         "choices": list(GPU_BATCHED_TOKENS_LEVELS),
+        "default": LARGE_GPU_BATCHED_TOKENS if large else GPU_BATCHED_TOKENS,
     }
     space[MAX_CAPTURE_SIZE] = {
         "type": "categorical",
         "choices": capture_choices(prompt_tokens, seqs_high, min_num_seqs=1),
+        "default": None,
     }
-    space[API_SERVER_COUNT] = {"type": "categorical", "choices": list(GPU_API_SERVER_COUNTS)}
+    space[API_SERVER_COUNT] = {
+        "type": "categorical",
+        "choices": list(GPU_API_SERVER_COUNTS),
+        "default": 1,
+    }
     return space
 
 
@@ -211,7 +227,10 @@ def default_spec_text(
         }
     header = (
         "# tuner study spec. Engine arguments use vLLM's names (dashes or underscores).\n"
-        "# search_space: type int | float | categorical; low, high, step, log, choices.\n"
+        "# search_space: type int | float | categorical; low, high, step, log, choices;\n"
+        "#   default: vLLM's value where the argument is not given (where the search starts).\n"
+        "# search: incumbent (from vLLM's defaults, one dimension at a time, moving with the\n"
+        "#   best so far; TPE once it has nothing left to propose) or tpe.\n"
         "# slos: limits in seconds on client-side tails; a trial over any is infeasible.\n"
         "# objective: weights of each tail divided by its SLO; lower score is better.\n"
         "# baseline: engine arguments of trial 0 beyond engine_args ({} = vLLM's defaults).\n"

@@ -51,9 +51,17 @@ class Dimension:
     step: float | None = None
     log: bool = False
     choices: tuple[Any, ...] = ()
+    # vLLM's own value where the argument is not given (``has_default``: the spec says; a
+    # default may be None): where the incumbent search places vLLM's defaults, and starts.
+    default: Any = None
+    has_default: bool = False
 
 
 AUTO = "auto"
+# How a study picks configurations after its reference points (tuner.study.incumbent).
+INCUMBENT = "incumbent"
+TPE = "tpe"
+SEARCHES = (INCUMBENT, TPE)
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,9 @@ class StudySpec:
     confirm_repeats: int = 2
     # The spec's candidates (a hand-tuned configuration) re-measured with them, for the verdict.
     confirm_candidates: bool = False
+    # "incumbent": from vLLM's defaults, one dimension at a time, moving with the best so far
+    # (tuner.study.incumbent), TPE once it has nothing left to propose; "tpe": TPE throughout.
+    search: str = INCUMBENT
     # Client processes the replay is spread over ("auto": as many as the window's peak needs,
     # tuner.load.spread.procs_for), and how far behind tuner's client may fall before a window's
     # figures are not used to rank (tuner.load.health).
@@ -114,9 +125,17 @@ DEFAULT_SPEC: dict[str, Any] = {
     "engine_args": {"load-format": "dummy"},
     "baseline": {},
     "candidates": [],
+    # The defaults are vLLM's own on its CPU build (vllm/engine/arg_utils.py,
+    # EngineArgs.get_batch_defaults, for the API server): 128 sequences, 2048 batched tokens.
     "search_space": {
-        "max-num-seqs": {"type": "int", "low": 1, "high": 32},
-        "max-num-batched-tokens": {"type": "int", "low": 512, "high": 16384, "log": True},
+        "max-num-seqs": {"type": "int", "low": 1, "high": 32, "default": 128},
+        "max-num-batched-tokens": {
+            "type": "int",
+            "low": 512,
+            "high": 16384,
+            "log": True,
+            "default": 2048,
+        },
         "gpu-memory-utilization": {"type": "float", "low": 0.3, "high": 0.95, "step": 0.05},
     },
     "slos": {"ttft_p95_s": 2.0, "tpot_p95_s": 0.2, "e2e_p99_s": 60.0},
@@ -139,6 +158,7 @@ DEFAULT_SPEC: dict[str, Any] = {
     "confirm_top_k": 2,
     "confirm_repeats": 2,
     "confirm_candidates": False,
+    "search": INCUMBENT,
     "client_procs": AUTO,
     "client_tolerance_s": 0.005,
     "stall_timeout_s": 300.0,
@@ -198,9 +218,11 @@ def _dimension(path: str, raw_name: str, raw: Any) -> Dimension:
     where = f"search_space.{raw_name}"
     raw = _mapping(path, where, raw)
     kind = raw.get("type")
-    unknown = set(raw) - {"type", "low", "high", "step", "log", "choices"}
+    unknown = set(raw) - {"type", "low", "high", "step", "log", "choices", "default"}
     if unknown:
         raise SpecError(path, f"{where}.{sorted(unknown)[0]}", "unknown key")
+    has_default = "default" in raw
+    default = raw.get("default")
     if kind == "categorical":
         choices = raw.get("choices")
         if not isinstance(choices, list) or not choices:
@@ -208,7 +230,11 @@ def _dimension(path: str, raw_name: str, raw: Any) -> Dimension:
         odd = [c for c in choices if not isinstance(c, CHOICE_TYPES)]
         if odd or any(isinstance(c, float) and not math.isfinite(c) for c in choices):
             raise SpecError(path, f"{where}.choices", "must be numbers, strings, booleans or null")
-        return Dimension(name, kind, choices=tuple(choices))
+        if has_default and default not in choices:
+            raise SpecError(path, f"{where}.default", f"{default!r} is not one of the choices")
+        return Dimension(
+            name, kind, choices=tuple(choices), default=default, has_default=has_default
+        )
     if kind not in ("int", "float"):
         raise SpecError(path, f"{where}.type", f"must be int, float or categorical, got {kind!r}")
     if "low" not in raw or "high" not in raw:
@@ -227,7 +253,12 @@ def _dimension(path: str, raw_name: str, raw: Any) -> Dimension:
         raise SpecError(path, f"{where}.log", "needs low > 0 and no step")
     if kind == "int" and not all(float(v).is_integer() for v in (low, high, step or 1)):
         raise SpecError(path, where, "an int dimension needs whole low, high and step")
-    return Dimension(name, kind, low, high, step, log)
+    if has_default:
+        # vLLM's value, which may lie outside the searched range (the search starts at the
+        # nearest level).
+        default = _number(path, f"{where}.default", default, positive=False)
+        default = int(default) if kind == "int" and default.is_integer() else default
+    return Dimension(name, kind, low, high, step, log, default=default, has_default=has_default)
 
 
 def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
@@ -288,6 +319,8 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
     }
     if not isinstance(merged["confirm_candidates"], bool):
         raise SpecError(path, "confirm_candidates", "must be true or false")
+    if merged["search"] not in SEARCHES:
+        raise SpecError(path, "search", f"must be one of {SEARCHES}, got {merged['search']!r}")
     client_procs = merged["client_procs"]
     if client_procs != AUTO:
         client_procs = _whole(path, "client_procs", client_procs, 1, 1024)
@@ -334,6 +367,7 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         stall_timeout_s=_number(path, "stall_timeout_s", merged["stall_timeout_s"], most=MOST_S),
         **confirm,
         confirm_candidates=merged["confirm_candidates"],
+        search=merged["search"],
     )
 
 

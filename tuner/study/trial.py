@@ -24,6 +24,7 @@ from tuner.load.metrics import LiveRequest, provisional, so_far
 from tuner.load.spread import replay
 from tuner.load.window import Monitor, ReplayResult, replay_figures
 from tuner.study.capacity import (
+    BELOW_ATTR,
     CAPACITY_ATTR,
     CAPACITY_FAILED,
     CapacitySettings,
@@ -196,6 +197,13 @@ def _capacity_outcome(
     if found.points:  # a hint (tuner.study.capacity.start_hint) or the window's rate
         metrics["capacity_start_req_per_s"] = found.points[0].rate_req_per_s
     reason = None if found.capacity_req_per_s > 0 else f"no rate met the SLOs: {found.why_stopped}"
+    below = False
+    if found.below_req_per_s is not None and not crashed:
+        # Stopped at its gate: below the best so far, by how much not measured.
+        below = True
+        del metrics[CAPACITY_ATTR]
+        metrics[BELOW_ATTR] = found.below_req_per_s
+        reason = found.why_stopped
     log_tail = ""
     if crashed:
         reason = "vLLM exited during the search; " + (reason or "")
@@ -210,6 +218,7 @@ def _capacity_outcome(
         log_tail,
         compile_cache=compiled,
         points=points,
+        pruned=below,
     )
 
 

@@ -1,0 +1,126 @@
+"""The incumbent search (tuner.study.incumbent): levels, the order of its proposals, and that it
+climbs a landscape to its best point in few trials, never proposing a configuration twice."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tuner.study.incumbent import MAX_LEVELS, Taken, levels, next_point
+from tuner.study.spec import Dimension
+
+SEQS = Dimension("max-num-seqs", "int", 1, 1024, log=True, default=1024, has_default=True)
+TOKENS = Dimension(
+    "max-num-batched-tokens", "categorical", choices=(2048, 4096, 8192, 16384), default=8192,
+    has_default=True,
+)  # fmt: skip
+SERVERS = Dimension("api-server-count", "categorical", choices=(1, 2), default=1, has_default=True)
+SHARE = Dimension("gpu-memory-utilization", "float", 0.3, 0.95, step=0.05)
+RULE = [("max-num-seqs", "max-num-batched-tokens")]
+
+
+def test_levels() -> None:
+    assert levels(SEQS) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+    assert levels(Dimension("n", "int", 3, 40, log=True)) == [3, 4, 8, 16, 32, 40]
+    assert levels(TOKENS) == [2048, 4096, 8192, 16384]
+    shares = levels(SHARE)
+    assert len(shares) == MAX_LEVELS and shares[0] == 0.3 and shares[-1] == 0.95
+    assert all(round((s - 0.3) / 0.05, 6).is_integer() for s in shares)
+    assert levels(Dimension("n", "int", 1, 4)) == [1, 2, 3, 4]
+    assert levels(Dimension("f", "float", 0.1, 0.25, step=0.05)) == [0.1, 0.15, 0.2, 0.25]
+
+
+def test_from_the_defaults_one_dimension_at_a_time() -> None:
+    space = [SEQS, TOKENS, SERVERS]
+    baseline = Taken({}, rank=-100.0)  # vLLM's defaults: every dimension at its default
+    first = next_point(space, [baseline], {d.name: d.default for d in space}, RULE)
+    assert first is not None
+    assert first.params == {
+        "max-num-seqs": 512,
+        "max-num-batched-tokens": 8192,
+        "api-server-count": 1,
+    }
+    assert first.move == "max-num-seqs down 1"
+    taken = [baseline, Taken(first.params, rank=-90.0)]
+    second = next_point(space, taken, {d.name: d.default for d in space}, RULE)
+    assert second is not None and second.move == "max-num-batched-tokens up 1"
+    assert second.params["max-num-batched-tokens"] == 16384
+    # A trial still running is taken: not proposed again.
+    third = next_point(space, [*taken, Taken(second.params)], {}, RULE)
+    assert third is not None and third.params["max-num-batched-tokens"] == 4096
+
+
+def test_moves_from_a_better_trial() -> None:
+    space = [SEQS, TOKENS, SERVERS]
+    defaults = {d.name: d.default for d in space}
+    better = {"max-num-seqs": 1024, "max-num-batched-tokens": 8192, "api-server-count": 2}
+    taken = [Taken({}, rank=-100.0), Taken(better, rank=-150.0)]
+    proposal = next_point(space, taken, defaults, RULE)
+    assert proposal is not None
+    assert proposal.params == {**better, "max-num-seqs": 512}
+
+
+def test_without_defaults_the_search_starts_mid_range() -> None:
+    space = [Dimension("max-num-seqs", "int", 1, 32), SHARE]
+    proposal = next_point(space, [Taken({}, rank=1.0)], {}, RULE)
+    assert proposal is not None and proposal.move == "the incumbent's levels"
+    assert proposal.params["max-num-seqs"] == levels(space[0])[(len(levels(space[0])) - 1) // 2]
+
+
+def test_the_rule_is_kept() -> None:
+    seqs = Dimension("max-num-seqs", "int", 256, 4096, log=True, default=4096, has_default=True)
+    space = [seqs, TOKENS]
+    seen = [Taken({}, rank=0.0)]
+    for _ in range(40):
+        proposal = next_point(space, seen, {d.name: d.default for d in space}, RULE)
+        if proposal is None:
+            break
+        assert proposal.params["max-num-batched-tokens"] >= proposal.params["max-num-seqs"]
+        seen.append(Taken(proposal.params, rank=1.0))
+
+
+def _landscape(params: dict) -> float:
+    """A capacity: best at max-num-seqs 64, 16384 tokens, 2 API servers."""
+    seqs = params["max-num-seqs"]
+    return (
+        100.0
+        - 8.0 * abs(math.log2(seqs) - 6)
+        + params["max-num-batched-tokens"] / 1024
+        + 30.0 * (params["api-server-count"] - 1)
+    )
+
+
+def test_climbs_to_the_best_without_repeating() -> None:
+    space = [SEQS, TOKENS, SERVERS]
+    defaults = {d.name: d.default for d in space}
+    best = max(
+        _landscape({"max-num-seqs": s, "max-num-batched-tokens": t, "api-server-count": a})
+        for s in levels(SEQS)
+        for t in levels(TOKENS)
+        for a in levels(SERVERS)
+    )
+    taken = [Taken({}, rank=-_landscape(defaults))]
+    proposed = []
+    reached = None
+    while True:
+        proposal = next_point(space, taken, defaults, RULE)
+        if proposal is None:
+            break
+        proposed.append(tuple(proposal.params.values()))
+        value = _landscape(proposal.params)
+        taken.append(Taken(proposal.params, rank=-value))
+        if reached is None and value >= 0.95 * best:
+            reached = len(taken)
+    assert len(proposed) == len(set(proposed))
+    assert reached is not None and reached <= 12, reached
+    # Every one-dimension move around the best is measured before the search gives up.
+    assert len(proposed) >= 10
+
+
+@pytest.mark.parametrize("rank", [None, 5.0])
+def test_nothing_left(rank: float | None) -> None:
+    space = [SERVERS]
+    taken = [Taken({}, rank=0.0), Taken({"api-server-count": 2}, rank=rank)]
+    assert next_point(space, taken, {"api-server-count": 1}, RULE) is None
+    assert next_point([], taken, {}, RULE) is None
