@@ -245,6 +245,30 @@ def test_the_page_shows_the_configuration_that_run_wrote(demo: str, tmp_path: Pa
     assert "vllm serve --config" in page and "gpu-memory-utilization: 0.2" in page
 
 
+def test_the_page_says_where_a_requests_time_went(demo: str, storage: str, tmp_path: Path) -> None:
+    """Tuner's client's means beside vLLM's own, for the verdict's trials; nothing where the
+    trials hold no vLLM figures (the scripted study)."""
+    page = write_report("demo", demo, tmp_path / "out", REPO / "configs").read_text()
+    table = page[page.index('id="time-table"') :]
+    table = table[: table.index("</table>")]
+    trial = optuna.load_study(study_name="demo", storage=demo).trials[0]
+    attrs = trial.user_attrs
+    for label, client, server in (
+        ("time to first token", "ttft_mean_s", "server_ttft_mean_s"),
+        ("end to end", "e2e_mean_s", "server_e2e_mean_s"),
+    ):
+        row = re.search(rf"<tr><th>{label}</th>(.*?)</tr>", table)
+        assert row is not None, table
+        cells = re.findall(r"<td>([^<]*)</td>", row.group(1))
+        assert cells[:2] == [f"{attrs[client] * 1000:.1f} ms", f"{attrs[server] * 1000:.1f} ms"]
+    queue = re.search(
+        r"<tr><th>  waiting in vLLM&#x27;s queue</th><td></td><td>([^<]+)</td>", table
+    )
+    assert queue is not None and queue.group(1) == f"{attrs['server_queue_mean_s'] * 1000:.1f} ms"
+    scripted = write_report("s", storage, tmp_path / "scripted", tmp_path).read_text()
+    assert "time-table" not in scripted
+
+
 def test_no_served_trial_is_said_plainly(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 's.db'}"
     fill(storage, ("failed",))

@@ -37,6 +37,15 @@ THROUGHPUT = (
 )
 # Figures in the trials table.
 TABLE_FIGURES = ("ttft_p95_s", "tpot_p95_s", "e2e_p99_s", "throughput_req_per_s")
+# Where a request's time went, in the verdict: label, tuner's client's mean, vLLM's own mean
+# (means: exact from vLLM's histograms, where its quantiles are interpolated in buckets).
+TIME_ROWS = (
+    ("time to first token", "ttft_mean_s", "server_ttft_mean_s"),
+    ("  waiting in vLLM's queue", None, "server_queue_mean_s"),
+    ("  prefill", None, "server_prefill_mean_s"),
+    ("decode", None, "server_decode_mean_s"),
+    ("end to end", "e2e_mean_s", "server_e2e_mean_s"),
+)
 # A capacity trial's user attributes: how many rates it measured, whether it ended resolved.
 WINDOWS, RESOLVED = "capacity_windows", "capacity_resolved"
 AT_CAPACITY = "those at its capacity (at the lowest rate it tried, where none passed)"
@@ -150,7 +159,36 @@ def verdict_section(report: StudyReport) -> str:
         f'<section id="verdict"><h2>Verdict</h2><p>{said(report, chosen)}</p>'
         f"{confirmation_part(report)}"
         f'<table id="verdict-table"><tr><th></th><th>SLO</th>{head}</tr>{"".join(body)}</table>'
-        f"{note}{configuration_part(report, chosen.number)}</section>"
+        f"{note}{time_part(columns)}{configuration_part(report, chosen.number)}</section>"
+    )
+
+
+def time_part(columns: Sequence[tuple[TrialRow, str]]) -> str:
+    """Where a request's time went in each verdict trial: tuner's client's means beside vLLM's
+    own (its histograms' exact means), vLLM's split into queue, prefill and decode; nothing
+    where no trial has vLLM's figures."""
+
+    def ms(value: float | None) -> str:
+        return "" if value is None else f"{value * 1000:.1f} ms"
+
+    if not any(row.figure("server_e2e_mean_s") is not None for row, _ in columns):
+        return ""
+    head = "".join(f'<th colspan="2">{escape(label)}</th>' for _, label in columns)
+    sub = "<th>tuner's client</th><th>vLLM</th>" * len(columns)
+    body = []
+    for label, client, server in TIME_ROWS:
+        cells = "".join(
+            f"<td>{ms(row.figure(client)) if client else ''}</td><td>{ms(row.figure(server))}</td>"
+            for row, _ in columns
+        )
+        body.append(f"<tr><th>{escape(label)}</th>{cells}</tr>")
+    return (
+        '<h3>Where a request\'s time went</h3><p class="note">Means over the window (at the '
+        "capacity, in a capacity study). vLLM's figures are its own histograms' exact means, from "
+        "its <code>/metrics</code> before and after the window; end to end, tuner's client adds "
+        "the API server's work, the network and its own delay to vLLM's.</p>"
+        f'<table id="time-table"><tr><th></th>{head}</tr><tr><th></th>{sub}</tr>'
+        f"{''.join(body)}</table>"
     )
 
 
