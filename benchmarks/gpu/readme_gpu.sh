@@ -9,6 +9,7 @@
 # wheels instead of `pip install -e ".[gpu]"`, and `tuner` is `python3 -m tuner.cli`. The model
 # is a local folder with saved weights (tuner.engine.dummy_model.write_model_with_weights, the
 # cpu-demo shape: random values, 38 MB), the trace the story's (12 req/s, 10 to 200 tokens).
+# (TRACE replaces it: a lighter one for a check of this script on vLLM's CPU build.)
 # `tuner run` adds `--n-trials 2 --time-budget-s BUDGET_S` (default 300) so that the run fits
 # the machine's time. Then the YAML it wrote is served with `vllm serve --config` from another
 # folder and asked for one completion. Everything printed goes to $OUT/readme.log; the study
@@ -29,7 +30,7 @@ echo "== $(date -u +%FT%TZ) tuner $(cat "$src/COMMIT" 2>/dev/null || echo 'worki
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>/dev/null
 python3 -c 'import importlib.metadata as m; print("vllm", m.version("vllm"), "torch", m.version("torch"))'
 cd "$root/work"
-cp "$repo/benchmarks/gpu/traces/story-12rps.csv" prod.csv
+cp "${TRACE:-$repo/benchmarks/gpu/traces/story-12rps.csv}" prod.csv
 python3 -c 'from tuner.engine.dummy_model import write_model_with_weights as w; print(w("models/my-model", "cpu-demo"))'
 began=$(date +%s)
 
