@@ -7,8 +7,10 @@ import math
 
 import pytest
 
+from tuner.engine.environment import Gpu
 from tuner.study.incumbent import MAX_LEVELS, Taken, levels, next_point
-from tuner.study.spec import Dimension
+from tuner.study.space import gpu_search_space
+from tuner.study.spec import Dimension, parse_spec
 
 SEQS = Dimension("max-num-seqs", "int", 1, 1024, log=True, default=1024, has_default=True)
 TOKENS = Dimension(
@@ -124,3 +126,24 @@ def test_nothing_left(rank: float | None) -> None:
     taken = [Taken({}, rank=0.0), Taken({"api-server-count": 2}, rank=rank)]
     assert next_point(space, taken, {"api-server-count": 1}, RULE) is None
     assert next_point([], taken, {}, RULE) is None
+
+
+def test_a_default_in_range_is_a_level() -> None:
+    share = Dimension("gpu-memory-utilization", "float", 0.3, 0.95, step=0.05, default=0.9,
+                      has_default=True)  # fmt: skip
+    assert 0.9 in levels(share) and levels(share) == sorted(levels(share))
+    outside = Dimension("max-num-seqs", "int", 1, 32, log=True, default=128, has_default=True)
+    assert levels(outside) == [1, 2, 4, 8, 16, 32]
+
+
+def test_the_gpu_space_starts_with_a_move_not_a_copy_of_the_defaults() -> None:
+    """On a large GPU every dimension of tuner's default space has vLLM's value as a level, so
+    the baseline is the incumbent's levels, and trial 1 is already a move."""
+    spec = parse_spec(
+        {"search_space": gpu_search_space([50, 100, 200], Gpu(0, "GPU-0", "NVIDIA H100", 81559))}
+    )
+    defaults = {d.name: d.default for d in spec.space if d.has_default}
+    assert set(defaults) == {d.name for d in spec.space}
+    proposal = next_point(spec.space, [Taken({}, rank=-100.0)], defaults, RULE)
+    assert proposal is not None and proposal.move == "max-num-seqs down 1"
+    assert proposal.params == {**defaults, "max-num-seqs": 512}

@@ -2,10 +2,11 @@
 
 Each searched dimension is a short ordered list of levels (``levels``): a categorical one its
 choices, a log-scale one the powers of two in its range, a linear one at most ``MAX_LEVELS``
-evenly spaced values. The incumbent is the best trial so far (the baseline, vLLM's defaults,
-until something beats it), placed on the levels by its arguments: what it searched, else what
-it was started with, else the dimension's ``default`` (vLLM's own value where the argument is
-not given), else the middle level.
+evenly spaced values; a numeric dimension's ``default`` within its range is a level too. The
+incumbent is the best trial so far (the baseline, vLLM's defaults, until something beats it),
+placed on the levels by its arguments: what it searched, else what it was started with, else
+the dimension's ``default`` (vLLM's own value where the argument is not given), else the middle
+level.
 
 ``next_point`` proposes, in this order, the first configuration no trial has taken:
 
@@ -97,7 +98,10 @@ def levels(dim: Dimension) -> list[Any]:
         values = [low + i for i in range(int(high - low) + 1)]
     else:
         values = [low + (high - low) * i / (MAX_LEVELS - 1) for i in range(MAX_LEVELS)]
-    snapped = [_snap(dim, v) for v in values]
+    if dim.has_default and isinstance(dim.default, int | float) and low <= dim.default <= high:
+        # vLLM's own value is a level: the search starts from it, not from a level beside it.
+        values.append(float(dim.default))
+    snapped = sorted(_snap(dim, v) for v in values)
     return list(dict.fromkeys(snapped))
 
 

@@ -153,6 +153,10 @@ def gpu_search_space(prompt_tokens: list[int] | None, device: Gpu | None) -> dic
     space = dict(DEFAULT_SPEC["search_space"])
     seqs_high = vllm_default_max_num_seqs(device)
     large = seqs_high == LARGE_GPU_MAX_NUM_SEQS
+    space["gpu-memory-utilization"] = {
+        **space["gpu-memory-utilization"],
+        "default": VLLM_DEFAULT_SHARE,
+    }
     space["max-num-seqs"] = {
         "type": "int",
         "low": 1,
