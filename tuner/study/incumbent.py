@@ -154,8 +154,8 @@ def next_point(
         return tuple(out)
 
     seen = {p for p in (point_of(t.values) for t in taken) if p is not None}
-    ranked = [t for t in taken if t.rank is not None]
-    incumbent = min(ranked, key=lambda t: t.rank, default=None)  # type: ignore[arg-type,return-value]
+    ranks = {i: t.rank for i, t in enumerate(taken) if t.rank is not None}
+    incumbent = taken[min(ranks, key=ranks.__getitem__)] if ranks else None
     start = dict(defaults) | (dict(incumbent.values) if incumbent is not None else {})
     anchor = [
         _nearest(dim, ladder, start.get(dim.name))
