@@ -142,8 +142,15 @@ def test_the_default_cpu_space_offers_only_shares_that_start(tmp_path):
     text = default_spec_text("m", gpu=False, cpu_memory=HostMemory(10 * GIB, 5 * GIB))
     path = tmp_path / "spec.yaml"
     path.write_text(text)
-    share = next(d for d in load_spec(path).space if d.name == "gpu-memory-utilization")
+    spec = load_spec(path)
+    share = next(d for d in spec.space if d.name == "gpu-memory-utilization")
     assert (share.low, share.high) == (0.05, 0.25)
+    # Two cores hold tuner's client for tenths of a second: a window is trusted up to 1 s late
+    # there (the GPU default, 5 ms, ranked nothing on two cores).
+    assert spec.client_tolerance_s == 1.0
+    gpu = tmp_path / "gpu.yaml"
+    gpu.write_text(default_spec_text("m", gpu=True))
+    assert load_spec(gpu).client_tolerance_s == 0.005
 
 
 def test_memory_is_read_as_vllm_reads_it(tmp_path):

@@ -637,7 +637,7 @@ def test_each_trial_starts_its_search_from_what_the_study_measured(tmp_path):
         }
     )
     started: list[tuple[float, float]] = []
-    capacities = iter([5.0, 8.0, 3.0, 7.5])
+    capacities = iter([5.0, 8.0, 3.0, 7.0, 7.5])
 
     gates: list[float | None] = []
 
@@ -662,6 +662,10 @@ def test_each_trial_starts_its_search_from_what_the_study_measured(tmp_path):
     study.enqueue_trial(dict(study.trials[1].params), user_attrs={CONFIRMS_ATTR: 1})
     run_study(study, spec, setup, tmp_path / "runs", 1, runner=runner)
     assert started[3] == (8.0, small) and gates[3] is None
+    # Re-measured at 7.0, trial 1's median is 7.5: the next searched trial is gated there, not
+    # at its luckier first measurement.
+    run_study(study, spec, setup, tmp_path / "runs", 1, runner=runner)
+    assert gates[4] == 7.5
 
 
 @pytest.mark.parametrize("true_req_per_s", [4.0, 12.0])

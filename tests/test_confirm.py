@@ -24,7 +24,8 @@ from tuner.load.http import ReplaySettings
 from tuner.report.build import read_report, write_report
 from tuner.study import picks
 from tuner.study.choice import choose
-from tuner.study.confirm import CONFIRMS_ATTR, confirm, confirmed_winner, groups
+from tuner.study.confirm import CONFIRMS_ATTR, confirm
+from tuner.study.groups import confirmed_winner, groups
 from tuner.study.scoring import Score, score
 from tuner.study.search import Measuring, open_study, run_study
 from tuner.study.spec import parse_spec

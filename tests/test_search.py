@@ -414,7 +414,8 @@ def test_a_gated_capacity_trial_is_pruned_and_says_so(tmp_path: Path) -> None:
         gates.append(gate)
         if gate is None:
             metrics = {CAPACITY_ATTR: 6.0}
-            return TrialOutcome(args, capacity_score(6.0), metrics, {})
+            points = ({"rate_req_per_s": 6.0, "passed": True},)
+            return TrialOutcome(args, capacity_score(6.0), metrics, {}, points=points)
         metrics = {BELOW_ATTR: gate, "ttft_p95_s": 3.0}
         return TrialOutcome(args, capacity_score(0.0), metrics, {}, "failed at 6", pruned=True)
 

@@ -53,7 +53,7 @@ from tuner.engine.process import Engine
 from tuner.load.metrics import RequestResult, parse_scrape, summarize_client
 from tuner.load.spread import replay
 from tuner.load.window import replay_figures
-from tuner.study import confirm, fingerprint, search
+from tuner.study import confirm, fingerprint, groups, search
 from tuner.study.capacity import reset_prefix_cache, wait_idle
 from tuner.study.scoring import score
 from tuner.study.spec import StudySpec, load_spec
@@ -475,9 +475,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
         )  # fmt: skip
     finally:
         launcher.close()
-    result = confirm.confirmed_winner(study)
+    result = groups.confirmed_winner(study)
     lines = confirm.summary(result) if result is not None else ["no feasible configuration"]
-    for group in confirm.groups(study):
+    for group in groups.groups(study):
         values = group.values
         args_text = {
             k: v

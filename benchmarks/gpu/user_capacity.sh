@@ -20,7 +20,8 @@
 # measured) instead of 30, and the confirm step re-measures the winner and vLLM's defaults (2
 # more times each by default) rather than the top 2. The model is a folder of the Qwen2.5-3B
 # shape on random weights (SHAPE: cpu-tiny for a check on vLLM's CPU build), the trace the
-# story's (TRACE replaces it), the SLOs those of studies/story-cap.yaml.
+# story's (TRACE replaces it), the SLOs those of studies/story-cap.yaml. With SPEC, that spec
+# file is the study's instead of the one `tuner init` writes, and nothing is edited.
 set -u
 root=${STUDY_ROOT:-/root/user-cap}
 src=${TUNER_SRC:-.gpu/snap}
@@ -43,6 +44,7 @@ case ${1:-} in
       python3 -m pip install -q --no-index --no-deps --target "$root/lib" .whl/httpx_aiohttp-*.whl
     fi
     cp "${TRACE:-$repo/benchmarks/gpu/traces/story-12rps.csv}" "$root/work/prod.csv"
+    [ -n "${SPEC:-}" ] && cp "$SPEC" "$root/spec.yaml"
     {
       echo "tuner $(cat "$src/COMMIT" 2>/dev/null || echo 'working tree')"
       date -u +%FT%TZ
@@ -58,12 +60,16 @@ cd "$root/work"
 tuner() { python3 -m tuner.cli "\$@"; }
 began=\$(date +%s)
 python3 -c 'from tuner.engine.dummy_model import write_model; write_model("models/qwen2.5-3b", "${SHAPE:-qwen2.5-3b}")'
+if [ -n "${SPEC:-}" ]; then
+  mkdir -p studies && cp "$root/spec.yaml" studies/prod.yaml
+else
 echo "== tuner init"
 tuner init --trace prod.csv --model "$root/work/models/qwen2.5-3b" --dummy-weights \\
     --objective capacity --slo ttft_p95_s=0.3 --slo tpot_p95_s=0.03 --slo e2e_p99_s=7
 echo "exit \$?"
 sed -i -e 's/^capacity_window_s: .*/capacity_window_s: 10/' -e 's/^confirm_top_k: .*/confirm_top_k: 1/' \\
     studies/prod.yaml
+fi
 grep -E '^(capacity_window_s|confirm_top_k|confirm_repeats|n_trials|objective_mode):' studies/prod.yaml
 echo "== tuner run"
 tuner -v run --trace prod.csv --study prod --n-trials ${N_TRIALS:-5} --time-budget-s ${BUDGET_S:-1200}

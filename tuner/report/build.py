@@ -30,7 +30,8 @@ from tuner.report.page import render
 from tuner.report.rate_plot import plot_rates
 from tuner.study import picks, search
 from tuner.study.choice import choose
-from tuner.study.confirm import groups, summary
+from tuner.study.confirm import summary
+from tuner.study.groups import groups
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial

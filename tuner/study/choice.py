@@ -3,7 +3,7 @@
 tables, so that they cannot name different winners.
 
 A configuration is its first trial and the confirm step's re-measurements of it
-(``tuner.study.confirm.groups``). The winner is the feasible configuration with the best median
+(``tuner.study.groups.groups``). The winner is the feasible configuration with the best median
 over its measurements: the lowest score, in a capacity study the highest capacity, of equal
 medians the earlier. Where none is feasible, the closest is the served configuration with the
 best median, one whose client kept up where any did. The trial that stands for it is its median
@@ -19,7 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from tuner.load.health import CLIENT_BEHIND
-from tuner.study.confirm import Confirmed, Group, any_confirms, confirmed_winner, groups
+from tuner.study.groups import Confirmed, Group, any_confirms, confirmed_winner, groups
 
 
 @dataclass(frozen=True)

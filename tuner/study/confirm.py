@@ -17,10 +17,8 @@ baseline's best. Otherwise tuner says it is within noise of vLLM's defaults.
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import optuna
 from optuna.distributions import (
@@ -29,152 +27,16 @@ from optuna.distributions import (
     FloatDistribution,
     IntDistribution,
 )
-from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
-from tuner.load.health import CLIENT_BEHIND
 from tuner.study.attrs import (
     ARGS_ATTR,
-    BASELINE_ATTR,
-    CANDIDATE_ATTR,
     CONFIRMS_ATTR,
-    FEASIBLE_ATTR,
 )
-from tuner.study.picks import served
+from tuner.study.groups import Confirmed, Group, ranked
 from tuner.study.search import Measuring, measure
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Group:
-    """One configuration's measurements: its first trial and every re-measurement."""
-
-    first: FrozenTrial
-    trials: tuple[FrozenTrial, ...]
-    maximize: bool
-    # Re-measurements whose client fell behind: not in ``trials`` (nor the median), but they
-    # were taken, so the confirmation counts them (``measured``).
-    left_out: tuple[FrozenTrial, ...] = ()
-
-    @property
-    def measured(self) -> int:
-        """How many times the configuration was measured, left-out re-measurements included."""
-        return len(self.trials) + len(self.left_out)
-
-    @property
-    def number(self) -> int:
-        return self.first.number
-
-    @property
-    def values(self) -> list[float]:
-        return [float(t.value) for t in self.trials if t.value is not None]
-
-    @property
-    def median(self) -> float:
-        return float(statistics.median(self.values))
-
-    @property
-    def feasible(self) -> bool:
-        return sum(1 for t in self.trials if t.user_attrs.get(FEASIBLE_ATTR)) * 2 > len(self.trials)
-
-    @property
-    def best(self) -> float:
-        return max(self.values) if self.maximize else min(self.values)
-
-    @property
-    def worst(self) -> float:
-        return min(self.values) if self.maximize else max(self.values)
-
-    @property
-    def median_trial(self) -> FrozenTrial:
-        """The measurement at the median (of an even count, the worse middle one): a real one,
-        among the measurements that share the configuration's verdict (of a feasible
-        configuration its feasible ones, of an infeasible one its infeasible ones), so that the
-        trial written says what the configuration does."""
-        feasible = self.feasible
-        trials = tuple(t for t in self.trials if bool(t.user_attrs.get(FEASIBLE_ATTR)) == feasible)
-        ordered = sorted(trials, key=lambda t: (t.value, t.number))
-        if self.maximize:
-            ordered.reverse()
-        return ordered[len(ordered) // 2]
-
-    def key(self) -> tuple[float, int]:
-        """Sorts the best first: the median, then the earlier configuration."""
-        return (-self.median if self.maximize else self.median, self.number)
-
-    def beats(self, other: Group) -> bool:
-        """Better than ``other`` in every measurement: this one's worst beats its best."""
-        if self.maximize:
-            return self.worst > other.best
-        return self.worst < other.best
-
-
-def groups(study: optuna.Study) -> list[Group]:
-    """The served trials, grouped by configuration (a first trial and its re-measurements)."""
-    maximize = study.direction == StudyDirection.MAXIMIZE
-    trials = [t for t in study.get_trials(deepcopy=False) if served(t)]
-    members: dict[int, list[FrozenTrial]] = {}
-    left_out: dict[int, list[FrozenTrial]] = {}
-    firsts: dict[int, FrozenTrial] = {}
-    for trial in trials:
-        origin = trial.user_attrs.get(CONFIRMS_ATTR)
-        if isinstance(origin, int):
-            # A re-measurement whose client fell behind has figures of tuner's client, not of
-            # the configuration: it is kept in the study, not in the median.
-            held = left_out if trial.user_attrs.get(CLIENT_BEHIND) else members
-            held.setdefault(origin, []).append(trial)
-        else:
-            firsts[trial.number] = trial
-            members.setdefault(trial.number, []).insert(0, trial)
-    return [
-        Group(first, tuple(members[n]), maximize, tuple(left_out.get(n, ())))
-        for n, first in firsts.items()
-    ]
-
-
-@dataclass(frozen=True)
-class Confirmed:
-    """The confirmed winner, the baseline's group, and whether the winner beats it beyond noise;
-    the spec's candidates' groups, held against the winner where they were re-measured."""
-
-    winner: Group
-    baseline: Group | None
-    candidates: tuple[Group, ...] = ()
-
-    @property
-    def is_baseline(self) -> bool:
-        return self.baseline is not None and self.winner.number == self.baseline.number
-
-    @property
-    def confirmed(self) -> bool:
-        """Whether the winner and the baseline were each measured more than once."""
-        measured = [self.winner] if self.baseline is None else [self.winner, self.baseline]
-        return all(len(g.values) > 1 for g in measured)
-
-    @property
-    def within_noise(self) -> bool:
-        """True where the winner is not the baseline and does not beat it in every measurement,
-        or either was measured once (nothing says how far apart they are)."""
-        if self.baseline is None or self.is_baseline:
-            return False
-        return not (self.confirmed and self.winner.beats(self.baseline))
-
-
-def _ranked(study: optuna.Study) -> tuple[list[Group], Group | None, list[Group]]:
-    """The feasible configurations, best median first, the baseline's group (if served) and the
-    spec's candidates' groups (those served)."""
-    all_groups = groups(study)
-    ranked = sorted((g for g in all_groups if g.feasible), key=Group.key)
-    baseline = next((g for g in all_groups if g.first.user_attrs.get(BASELINE_ATTR)), None)
-    candidates = [g for g in all_groups if CANDIDATE_ATTR in g.first.user_attrs]
-    return ranked, baseline, candidates
-
-
-def confirmed_winner(study: optuna.Study) -> Confirmed | None:
-    """The feasible configuration with the best median, or None if none is feasible."""
-    ranked, baseline, candidates = _ranked(study)
-    return Confirmed(ranked[0], baseline, tuple(candidates)) if ranked else None
 
 
 def to_confirm(study: optuna.Study, top_k: int, candidates: bool = False) -> list[Group]:
@@ -182,8 +44,8 @@ def to_confirm(study: optuna.Study, top_k: int, candidates: bool = False) -> lis
     then (``candidates``) the spec's candidates not among them."""
     if top_k <= 0:
         return []
-    ranked, baseline, spec_candidates = _ranked(study)
-    top = ranked[:top_k]
+    ranked_groups, baseline, spec_candidates = ranked(study)
+    top = ranked_groups[:top_k]
     for extra in [baseline, *(spec_candidates if candidates else [])]:
         if extra is not None and all(g.number != extra.number for g in top):
             top.append(extra)
@@ -272,7 +134,7 @@ def confirm(
     """
     if top_k <= 0 or repeats <= 0:
         return 0
-    extra = len(_ranked(study)[2]) if candidates else 0
+    extra = len(ranked(study)[2]) if candidates else 0
     limit = repeats * (2 * top_k + 2 + extra)
     ran = 0
     longest_s = 0.0
@@ -319,8 +181,3 @@ def _suggest_again(trial: optuna.Trial, name: str, distribution: BaseDistributio
         trial.suggest_float(name, f.low, f.high, step=f.step, log=f.log)
     elif isinstance(distribution, CategoricalDistribution):
         trial.suggest_categorical(name, distribution.choices)
-
-
-def any_confirms(study: optuna.Study) -> bool:
-    """Whether the study holds any re-measurement."""
-    return any(CONFIRMS_ATTR in t.user_attrs for t in study.get_trials(deepcopy=False))

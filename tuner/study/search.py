@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tuner.errors import InputError, TunerError
 from tuner.flags import flag_name
-from tuner.study import fingerprint, incumbent, references
+from tuner.study import fingerprint, groups, incumbent, references
 from tuner.study.attrs import (
     ARGS_ATTR,
     BASELINE_ATTR,
@@ -303,6 +303,13 @@ class Measuring:
     on_start: OnStart | None = None
 
 
+def _gate(study: optuna.Study) -> float | None:
+    """Where a searched capacity trial is first measured: the best median capacity so far (of
+    a configuration's measurements, not its luckiest one), or None before any is feasible."""
+    best = next(iter(groups.ranked(study)[0]), None)
+    return best.median if best is not None and best.median > 0 else None
+
+
 def measure(
     study: optuna.Study,
     trial: Trial,
@@ -314,7 +321,7 @@ def measure(
     """Run the asked ``trial`` with ``args``, record what it measured and tell the study.
 
     ``gated``, in a capacity study with a feasible trial: the trial first replays the best
-    capacity so far, and is pruned if it fails there (it cannot beat it).
+    median capacity so far, and is pruned if it fails there (it cannot beat it).
 
     Any escape (Ctrl-C, a storage error) marks the trial FAIL with the reason first.
     """
@@ -330,8 +337,7 @@ def measure(
             # Start the search where this configuration, or its nearest neighbour, already
             # measured its capacity: fewer windows than from the trace's rate.
             hint = start_hint(study.get_trials(deepcopy=False), args, trial.params)
-            best = best_trial(study) if gated else None
-            gate = float(best.value) if best is not None and best.value else None
+            gate = _gate(study) if gated else None
             setup = replace(setup, capacity=replace(setup.capacity, hint=hint, gate_req_per_s=gate))
         outcome = how.runner(
             args,
@@ -356,6 +362,9 @@ def queue_move(study: optuna.Study, spec: StudySpec) -> None:
     names = {d.name for d in spec.space}
     defaults = {d.name: d.default for d in spec.space if d.has_default}
     capacity = study.direction == StudyDirection.MAXIMIZE
+    # A measured configuration ranks by the median of its measurements (its first trial and
+    # the confirm step's re-measurements), as the winner is chosen.
+    medians = {t.number: (g.median, g.feasible) for g in groups.groups(study) for t in g.trials}
     taken = []
     for t in study.get_trials(deepcopy=False, states=references.TAKEN):
         # What the trial set: its engine arguments, its queued values, its drawn ones.
@@ -363,8 +372,10 @@ def queue_move(study: optuna.Study, spec: StudySpec) -> None:
         values |= t.system_attrs.get("fixed_params", {}) | t.params
         rank = None
         if t.state == TrialState.COMPLETE and t.value is not None:
-            rank = -t.value if capacity else t.value
-            if not t.user_attrs.get(FEASIBLE_ATTR):
+            own = (t.value, bool(t.user_attrs.get(FEASIBLE_ATTR)))
+            value, feasible = medians.get(t.number, own)
+            rank = -value if capacity else value
+            if not feasible:
                 rank += INFEASIBLE_RANK
         taken.append(incumbent.Taken(values, rank))
     rules = [(MAX_NUM_SEQS, MAX_BATCHED_TOKENS)]

@@ -66,6 +66,11 @@ VLLM_DEFAULT_SHARE = 0.9
 CPU_SHARE_STEP = 0.05
 CPU_SHARE_OF_AVAILABLE = 0.5
 KV_ARGUMENTS = ("gpu-memory-utilization", "kv-cache-memory-bytes")
+# How far tuner's client may fall behind in a window on vLLM's CPU build before the window's
+# figures are not trusted: on two cores the CPU engine holds every other process, tuner's client
+# included, for tenths of a second and at times seconds (benchmarks/results/cpu-client-lag.md),
+# against SLOs of seconds. With the GPU default (5 ms) a study on two cores ranked nothing.
+CPU_CLIENT_TOLERANCE_S = 1.0
 
 
 def cpu_kv_share(memory: HostMemory) -> float:
@@ -235,6 +240,7 @@ def default_spec_text(
             **spec["search_space"],
             KV_ARGUMENTS[0]: {"type": "float", "low": CPU_SHARE_STEP, "high": high, "step": 0.05},
         }
+        spec["client_tolerance_s"] = CPU_CLIENT_TOLERANCE_S
     header = (
         "# tuner study spec. Engine arguments use vLLM's names (dashes or underscores).\n"
         "# search_space: type int | float | categorical; low, high, step, log, choices;\n"

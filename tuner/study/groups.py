@@ -1,0 +1,159 @@
+"""A study's configurations and their measurements: each configuration is its first trial and
+the confirm step's re-measurements of it (``tuner.study.confirm``), ranked by the median.
+
+One configuration measured twice differs by 10 to 20 % (the H100; more on a shared CPU), so what
+a configuration carries is the median of its measurements, not its luckiest one: the winner is
+chosen by it (``tuner.study.choice``), and a searched capacity trial is gated at it
+(``tuner.study.search``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import optuna
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial
+
+from tuner.load.health import CLIENT_BEHIND
+from tuner.study.attrs import BASELINE_ATTR, CANDIDATE_ATTR, CONFIRMS_ATTR, FEASIBLE_ATTR
+from tuner.study.picks import served
+
+
+@dataclass(frozen=True)
+class Group:
+    """One configuration's measurements: its first trial and every re-measurement."""
+
+    first: FrozenTrial
+    trials: tuple[FrozenTrial, ...]
+    maximize: bool
+    # Re-measurements whose client fell behind: not in ``trials`` (nor the median), but they
+    # were taken, so the confirmation counts them (``measured``).
+    left_out: tuple[FrozenTrial, ...] = ()
+
+    @property
+    def measured(self) -> int:
+        """How many times the configuration was measured, left-out re-measurements included."""
+        return len(self.trials) + len(self.left_out)
+
+    @property
+    def number(self) -> int:
+        return self.first.number
+
+    @property
+    def values(self) -> list[float]:
+        return [float(t.value) for t in self.trials if t.value is not None]
+
+    @property
+    def median(self) -> float:
+        return float(statistics.median(self.values))
+
+    @property
+    def feasible(self) -> bool:
+        return sum(1 for t in self.trials if t.user_attrs.get(FEASIBLE_ATTR)) * 2 > len(self.trials)
+
+    @property
+    def best(self) -> float:
+        return max(self.values) if self.maximize else min(self.values)
+
+    @property
+    def worst(self) -> float:
+        return min(self.values) if self.maximize else max(self.values)
+
+    @property
+    def median_trial(self) -> FrozenTrial:
+        """The measurement at the median (of an even count, the worse middle one): a real one,
+        among the measurements that share the configuration's verdict (of a feasible
+        configuration its feasible ones, of an infeasible one its infeasible ones), so that the
+        trial written says what the configuration does."""
+        feasible = self.feasible
+        trials = tuple(t for t in self.trials if bool(t.user_attrs.get(FEASIBLE_ATTR)) == feasible)
+        ordered = sorted(trials, key=lambda t: (t.value, t.number))
+        if self.maximize:
+            ordered.reverse()
+        return ordered[len(ordered) // 2]
+
+    def key(self) -> tuple[float, int]:
+        """Sorts the best first: the median, then the earlier configuration."""
+        return (-self.median if self.maximize else self.median, self.number)
+
+    def beats(self, other: Group) -> bool:
+        """Better than ``other`` in every measurement: this one's worst beats its best."""
+        if self.maximize:
+            return self.worst > other.best
+        return self.worst < other.best
+
+
+def groups(study: optuna.Study) -> list[Group]:
+    """The served trials, grouped by configuration (a first trial and its re-measurements)."""
+    maximize = study.direction == StudyDirection.MAXIMIZE
+    trials = [t for t in study.get_trials(deepcopy=False) if served(t)]
+    members: dict[int, list[FrozenTrial]] = {}
+    left_out: dict[int, list[FrozenTrial]] = {}
+    firsts: dict[int, FrozenTrial] = {}
+    for trial in trials:
+        origin = trial.user_attrs.get(CONFIRMS_ATTR)
+        if isinstance(origin, int):
+            # A re-measurement whose client fell behind has figures of tuner's client, not of
+            # the configuration: it is kept in the study, not in the median.
+            held = left_out if trial.user_attrs.get(CLIENT_BEHIND) else members
+            held.setdefault(origin, []).append(trial)
+        else:
+            firsts[trial.number] = trial
+            members.setdefault(trial.number, []).insert(0, trial)
+    return [
+        Group(first, tuple(members[n]), maximize, tuple(left_out.get(n, ())))
+        for n, first in firsts.items()
+    ]
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """The confirmed winner, the baseline's group, and whether the winner beats it beyond noise;
+    the spec's candidates' groups, held against the winner where they were re-measured."""
+
+    winner: Group
+    baseline: Group | None
+    candidates: tuple[Group, ...] = ()
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.baseline is not None and self.winner.number == self.baseline.number
+
+    @property
+    def confirmed(self) -> bool:
+        """Whether the winner and the baseline were each measured more than once."""
+        measured = [self.winner] if self.baseline is None else [self.winner, self.baseline]
+        return all(len(g.values) > 1 for g in measured)
+
+    @property
+    def within_noise(self) -> bool:
+        """True where the winner is not the baseline and does not beat it in every measurement,
+        or either was measured once (nothing says how far apart they are)."""
+        if self.baseline is None or self.is_baseline:
+            return False
+        return not (self.confirmed and self.winner.beats(self.baseline))
+
+
+def ranked(study: optuna.Study) -> tuple[list[Group], Group | None, list[Group]]:
+    """The feasible configurations, best median first, the baseline's group (if served) and the
+    spec's candidates' groups (those served)."""
+    all_groups = groups(study)
+    ranked = sorted((g for g in all_groups if g.feasible), key=Group.key)
+    baseline = next((g for g in all_groups if g.first.user_attrs.get(BASELINE_ATTR)), None)
+    candidates = [g for g in all_groups if CANDIDATE_ATTR in g.first.user_attrs]
+    return ranked, baseline, candidates
+
+
+def confirmed_winner(study: optuna.Study) -> Confirmed | None:
+    """The feasible configuration with the best median, or None if none is feasible."""
+    ranked_groups, baseline, candidates = ranked(study)
+    if not ranked_groups:
+        return None
+    return Confirmed(ranked_groups[0], baseline, tuple(candidates))
+
+
+def any_confirms(study: optuna.Study) -> bool:
+    """Whether the study holds any re-measurement."""
+    return any(CONFIRMS_ATTR in t.user_attrs for t in study.get_trials(deepcopy=False))
