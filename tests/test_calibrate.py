@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 
 import optuna
 import pytest
@@ -136,6 +137,29 @@ def test_the_baseline_is_sized_only_where_the_spec_leaves_the_kv_cache_to_vllm()
         kept = parse_spec({"model": "m", **own})
         assert runnable_baseline(kept, memory) == (kept, None)
     assert runnable_baseline(spec, None) == (spec, None)
+
+
+def test_candidates_that_leave_the_kv_cache_to_vllm_are_sized_like_the_baseline():
+    """A candidate without a KV-cache argument would start with vLLM's 0.9 of host memory on
+    its CPU build, and not start: it gets the baseline's share; one that sets its own keeps it."""
+    memory = HostMemory(10 * GIB, 8 * GIB)
+    spec = parse_spec(
+        {
+            "model": "m",
+            "baseline": {"gpu-memory-utilization": 0.2},
+            "candidates": [{"max-num-seqs": 4}, {"max-num-seqs": 8, "gpu-memory-utilization": 0.1}],
+        }
+    )
+    sized, note = runnable_baseline(spec, memory)
+    assert sized.baseline == {"gpu-memory-utilization": 0.2}
+    assert sized.candidates == (
+        {"max-num-seqs": 4, "gpu-memory-utilization": 0.4},
+        {"max-num-seqs": 8, "gpu-memory-utilization": 0.1},
+    )
+    assert note is not None and "the spec's candidates run with" in note
+    assert "trial 0" not in note
+    both = runnable_baseline(replace(spec, baseline={}), memory)[1]
+    assert both is not None and "trial 0 runs vLLM's defaults and the spec's candidates" in both
 
 
 def test_the_default_cpu_space_offers_only_shares_that_start(tmp_path):

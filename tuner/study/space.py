@@ -82,23 +82,35 @@ def cpu_kv_share(memory: HostMemory) -> float:
 
 
 def runnable_baseline(spec: StudySpec, memory: HostMemory | None) -> tuple[StudySpec, str | None]:
-    """On vLLM's CPU build, ``spec`` with a baseline that can start on this machine, and a line
-    that says what was set and why; ``spec`` unchanged (and None) where the spec sizes the KV
-    cache itself or the memory is unknown."""
-    sized = {**spec.engine_args, **spec.baseline}
-    if memory is None or any(name in sized for name in KV_ARGUMENTS):
+    """On vLLM's CPU build, ``spec`` with a baseline, and candidates, that can start on this
+    machine, and a line that says what was set and why; ``spec`` unchanged (and None) where the
+    spec sizes the KV cache itself (for every trial, or for the baseline and each candidate) or
+    the memory is unknown."""
+
+    def sizes(args: Mapping[str, Any]) -> bool:
+        return any(name in args for name in KV_ARGUMENTS)
+
+    if memory is None or sizes(spec.engine_args):
         return spec, None
     share = cpu_kv_share(memory)
+    sized = {KV_ARGUMENTS[0]: share}
+    baseline = spec.baseline if sizes(spec.baseline) else {**spec.baseline, **sized}
+    candidates = tuple(c if sizes(c) else {**c, **sized} for c in spec.candidates)
+    which = [
+        *(["trial 0 runs vLLM's defaults"] if baseline is not spec.baseline else []),
+        *(["the spec's candidates run"] if candidates != spec.candidates else []),
+    ]
+    if not which:
+        return spec, None
     gib = 1 << 30
     note = (
         "vLLM's CPU build reads gpu-memory-utilization as the share of host memory for its KV "
         "cache and does not start where that is more than is available; its default "
         f"{VLLM_DEFAULT_SHARE} asks {VLLM_DEFAULT_SHARE * memory.total_bytes / gib:.1f} GiB and "
-        f"{memory.available_bytes / gib:.1f} GiB are available now, so trial 0 runs vLLM's "
-        f"defaults with gpu-memory-utilization {share:g}, at most half of what is available"
+        f"{memory.available_bytes / gib:.1f} GiB are available now, so {' and '.join(which)} "
+        f"with gpu-memory-utilization {share:g}, at most half of what is available"
     )
-    baseline = {**spec.baseline, KV_ARGUMENTS[0]: share}
-    return replace(spec, baseline=baseline), note
+    return replace(spec, baseline=baseline, candidates=candidates), note
 
 
 def _pow2_at_least(n: float) -> int:
