@@ -18,6 +18,7 @@ from tuner.load.prompts import prompt_token_ids
 from tuner.traces.concurrency import load_concurrency
 from tuner.traces.formats import (
     PARSERS,
+    SIGNATURES,
     decide_format,
     detect_format,
     load_trace,
@@ -446,3 +447,20 @@ def test_tuner_run_on_bad_trace_exits_2_and_writes_nothing(tmp_path, text):
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"tuner: {path}") and len(done.stderr.splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.csv"]
+
+
+def test_an_unknown_file_is_told_every_format_the_table_recognises(write_trace):
+    """The error lists each signature's name and keys, so a format added to the table is named
+    there without another edit; each signature's own keys are recognised as its format."""
+    unknown = write_trace("when,prompt\n1,2\n", "u.csv")
+    with pytest.raises(TraceError) as raised:
+        detect_format(unknown)
+    for signature in SIGNATURES:
+        assert f"{signature.label} ({signature.shown})" in str(raised.value)
+    for n, signature in enumerate(SIGNATURES):
+        keys = sorted(signature.keys[0])
+        if signature.record == "csv":
+            text = ",".join(keys) + "\n" + ",".join("1" for _ in keys) + "\n"
+        else:
+            text = json.dumps(dict.fromkeys(keys, 1)) + "\n"
+        assert detect_format(write_trace(text, f"s{n}.{signature.record}")) == signature.fmt

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.errors import TraceError
@@ -77,8 +78,48 @@ def decide_format(
     return "columns" if columns else detect_format(path)
 
 
+@dataclass(frozen=True)
+class Signature:
+    """How one format is recognised: its first JSON record's keys (``jsonl``) or its CSV
+    header's columns (``csv``) hold one of the sets in ``keys``. ``label`` and ``shown`` (its
+    first set of keys) name it in the error for a file of no known format."""
+
+    fmt: str
+    record: str  # "csv" or "jsonl"
+    keys: tuple[frozenset[str], ...]
+    label: str
+
+    def matches(self, record: str, found: set[str]) -> bool:
+        return record == self.record and any(keys <= found for keys in self.keys)
+
+    @property
+    def shown(self) -> str:
+        return ",".join(sorted(self.keys[0]))
+
+
+# Tried in this order; the first match decides. A Bailian record is recognised by its own keys
+# or by a conversation's (chat_id, turn); a BurstGPT header may lack its Model column.
+SIGNATURES = (
+    Signature(
+        "bailian", "jsonl", (frozenset(BAILIAN_KEYS), frozenset({"chat_id", "turn"})), "Bailian"
+    ),
+    Signature(
+        "mooncake",
+        "jsonl",
+        (frozenset({"timestamp", "input_length", "output_length"}),),
+        "Mooncake",
+    ),
+    Signature("canonical", "jsonl", (frozenset(CANONICAL_COLUMNS),), "canonical JSONL"),
+    Signature("azure", "csv", (frozenset(AZURE_COLUMNS),), "Azure"),
+    Signature("burstgpt", "csv", (frozenset(BURSTGPT_COLUMNS) - {"Model"},), "BurstGPT"),
+    Signature("canonical", "csv", (frozenset(CANONICAL_COLUMNS),), "canonical CSV"),
+    Signature(CONCURRENCY, "csv", (frozenset(CONCURRENCY_COLUMNS),), "concurrency"),
+)
+
+
 def detect_format(path: Path) -> str:
-    """The format name of a trace file, from its CSV header or its first JSON record's keys.
+    """The format name of a trace file, from its CSV header or its first JSON record's keys,
+    as the first of ``SIGNATURES`` that matches.
 
     Returns ``"concurrency"`` for a ``timestamp,concurrency`` CSV (not a request trace).
     """
@@ -90,33 +131,25 @@ def detect_format(path: Path) -> str:
     text = head.decode("utf-8", "replace").removeprefix("\ufeff").replace("\r", "\n")
     number, line = first_record_line(str(path), text)
     if line.lstrip().startswith("{"):
+        record = "jsonl"
         try:
-            keys = set(json.loads(line))
+            found = set(json.loads(line))
         except (ValueError, TypeError, RecursionError):
             raise TraceError(str(path), number, "first record is not a JSON object") from None
-        if set(BAILIAN_KEYS) <= keys or {"chat_id", "turn"} <= keys:
-            return "bailian"
-        if {"timestamp", "input_length", "output_length"} <= keys:
-            return "mooncake"
-        if set(CANONICAL_COLUMNS) <= keys:
-            return "canonical"
-        found = ",".join(sorted(keys))[:200]
+        shown = ",".join(sorted(found))[:200]
     else:
-        header = {name.strip() for name in line.split(",")}
-        if set(AZURE_COLUMNS) <= header:
-            return "azure"
-        if set(BURSTGPT_COLUMNS) - {"Model"} <= header:
-            return "burstgpt"
-        if set(CANONICAL_COLUMNS) <= header:
-            return "canonical"
-        if set(CONCURRENCY_COLUMNS) <= header:
-            return CONCURRENCY
-        found = line.strip()[:200]
+        record = "csv"
+        found = {name.strip() for name in line.split(",")}
+        shown = line.strip()[:200]
+    for signature in SIGNATURES:
+        if signature.matches(record, found):
+            return signature.fmt
+    known = "; ".join(f"{s.label} ({s.shown})" for s in SIGNATURES)
     raise TraceError(
         str(path),
         number,
-        f"unknown trace format (found {found!r}); expected {','.join(CANONICAL_COLUMNS)}, "
-        f"Azure, BurstGPT, Mooncake or Bailian columns, or give --format columns --columns ...",
+        f"unknown trace format (found {shown!r}); known: {known}; or give --format columns "
+        "--columns ...",
     )
 
 
