@@ -10,7 +10,6 @@ processes as ``api-server-count`` says; the caller says which (``serve_command``
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import select
@@ -19,12 +18,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from tuner.engine.zygote import Channel
+from tuner.engine.zygote import Channel, die_with
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +32,6 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 # ``vllm serve`` (tuner.engine.serve): with api-server-count above 1, the engine core and that
 # many API server processes, all in the process group of the one that runs it.
 SERVE_MODULE = "tuner.engine.serve"
-
-# prctl(2) option: the signal a process gets when the thread that forked it exits.
-_PR_SET_PDEATHSIG = 1
-# Looked up before any fork: a child between fork and exec should do as little as it can.
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
 class EngineFailed(Exception):
@@ -132,31 +126,12 @@ class ProcessLauncher:
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **env},
                 start_new_session=True,
-                preexec_fn=_die_with(os.getpid()),
+                preexec_fn=die_with(os.getpid()),
             )
         return ServerProcess(popen.pid, popen)
 
     def close(self) -> None:
         pass
-
-
-def _die_with(parent: int) -> Callable[[], None]:
-    """What the server runs between fork and exec: the kernel is to send it SIGTERM when the
-    thread of tuner that started it ends, even by SIGKILL (Linux's parent-death signal, which
-    ``exec`` keeps); if tuner is gone already, it exits at once.
-
-    SIGTERM, not SIGKILL: vLLM's server stops its engine-core processes on SIGTERM. Elsewhere
-    than Linux, a server whose tuner was killed runs on until its process group is stopped.
-    """
-    prctl = _LIBC.prctl if _LIBC is not None else None
-
-    def die_with_parent() -> None:
-        if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return die_with_parent
 
 
 # How long a new zygote may take to import the server module and say it is ready. vLLM's import

@@ -32,12 +32,14 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-# prctl(2) option: the signal this process gets when the thread that forked it exits.
+# prctl(2) option: the signal a process gets when the thread that forked it exits.
 _PR_SET_PDEATHSIG = 1
+# Looked up before any fork: a child between fork and exec should do as little as it can.
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 _children: dict[int, Path] = {}
 
@@ -104,17 +106,24 @@ class Channel:
         self.sock.close()
 
 
-def _die_with(parent: int) -> None:
-    """Have the kernel send SIGTERM when ``parent`` (the zygote) dies; exit if it already has.
+def die_with(parent: int) -> Callable[[], None]:
+    """What a server runs once forked, before it runs anything else: the kernel is to send it
+    SIGTERM when the thread that started it (tuner's, or the zygote) ends, even by SIGKILL
+    (Linux's parent-death signal, which ``exec`` keeps); if ``parent`` is gone already, it
+    exits at once. Used as ``preexec_fn`` by tuner's process launcher and by the zygote.
 
-    SIGTERM, not SIGKILL: vLLM's server stops its engine-core processes on SIGTERM. Linux only;
-    elsewhere the children of a killed zygote run on until tuner stops their process group.
+    SIGTERM, not SIGKILL: vLLM's server stops its engine-core processes on SIGTERM. Elsewhere
+    than Linux, a server whose parent was killed runs on until its process group is stopped.
     """
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-    if os.getppid() != parent:  # it died before the signal was asked for
-        os._exit(1)
+    prctl = _LIBC.prctl if _LIBC is not None else None
+
+    def die_with_parent() -> None:
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # it died before the signal was asked for
+            os._exit(1)
+
+    return die_with_parent
 
 
 def _run_child(module: str, request: dict[str, Any]) -> int:
@@ -176,7 +185,7 @@ def _fork(module: str, request: dict[str, Any], channel: Channel) -> dict[str, A
     if pid == 0:
         code = 1
         try:
-            _die_with(zygote)
+            die_with(zygote)()
             # The child holds no end of the channel: when the zygote dies, tuner reads its end.
             channel.close()
             # What ``python -m MODULE`` starts with; the zygote ignores SIGINT.
