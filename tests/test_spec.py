@@ -10,7 +10,7 @@ import yaml
 
 from tuner.errors import SpecError
 from tuner.study.space import default_spec_text
-from tuner.study.spec import DEFAULT_SPEC, load_spec, parse_spec
+from tuner.study.spec import DEFAULT_SPEC, StudySpec, load_spec, parse_spec
 
 
 def test_default_spec_text_parses_to_the_defaults():
@@ -170,3 +170,11 @@ def test_load_spec_reads_a_file(tmp_path):
         {"e2e_p99_s": 9.0},
         {"e2e_p99_s": 1.0},
     )
+
+
+def test_the_default_spec_takes_every_setting_from_studyspec():
+    """One source for each default: what a spec that names nothing gets is StudySpec's own."""
+    parsed = parse_spec({"model": "m"})
+    for f in dataclasses.fields(StudySpec):
+        if f.default is not dataclasses.MISSING and f.name not in ("dummy_model", "candidates"):
+            assert DEFAULT_SPEC[f.name] == f.default == getattr(parsed, f.name), f.name

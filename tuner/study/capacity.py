@@ -40,6 +40,7 @@ from tuner.load.window import client_figures, replay_figures
 from tuner.study.attrs import ARGS_ATTR
 from tuner.study.rates import GROWTH, CapacityFound, RatePoint, hinted_step, search_capacity
 from tuner.study.scoring import Score, score
+from tuner.study.spec import CAPACITY_WINDOW_S
 from tuner.traces.model import Request
 from tuner.traces.workload import at_rate
 
@@ -81,7 +82,7 @@ class CapacitySettings:
 
     requests: Sequence[Request]
     period_s: float
-    window_s: float = 30.0
+    window_s: float = CAPACITY_WINDOW_S
     resolution: float = 0.1
     max_windows: int = 10
     client_tolerance_s: float = CLIENT_TOLERANCE_S

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from tuner.flags import (
     nest,
     normalize,
 )
+from tuner.load.health import CLIENT_TOLERANCE_S
 from tuner.study.spec_file import read_spec_document
 
 LATENCY = "latency"
@@ -58,6 +59,8 @@ class Dimension:
 
 
 AUTO = "auto"
+# Seconds of replay per rate of a capacity search (tuner.study.capacity).
+CAPACITY_WINDOW_S = 30.0
 # How a study picks configurations after its reference points (tuner.study.incumbent).
 INCUMBENT = "incumbent"
 TPE = "tpe"
@@ -93,7 +96,7 @@ class StudySpec:
     # "latency" (minimise the score at the window's rate) or "capacity" (maximise the highest
     # rate that meets every SLO; tuner.study.capacity), and how the capacity search runs.
     objective_mode: str = LATENCY
-    capacity_window_s: float = 30.0
+    capacity_window_s: float = CAPACITY_WINDOW_S
     capacity_resolution: float = 0.1
     capacity_max_windows: int = 10
     # Before a winner is named: the top configurations and the baseline re-measured this many
@@ -109,7 +112,7 @@ class StudySpec:
     # tuner.load.spread.procs_for), and how far behind tuner's client may fall before a window's
     # figures are not used to rank (tuner.load.health).
     client_procs: int | str = AUTO
-    client_tolerance_s: float = 0.005
+    client_tolerance_s: float = CLIENT_TOLERANCE_S
     # A stream silent this long (no byte from the server) fails its request: a server that
     # stops answering mid-window costs its trial at most this much more.
     stall_timeout_s: float = 300.0
@@ -140,28 +143,12 @@ DEFAULT_SPEC: dict[str, Any] = {
     },
     "slos": {"ttft_p95_s": 2.0, "tpot_p95_s": 0.2, "e2e_p99_s": 60.0},
     "objective": {"ttft_p95_s": 1.0, "tpot_p95_s": 1.0, "e2e_p99_s": 1.0},
-    "n_trials": 20,
-    "window_s": 60.0,
-    "time_scale": 1.0,
-    "calibrate_load": 0.5,
-    "calibrate_replay_s": 30.0,
-    "seed": 0,
-    "max_error_rate": 0.0,
-    "health_timeout_s": 900.0,
-    "warmup_requests": 0,
-    "prune_factor": 3.0,
-    "prune_after_s": 10.0,
-    "objective_mode": LATENCY,
-    "capacity_window_s": 30.0,
-    "capacity_resolution": 0.1,
-    "capacity_max_windows": 10,
-    "confirm_top_k": 2,
-    "confirm_repeats": 2,
-    "confirm_candidates": False,
-    "search": INCUMBENT,
-    "client_procs": AUTO,
-    "client_tolerance_s": 0.005,
-    "stall_timeout_s": 300.0,
+    # Every other key: StudySpec's own default, in its order.
+    **{
+        f.name: f.default
+        for f in fields(StudySpec)
+        if f.default is not MISSING and f.name not in ("dummy_model", "candidates")
+    },
 }
 
 _TOP_LEVEL = set(DEFAULT_SPEC)
