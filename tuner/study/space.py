@@ -97,7 +97,7 @@ def runnable_baseline(spec: StudySpec, memory: HostMemory | None) -> tuple[Study
     baseline = spec.baseline if sizes(spec.baseline) else {**spec.baseline, **sized}
     candidates = tuple(c if sizes(c) else {**c, **sized} for c in spec.candidates)
     which = [
-        *(["trial 0 runs vLLM's defaults"] if baseline is not spec.baseline else []),
+        *(["trial 0 runs vLLM's defaults"] if not sizes(spec.baseline) else []),
         *(["the spec's candidates run"] if candidates != spec.candidates else []),
     ]
     if not which:
