@@ -18,10 +18,12 @@
 # tuner's default GPU search space as `tuner init` writes it, no candidates. The edit fits the
 # study into one machine's 30 minutes: 10 s a rate (1000 to 2700 requests a window at the rates
 # measured) instead of 30, and the confirm step re-measures the winner and vLLM's defaults (2
-# more times each by default) rather than the top 2. The model is a folder of the Qwen2.5-3B
-# shape on random weights (SHAPE: cpu-tiny for a check on vLLM's CPU build), the trace the
-# story's (TRACE replaces it), the SLOs those of studies/story-cap.yaml. With SPEC, that spec
-# file is the study's instead of the one `tuner init` writes, and nothing is edited.
+# more times each by default) rather than the top 2. With WARMUP, also warmup_requests: WARMUP
+# (each engine replays the window's first WARMUP requests before its first rate). The model is
+# a folder of the Qwen2.5-3B shape on random weights (SHAPE: cpu-tiny for a check on vLLM's CPU
+# build), the trace the story's (TRACE replaces it), the SLOs those of studies/story-cap.yaml.
+# With SPEC, that spec file is the study's instead of the one `tuner init` writes, and nothing
+# is edited.
 set -u
 root=${STUDY_ROOT:-/root/user-cap}
 src=${TUNER_SRC:-.gpu/snap}
@@ -69,8 +71,9 @@ tuner init --trace prod.csv --model "$root/work/models/qwen2.5-3b" --dummy-weigh
 echo "exit \$?"
 sed -i -e 's/^capacity_window_s: .*/capacity_window_s: 10/' -e 's/^confirm_top_k: .*/confirm_top_k: 1/' \\
     studies/prod.yaml
+[ -n "${WARMUP:-}" ] && sed -i -e 's/^warmup_requests: .*/warmup_requests: ${WARMUP:-0}/' studies/prod.yaml
 fi
-grep -E '^(capacity_window_s|confirm_top_k|confirm_repeats|n_trials|objective_mode):' studies/prod.yaml
+grep -E '^(capacity_window_s|confirm_top_k|confirm_repeats|n_trials|objective_mode|warmup_requests):' studies/prod.yaml
 echo "== tuner run"
 tuner -v run --trace prod.csv --study prod --n-trials ${N_TRIALS:-5} --time-budget-s ${BUDGET_S:-1200}
 echo "exit \$?"

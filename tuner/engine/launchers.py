@@ -5,6 +5,13 @@ A ``Launcher`` starts a server process as its own process group and hands back a
 The process runs one of two modules: vLLM's ``api_server`` (``SERVER_MODULE``), one API server
 in that process, or ``vllm serve`` (``SERVE_MODULE``), which starts as many API server
 processes as ``api-server-count`` says; the caller says which (``serve_command``).
+
+A server's process group stays in tuner's session. Linux's scheduler (with autogroup, the default
+on desktop and server distributions) shares the CPU between sessions first and between the
+processes of a session second. A server in a session of its own once held tuner's client, which
+sleeps between requests, for 2 to 4 s at a time on a 2-core machine with two busy processes in
+tuner's session; in tuner's session the client was late by at most 0.04 s
+(benchmarks/results/cpu-client-lag.md).
 """
 
 from __future__ import annotations
@@ -125,7 +132,9 @@ class ProcessLauncher:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **env},
-                start_new_session=True,
+                # Its own process group (stopped as one; Ctrl-C at the terminal reaches tuner
+                # only), in tuner's session (the module's docstring says why).
+                process_group=0,
                 preexec_fn=die_with(os.getpid()),
             )
         return ServerProcess(popen.pid, popen)
@@ -241,7 +250,7 @@ class ZygoteLauncher:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 pass_fds=(theirs.fileno(),),
-                start_new_session=True,
+                process_group=0,  # its servers in tuner's session, as ProcessLauncher's
             )
         self._channel = Channel(ours)
         self._imported = set()

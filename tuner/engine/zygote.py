@@ -127,7 +127,7 @@ def die_with(parent: int) -> Callable[[], None]:
 
 
 def _run_child(module: str, request: dict[str, Any]) -> int:
-    os.setsid()
+    os.setpgid(0, 0)  # its own process group, in tuner's session (tuner.engine.launchers)
     log_fd = os.open(str(request["log"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null_fd = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null_fd, 0)
