@@ -8,6 +8,12 @@ end-to-end means next to vLLM's (from ``/metrics``), tuner's own event-loop lag
 sleeps 10 ms at a time: whether a hold-up is tuner's own or the whole machine's.
 
     python benchmarks/client_lag.py --repeats 3 --busy 2
+
+The busy processes run in this benchmark's session (``--busy-session tuner``, as loops started
+from tuner's own shell) or each in a session of its own (``own``, as other shells' work). vLLM
+runs in tuner's session, as tuner starts it, or with ``--engine-session own`` in one of its own,
+as tuner started it until 2026-11-26: Linux's autogroup scheduler shares the CPU between sessions
+first (benchmarks/results/cpu-client-lag.md).
 """
 
 from __future__ import annotations
@@ -16,17 +22,21 @@ import argparse
 import asyncio
 import contextlib
 import multiprocessing
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
 from tuner.engine.dummy_model import write_model
-from tuner.engine.launchers import ProcessLauncher
+from tuner.engine.launchers import ProcessLauncher, ServerProcess
 from tuner.engine.process import Engine
+from tuner.engine.zygote import die_with
 from tuner.load.http import ReplaySettings
 from tuner.load.open_loop import replay
 from tuner.load.window import replay_figures
@@ -34,6 +44,26 @@ from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload
 
 TRACE = Path(__file__).resolve().parent.parent / "traces" / "azure-conv-peak.csv"
+
+
+class OwnSessionLauncher(ProcessLauncher):
+    """tuner's launcher as it was until 2026-11-26: each server in a session of its own."""
+
+    def launch(
+        self, argv: Sequence[str], log: Path, env: Mapping[str, str], serve_command: bool = False
+    ) -> ServerProcess:
+        module = self.serve_module if serve_command else self.module
+        with log.open("ab") as out:
+            popen = subprocess.Popen(
+                [self.python, "-m", module, *argv],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **env},
+                start_new_session=True,
+                preexec_fn=die_with(os.getpid()),
+            )
+        return ServerProcess(popen.pid, popen)
 
 
 def spin(stop: Event) -> None:
@@ -58,17 +88,26 @@ def sleeper(stop: Event, worst: Queue) -> None:  # type: ignore[type-arg]
 
 
 @contextlib.contextmanager
-def beside(busy: int, into: dict[str, float]) -> Iterator[None]:
-    """``busy`` spinning processes and one sleeping probe, whose worst lag lands in ``into``."""
+def beside(busy: int, own_sessions: bool, into: dict[str, float]) -> Iterator[None]:
+    """``busy`` spinning processes (``own_sessions``: each a shell loop in a session of its own)
+    and one sleeping probe, whose worst lag lands in ``into``."""
     stop, worst = multiprocessing.Event(), multiprocessing.Queue()
-    procs = [multiprocessing.Process(target=spin, args=(stop,)) for _ in range(busy)]
-    procs.append(multiprocessing.Process(target=sleeper, args=(stop, worst)))
+    procs = [multiprocessing.Process(target=sleeper, args=(stop, worst))]
+    loops: list[subprocess.Popen[bytes]] = []
+    if own_sessions:
+        loop = ["bash", "-c", "while :; do :; done"]
+        loops = [subprocess.Popen(loop, start_new_session=True) for _ in range(busy)]
+    else:
+        procs += [multiprocessing.Process(target=spin, args=(stop,)) for _ in range(busy)]
     for proc in procs:
         proc.start()
     try:
         yield
     finally:
         stop.set()
+        for loop in loops:
+            loop.kill()
+            loop.wait()
         into["sleeper_lag_max_s"] = worst.get(timeout=60)
         for proc in procs:
             proc.join()
@@ -80,6 +119,8 @@ def main() -> None:
     parser.add_argument("--busy", type=int, default=2, help="spinning processes beside tuner")
     parser.add_argument("--window-s", type=float, default=1.0)
     parser.add_argument("--time-scale", type=float, default=4.0)
+    parser.add_argument("--busy-session", choices=("tuner", "own"), default="tuner")
+    parser.add_argument("--engine-session", choices=("tuner", "own"), default="tuner")
     options = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="client-lag-"))
@@ -92,7 +133,9 @@ def main() -> None:
     print(f"{workload.describe()}: {len(requests)} requests", flush=True)
     rows: list[tuple[int, dict[str, float]]] = []
     began = time.monotonic()
-    with Engine(model, args, work / "engine", launcher=ProcessLauncher()) as engine:
+    own = options.engine_session == "own"
+    launcher = OwnSessionLauncher() if own else ProcessLauncher()
+    with Engine(model, args, work / "engine", launcher=launcher) as engine:
         engine.wait_healthy(900)
         replay(engine.base_url, requests, settings)  # a fresh engine's first requests are slow
         print(
@@ -102,7 +145,7 @@ def main() -> None:
         for _ in range(options.repeats):
             for busy in (0, options.busy):
                 sleeper_lag: dict[str, float] = {}
-                with beside(busy, sleeper_lag):
+                with beside(busy, options.busy_session == "own", sleeper_lag):
                     result = replay(engine.base_url, requests, settings)
                 figures = replay_figures(result) | sleeper_lag
                 rows.append((busy, figures))
@@ -126,10 +169,7 @@ def main() -> None:
             f"{median('client_lag_max_s'):.3f} s, sleeper lag max "
             f"{median('sleeper_lag_max_s'):.3f} s"
         )
-    print(
-        f"\ntook {time.monotonic() - began:.0f} s; rerun: python "
-        f"benchmarks/client_lag.py --repeats {options.repeats} --busy {options.busy}"
-    )
+    print(f"\ntook {time.monotonic() - began:.0f} s; rerun: python {' '.join(sys.argv)}")
 
 
 if __name__ == "__main__":

@@ -227,6 +227,7 @@ def wait_gone(pid: int, timeout_s: float = 5.0) -> bool:
 def test_stop_kills_the_whole_group_even_when_it_ignores_sigterm(tmp_path, fake):
     engine, worker = stubborn_engine(tmp_path, fake)
     assert os.getpgid(worker) == engine._server.pid  # type: ignore[union-attr]
+    assert os.getsid(worker) == os.getsid(0)  # a group of tuner's session, not a session
     engine.stop(grace_s=0.5)
     assert not engine.alive()
     assert wait_gone(worker)

@@ -14,7 +14,7 @@ import yaml
 
 from tuner.engine.environment import visible_gpus
 from tuner.flags import MAX_CAPTURE_SIZE
-from tuner.study.space import capture_choices, default_spec_text
+from tuner.study.space import GPU_CAPACITY_WARMUP_REQUESTS, capture_choices, default_spec_text
 from tuner.study.spec import Dimension, parse_spec
 
 PROMPTS = list(range(10, 201))
@@ -87,3 +87,17 @@ def test_the_cpu_default_space_stays_1_to_32():
     assert "api-server-count" not in text
     demo = parse_spec(yaml.safe_load(DEMO.read_text()))
     assert {d.name: d for d in demo.space}["max-num-seqs"].high == 32
+
+
+def test_a_gpu_capacity_spec_warms_every_engine_up_and_says_why():
+    capacity = default_spec_text("m", gpu=True, overrides={"objective_mode": "capacity"})
+    header = capacity.split("\nmodel:")[0]
+    assert parse_spec(yaml.safe_load(capacity)).warmup_requests == GPU_CAPACITY_WARMUP_REQUESTS
+    assert "0 of 3 fresh engines, 2 of 3\n#   warmed up" in header
+    # A latency study on a GPU, and any study on vLLM's CPU build, start measuring at once.
+    for text in (
+        default_spec_text("m", gpu=True),
+        default_spec_text("m", overrides={"objective_mode": "capacity"}),
+    ):
+        assert parse_spec(yaml.safe_load(text)).warmup_requests == 0
+        assert "warmup_requests: 200" not in text

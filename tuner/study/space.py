@@ -67,10 +67,18 @@ CPU_SHARE_STEP = 0.05
 CPU_SHARE_OF_AVAILABLE = 0.5
 KV_ARGUMENTS = ("gpu-memory-utilization", "kv-cache-memory-bytes")
 # How far tuner's client may fall behind in a window on vLLM's CPU build before the window's
-# figures are not trusted: on two cores the CPU engine holds every other process, tuner's client
-# included, for tenths of a second and at times seconds (benchmarks/results/cpu-client-lag.md),
+# figures are not trusted: on two cores shared with the CPU engine and other work, tuner's client
+# runs late by hundredths of a second, at times tenths (benchmarks/results/cpu-client-lag.md),
 # against SLOs of seconds. With the GPU default (5 ms) a study on two cores ranked nothing.
 CPU_CLIENT_TOLERANCE_S = 1.0
+# A capacity study off vLLM's CPU build replays this many of the window's first requests, at the
+# window's pace, on every engine before its first rate. Without it a searched configuration met
+# its first rate, the best capacity so far, as the first window of a fresh engine: on one H100
+# (2026-11-26, benchmarks/results/h100-gate-warm/) api-server-count 2 at 150 req/s failed on
+# 3 fresh engines of 3 (e2e p99 7.1 to 7.8 s, against a 7 s SLO) and passed on 2 of 3 warmed
+# with 200 requests (e2e p99 2.9 and 3.7 s). vLLM's defaults, measured first from the trace's
+# rate upward, were warm by the time they reached theirs.
+GPU_CAPACITY_WARMUP_REQUESTS = 200
 
 
 def cpu_kv_share(memory: HostMemory) -> float:
@@ -245,6 +253,8 @@ def default_spec_text(
     spec.update(overrides or {})
     if gpu:
         spec["search_space"] = gpu_search_space(prompt_tokens, device)
+        if spec.get("objective_mode") == "capacity":
+            spec["warmup_requests"] = GPU_CAPACITY_WARMUP_REQUESTS
     elif cpu_memory is not None:
         # vLLM's CPU build: shares up to what trial 0 takes here, not shares that cannot start.
         high = max(cpu_kv_share(cpu_memory), 2 * CPU_SHARE_STEP)
@@ -306,4 +316,14 @@ def default_spec_text(
             "#   stream-interval: {type: categorical, choices: [1, 4]} (4 measured 244.2 req/s\n"
             "#   median, 233.1 to 268.7, beyond the defaults' spread, on the same H100).\n"
         )
+        if spec.get("objective_mode") == "capacity":
+            header += (
+                f"# warmup_requests: the window's first {GPU_CAPACITY_WARMUP_REQUESTS} requests,\n"
+                "#   at its pace, on every engine before its first rate: a searched\n"
+                "#   configuration is first measured at the best capacity so far, and on one\n"
+                "#   H100 the first window of a fresh engine failed where a warmed-up one\n"
+                "#   passed (api-server-count 2 at 150 req/s: 0 of 3 fresh engines, 2 of 3\n"
+                "#   warmed up). On a trace of a few requests a second this is minutes a\n"
+                "#   trial: lower it.\n"
+            )
     return header + yaml.safe_dump(spec, sort_keys=False)
