@@ -230,6 +230,79 @@ def capture_pin(spec: StudySpec, cpu_build: bool) -> dict[str, Any]:
     return {MAX_CAPTURE_SIZE: PINNED_CAPTURE_SIZE}
 
 
+# What every written spec says of its settings, above them.
+SPEC_HEADER = (
+    "# tuner study spec. Engine arguments use vLLM's names (dashes or underscores).\n"
+    "# search_space: type int | float | categorical; low, high, step, log, choices;\n"
+    "#   default: vLLM's value where the argument is not given (where the search starts).\n"
+    "# search: incumbent (from vLLM's defaults, one dimension at a time, moving with the\n"
+    "#   best so far; TPE once it has nothing left to propose) or tpe.\n"
+    "# slos: limits in seconds on client-side tails; a trial over any is infeasible.\n"
+    "# objective: weights of each tail divided by its SLO; lower score is better.\n"
+    "# baseline: engine arguments of trial 0 beyond engine_args ({} = vLLM's defaults).\n"
+    "# candidates: configurations measured right after the baseline, e.g. production's:\n"
+    "#   [{max-num-seqs: 16, max-num-batched-tokens: 8192}]; searched trials follow.\n"
+    "# prune_factor: stop a trial once a metric is this many times its SLO, or this many\n"
+    "#   times worse than the best trial at the same point (0: never); prune_after_s: not\n"
+    "#   before this many seconds into the window.\n"
+    "# model: a local folder or a Hugging Face id (resolved as vLLM resolves it).\n"
+    "# dummy_model: a shape tuner writes at `model` when that folder is absent (random\n"
+    "#   weights, with load-format dummy); null for a real model.\n"
+    "# engine_args load-format: dummy measures random weights of the model's shape; the\n"
+    "#   configuration written never carries it.\n"
+    "# time_scale: a factor on the trace's arrival times, or auto: replay at calibrate_load\n"
+    "#   times what vLLM's defaults carry within the SLOs on this machine (measured once).\n"
+    "# objective_mode: latency (the best score at the window's rate) or capacity (the\n"
+    "#   highest rate one server carries within the SLOs: each trial starts vLLM once and\n"
+    "#   replays the window time-scaled to each rate, capacity_window_s seconds a rate,\n"
+    "#   until a passing and a failing rate are within capacity_resolution; at most\n"
+    "#   capacity_max_windows rates a trial). Pruning applies to latency studies only.\n"
+    "# confirm_top_k, confirm_repeats: before naming a winner, the best configurations and\n"
+    "#   the baseline are measured this many more times each; the best median wins.\n"
+)
+
+
+def _gpu_header(device: Gpu | None, capacity: bool) -> str:
+    """What a GPU spec says besides: the order and levels of its space, and for a capacity
+    study its warm-up."""
+    seqs_high = vllm_default_max_num_seqs(device)
+    header = (
+        "# The search moves the dimensions in the order listed: the API servers first (the\n"
+        "#   limit measured on short streamed requests), the KV-cache share last.\n"
+        f"# max-num-seqs: 1 to {seqs_high}, vLLM's own default on this GPU, log scale. Few\n"
+        "#   sequences cannot carry the load vLLM's defaults carry on a GPU: on the H100, its\n"
+        "#   defaults (max-num-seqs 1024) carried several times the load of any max-num-seqs\n"
+        "#   up to 32 within the same SLOs.\n"
+        "# compilation-config.max_cudagraph_capture_size: the largest step (in tokens) vLLM\n"
+        "#   runs as a CUDA graph; null is vLLM's default, min(2 x max-num-seqs, 512). Where\n"
+        "#   it is not searched, tuner pins it to 512 after trial 0 so trials share compiles.\n"
+        "# api-server-count: 1 or 2 API server processes (HTTP, streaming, detokenising) in\n"
+        "#   front of vLLM's engine. On one H100 (2026-11-26, vLLM 0.26.0, tuner aa88a48,\n"
+        "#   Qwen2.5-3B shape, 10 to 200 tokens in and out; benchmarks/results/\n"
+        "#   gpu-frontend.md, gpu-frontend-knobs.md) one API server bound vLLM's defaults:\n"
+        "#   median capacity 174.2 req/s (158.4 to 174.2, 3 fresh engines); with 2, 268.7\n"
+        "#   (166.8 to 268.7: one engine of three gained nothing). A start takes about 15 s\n"
+        "#   more. On another H100 (tuner f8f7deb, benchmarks/results/h100-user-cap-warm/)\n"
+        "#   both carried 102.3 req/s: with 2, TPOT p95 rose from 14 to 28 ms and was lost\n"
+        "#   first. The gain depends on the host's CPUs: the study measures it.\n"
+        "# stream-interval is not searched: several tokens a chunk changes what a streaming\n"
+        "#   client sees, which no SLO measures. Where clients accept chunks, add\n"
+        "#   stream-interval: {type: categorical, choices: [1, 4]} (4 measured 244.2 req/s\n"
+        "#   median, 233.1 to 268.7, beyond the defaults' spread, on the same H100).\n"
+    )
+    if capacity:
+        header += (
+            f"# warmup_requests: the window's first {GPU_CAPACITY_WARMUP_REQUESTS} requests,\n"
+            "#   at its pace, on every engine before its first rate: a searched\n"
+            "#   configuration is first measured at the best capacity so far, and on one\n"
+            "#   H100 the first window of a fresh engine failed where a warmed-up one\n"
+            "#   passed (api-server-count 2 at 150 req/s: 0 of 3 fresh engines, 2 of 3\n"
+            "#   warmed up). On a trace of a few requests a second this is minutes a\n"
+            "#   trial: lower it.\n"
+        )
+    return header
+
+
 def default_spec_text(
     model: str | None = None,
     gpu: bool = False,
@@ -263,67 +336,7 @@ def default_spec_text(
             KV_ARGUMENTS[0]: {"type": "float", "low": CPU_SHARE_STEP, "high": high, "step": 0.05},
         }
         spec["client_tolerance_s"] = CPU_CLIENT_TOLERANCE_S
-    header = (
-        "# tuner study spec. Engine arguments use vLLM's names (dashes or underscores).\n"
-        "# search_space: type int | float | categorical; low, high, step, log, choices;\n"
-        "#   default: vLLM's value where the argument is not given (where the search starts).\n"
-        "# search: incumbent (from vLLM's defaults, one dimension at a time, moving with the\n"
-        "#   best so far; TPE once it has nothing left to propose) or tpe.\n"
-        "# slos: limits in seconds on client-side tails; a trial over any is infeasible.\n"
-        "# objective: weights of each tail divided by its SLO; lower score is better.\n"
-        "# baseline: engine arguments of trial 0 beyond engine_args ({} = vLLM's defaults).\n"
-        "# candidates: configurations measured right after the baseline, e.g. production's:\n"
-        "#   [{max-num-seqs: 16, max-num-batched-tokens: 8192}]; searched trials follow.\n"
-        "# prune_factor: stop a trial once a metric is this many times its SLO, or this many\n"
-        "#   times worse than the best trial at the same point (0: never); prune_after_s: not\n"
-        "#   before this many seconds into the window.\n"
-        "# model: a local folder or a Hugging Face id (resolved as vLLM resolves it).\n"
-        "# dummy_model: a shape tuner writes at `model` when that folder is absent (random\n"
-        "#   weights, with load-format dummy); null for a real model.\n"
-        "# engine_args load-format: dummy measures random weights of the model's shape; the\n"
-        "#   configuration written never carries it.\n"
-        "# time_scale: a factor on the trace's arrival times, or auto: replay at calibrate_load\n"
-        "#   times what vLLM's defaults carry within the SLOs on this machine (measured once).\n"
-        "# objective_mode: latency (the best score at the window's rate) or capacity (the\n"
-        "#   highest rate one server carries within the SLOs: each trial starts vLLM once and\n"
-        "#   replays the window time-scaled to each rate, capacity_window_s seconds a rate,\n"
-        "#   until a passing and a failing rate are within capacity_resolution; at most\n"
-        "#   capacity_max_windows rates a trial). Pruning applies to latency studies only.\n"
-        "# confirm_top_k, confirm_repeats: before naming a winner, the best configurations and\n"
-        "#   the baseline are measured this many more times each; the best median wins.\n"
-    )
+    header = SPEC_HEADER
     if gpu:
-        seqs_high = vllm_default_max_num_seqs(device)
-        header += (
-            "# The search moves the dimensions in the order listed: the API servers first (the\n"
-            "#   limit measured on short streamed requests), the KV-cache share last.\n"
-            f"# max-num-seqs: 1 to {seqs_high}, vLLM's own default on this GPU, log scale. Few\n"
-            "#   sequences cannot carry the load vLLM's defaults carry on a GPU: on the H100, its\n"
-            "#   defaults (max-num-seqs 1024) carried several times the load of any max-num-seqs\n"
-            "#   up to 32 within the same SLOs.\n"
-            "# compilation-config.max_cudagraph_capture_size: the largest step (in tokens) vLLM\n"
-            "#   runs as a CUDA graph; null is vLLM's default, min(2 x max-num-seqs, 512). Where\n"
-            "#   it is not searched, tuner pins it to 512 after trial 0 so trials share compiles.\n"
-            "# api-server-count: 1 or 2 API server processes (HTTP, streaming, detokenising) in\n"
-            "#   front of vLLM's engine. On one H100 (2026-11-26, vLLM 0.26.0, tuner aa88a48,\n"
-            "#   Qwen2.5-3B shape, 10 to 200 tokens in and out; benchmarks/results/\n"
-            "#   gpu-frontend.md, gpu-frontend-knobs.md) one API server bound vLLM's defaults:\n"
-            "#   median capacity 174.2 req/s (158.4 to 174.2, 3 fresh engines); with 2, 268.7\n"
-            "#   (166.8 to 268.7: one engine of three gained nothing). A start takes about 15 s\n"
-            "#   more.\n"
-            "# stream-interval is not searched: several tokens a chunk changes what a streaming\n"
-            "#   client sees, which no SLO measures. Where clients accept chunks, add\n"
-            "#   stream-interval: {type: categorical, choices: [1, 4]} (4 measured 244.2 req/s\n"
-            "#   median, 233.1 to 268.7, beyond the defaults' spread, on the same H100).\n"
-        )
-        if spec.get("objective_mode") == "capacity":
-            header += (
-                f"# warmup_requests: the window's first {GPU_CAPACITY_WARMUP_REQUESTS} requests,\n"
-                "#   at its pace, on every engine before its first rate: a searched\n"
-                "#   configuration is first measured at the best capacity so far, and on one\n"
-                "#   H100 the first window of a fresh engine failed where a warmed-up one\n"
-                "#   passed (api-server-count 2 at 150 req/s: 0 of 3 fresh engines, 2 of 3\n"
-                "#   warmed up). On a trace of a few requests a second this is minutes a\n"
-                "#   trial: lower it.\n"
-            )
+        header += _gpu_header(device, capacity=spec.get("objective_mode") == "capacity")
     return header + yaml.safe_dump(spec, sort_keys=False)
