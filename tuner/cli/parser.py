@@ -26,6 +26,19 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--trace", required=True, type=Path, help="trace file (CSV)")
     add_trace_options(init)
     add_study_options(init)
+    add_run_command(commands)
+    add_trace_commands(commands)
+    add_report_command(commands)
+    keys = commands.add_parser(
+        "compile-key",
+        help="which searched engine arguments change vLLM's compile key (the installed vLLM's)",
+    )
+    keys.add_argument("--spec", type=Path, required=True, help="study spec")
+    return parser
+
+
+def add_run_command(commands: Any) -> None:
+    """``tuner run``: the trace, the study, and how this run measures and writes."""
     run = commands.add_parser("run", help="tune vLLM against a replayed trace")
     run.add_argument("--trace", required=True, type=Path, help="trace file (CSV)")
     add_trace_options(run)
@@ -74,14 +87,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="processes tuner's replay client is spread over; auto: as many as the window's "
         "busiest second needs (default: the spec's client_procs, else auto)",
     )
-    add_trace_commands(commands)
-    add_report_command(commands)
-    keys = commands.add_parser(
-        "compile-key",
-        help="which searched engine arguments change vLLM's compile key (the installed vLLM's)",
-    )
-    keys.add_argument("--spec", type=Path, required=True, help="study spec")
-    return parser
 
 
 def add_study_options(parser: argparse.ArgumentParser) -> None:
