@@ -281,32 +281,10 @@ def run_trial(
         compiled = engine.compile_cache()
         warmup_at = engine.log_size()
         if setup.warmup_requests:
-            warmup = _sending(WARMUP, setup.warmup_requests)
-            tell(warmup)
-            started = time.monotonic()
-            watch = _monitor(setup.objective, None, progress, warmup)
-            replay(engine.base_url, setup.warmup_requests, setup.replay, monitor=watch)
-            timings["warmup_s"] = time.monotonic() - started
+            timings["warmup_s"] = _warm_up(engine.base_url, setup)
         started = time.monotonic()
         window_at = engine.log_size()
-        found: CapacityFound | None = None
-        if setup.capacity is not None:
-            found = _search_capacity(engine.base_url, setup, setup.capacity)
-        elif setup.closed_loop is not None:
-            window = TrialProgress(REPLAY, sending_s=setup.closed_loop.schedule.end_s)
-            tell(window)
-            result = replay_closed_loop(
-                engine.base_url,
-                setup.closed_loop.schedule,
-                setup.closed_loop.requests(setup.replay.seed),
-                setup.replay,
-                monitor=_monitor(setup.objective, should_stop, progress, window),
-            )
-        else:
-            window = _sending(REPLAY, setup.requests)
-            tell(window)
-            watch = _monitor(setup.objective, should_stop, progress, window)
-            result = replay(engine.base_url, setup.requests, setup.replay, monitor=watch)
+        measured = _measure(engine.base_url, setup, should_stop)
         timings["window_s"] = time.monotonic() - started
         late = engine.late_compiles(warmup_at, window_at)
         crashed = not engine.alive()
@@ -317,28 +295,83 @@ def run_trial(
         timings["engine_stop_s"] = engine.times.stop_s or 0.0
         timings["trial_s"] = time.monotonic() - began
         logger.info("trial failed: %s", exc.reason)
-        failed = setup.capacity is not None
-        return TrialOutcome(
-            engine_args,
-            CAPACITY_FAILED if failed else FAILED,
-            {CAPACITY_ATTR: 0.0} if failed else {},
-            timings,
-            exc.reason,
-            exc.log_tail,
-            compile_cache=engine.compile_cache(),
-        )
+        outcome = _failed(engine_args, setup.capacity is not None, exc)
+        return replace(outcome, timings=timings, compile_cache=engine.compile_cache())
     finally:
         # Also on Ctrl-C: the engine never outlives its trial.
         engine.stop()
     timings["engine_stop_s"] = engine.times.stop_s or 0.0
     timings["trial_s"] = time.monotonic() - began
-    if found is not None:
-        return _capacity_outcome(engine_args, found, timings, crashed, engine, compiled)
-    if result.stopped_at_s is not None:
-        stopped = _stopped_early(engine_args, setup, result, timings)
+    if isinstance(measured, CapacityFound):
+        return _capacity_outcome(engine_args, measured, timings, crashed, engine, compiled)
+    if measured.stopped_at_s is not None:
+        stopped = _stopped_early(engine_args, setup, measured, timings)
         return replace(stopped, metrics={**stopped.metrics, **late}, compile_cache=compiled)
+    outcome = _replay_outcome(engine_args, setup, measured, late, crashed, engine.log_path)
+    return replace(outcome, timings=timings, compile_cache=compiled)
 
-    metrics = replay_figures(result) | late
+
+def _failed(engine_args: Mapping[str, Any], capacity: bool, exc: EngineFailed) -> TrialOutcome:
+    """A configuration vLLM did not run (it exited, never became healthy): infeasible, and in a
+    capacity study a capacity of 0."""
+    return TrialOutcome(
+        engine_args,
+        CAPACITY_FAILED if capacity else FAILED,
+        {CAPACITY_ATTR: 0.0} if capacity else {},
+        {},
+        exc.reason,
+        exc.log_tail,
+    )
+
+
+def _warm_up(base_url: str, setup: TrialSetup) -> float:
+    """Replay the spec's warm-up requests, unscored; the seconds it took."""
+    warmup = _sending(WARMUP, setup.warmup_requests)
+    if setup.progress is not None:
+        setup.progress(warmup)
+    started = time.monotonic()
+    watch = _monitor(setup.objective, None, setup.progress, warmup)
+    replay(base_url, setup.warmup_requests, setup.replay, monitor=watch)
+    return time.monotonic() - started
+
+
+def _measure(
+    base_url: str, setup: TrialSetup, should_stop: ShouldStop | None
+) -> CapacityFound | ReplayResult:
+    """What the trial measures on the running server: a capacity search, a closed-loop
+    schedule, or the open-loop window (the last two stopped early by ``should_stop``)."""
+    if setup.capacity is not None:
+        return _search_capacity(base_url, setup, setup.capacity)
+    progress = setup.progress
+    if setup.closed_loop is not None:
+        window = TrialProgress(REPLAY, sending_s=setup.closed_loop.schedule.end_s)
+        if progress is not None:
+            progress(window)
+        return replay_closed_loop(
+            base_url,
+            setup.closed_loop.schedule,
+            setup.closed_loop.requests(setup.replay.seed),
+            setup.replay,
+            monitor=_monitor(setup.objective, should_stop, progress, window),
+        )
+    window = _sending(REPLAY, setup.requests)
+    if progress is not None:
+        progress(window)
+    watch = _monitor(setup.objective, should_stop, progress, window)
+    return replay(base_url, setup.requests, setup.replay, monitor=watch)
+
+
+def _replay_outcome(
+    engine_args: Mapping[str, Any],
+    setup: TrialSetup,
+    result: ReplayResult,
+    late: Mapping[str, float],
+    crashed: bool,
+    log_path: Path,
+) -> TrialOutcome:
+    """A replayed window's outcome: its figures scored against the SLOs, and why it is
+    infeasible or not to be trusted (tuner's client behind, vLLM gone, requests failed)."""
+    metrics = replay_figures(result) | dict(late)
     objective = setup.objective
     trial_score = score(metrics, objective.slos, objective.weights, objective.max_error_rate)
     reason = _why_infeasible(trial_score, metrics)
@@ -350,10 +383,8 @@ def run_trial(
     log_tail = ""
     if crashed:
         reason = "vLLM exited during the window; " + (reason or "")
-        log_tail = tail(engine.log_path)
+        log_tail = tail(log_path)
     errors = [r.error for r in result.results if r.error]
     if errors:
         reason = f"{reason or 'some requests failed'}; first error: {errors[0]}"
-    return TrialOutcome(
-        engine_args, trial_score, metrics, timings, reason, log_tail, compile_cache=compiled
-    )
+    return TrialOutcome(engine_args, trial_score, metrics, {}, reason, log_tail)
