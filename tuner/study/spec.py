@@ -248,6 +248,17 @@ def _dimension(path: str, raw_name: str, raw: Any) -> Dimension:
     return Dimension(name, kind, low, high, step, log, default=default, has_default=has_default)
 
 
+# Settings in seconds: positive, at most MOST_S.
+_SECONDS = (
+    "window_s",
+    "calibrate_replay_s",
+    "health_timeout_s",
+    "capacity_window_s",
+    "client_tolerance_s",
+    "stall_timeout_s",
+)
+
+
 def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
     """Validate a loaded YAML document; an error names the field."""
     data = _mapping(path, "<top level>", data)
@@ -258,6 +269,39 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
     model = merged["model"]
     if not isinstance(model, str) or not model:
         raise SpecError(path, "model", "must be a model name or folder")
+    engine_args, baseline, candidates, space = _arguments(path, merged)
+    slos = _metric_map(path, "slos", merged["slos"])
+    weights = _metric_map(path, "objective", merged["objective"], allow_zero=True)
+    missing = set(weights) - set(slos)
+    if missing:
+        raise SpecError(path, f"objective.{sorted(missing)[0]}", "has a weight but no SLO")
+    dummy_model = merged["dummy_model"]
+    if dummy_model is not None and (not isinstance(dummy_model, str) or dummy_model not in SHAPES):
+        raise SpecError(
+            path, "dummy_model", f"unknown shape {dummy_model!r}; known: {list(SHAPES)}"
+        )
+    seconds: dict[str, Any] = {
+        key: _number(path, key, merged[key], most=MOST_S) for key in _SECONDS
+    }
+    return StudySpec(
+        model=model,
+        engine_args=engine_args,
+        space=space,
+        slos=slos,
+        weights=weights,
+        baseline=baseline,
+        candidates=candidates,
+        dummy_model=dummy_model,
+        **seconds,
+        **_settings(path, merged),
+    )
+
+
+def _arguments(
+    path: str, merged: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], tuple[dict[str, Any], ...], tuple[Dimension, ...]]:
+    """The spec's engine arguments, baseline, candidates and search space, checked together: no
+    argument tuner sets itself, none both fixed and searched, and each nests as vLLM reads it."""
     try:
         engine_args = normalize(_mapping(path, "engine_args", merged["engine_args"]))
         baseline = normalize(_mapping(path, "baseline", merged["baseline"]))
@@ -280,30 +324,17 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         nest({**engine_args, **{name: 0 for name in names}})
     except ValueError as exc:
         raise SpecError(path, "search_space", str(exc)) from None
-    slos = _metric_map(path, "slos", merged["slos"])
-    weights = _metric_map(path, "objective", merged["objective"], allow_zero=True)
-    missing = set(weights) - set(slos)
-    if missing:
-        raise SpecError(path, f"objective.{sorted(missing)[0]}", "has a weight but no SLO")
-    n_trials = _whole(path, "n_trials", merged["n_trials"], 1, MOST_TRIALS)
-    warmup = _whole(path, "warmup_requests", merged["warmup_requests"], 0, 10**6)
-    seed = _whole(path, "seed", merged["seed"], -(2**31), 2**31 - 1)
-    dummy_model = merged["dummy_model"]
-    if dummy_model is not None and (not isinstance(dummy_model, str) or dummy_model not in SHAPES):
-        raise SpecError(
-            path, "dummy_model", f"unknown shape {dummy_model!r}; known: {list(SHAPES)}"
-        )
-    max_error_rate = _number(path, "max_error_rate", merged["max_error_rate"], positive=False)
+    return engine_args, baseline, candidates, space
+
+
+def _settings(path: str, merged: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec's other settings (how the study runs, measures and confirms), checked."""
     mode = merged["objective_mode"]
     if mode not in OBJECTIVE_MODES:
         raise SpecError(path, "objective_mode", f"must be one of {OBJECTIVE_MODES}, got {mode!r}")
-    max_windows = _whole(path, "capacity_max_windows", merged["capacity_max_windows"], 2, 1000)
+    max_error_rate = _number(path, "max_error_rate", merged["max_error_rate"], positive=False)
     if not 0 <= max_error_rate <= 1:
         raise SpecError(path, "max_error_rate", "must be between 0 and 1")
-    confirm = {
-        key: _whole(path, key, merged[key], 0, MOST_REPEATS)
-        for key in ("confirm_top_k", "confirm_repeats")
-    }
     if not isinstance(merged["confirm_candidates"], bool):
         raise SpecError(path, "confirm_candidates", "must be true or false")
     if merged["search"] not in SEARCHES:
@@ -311,51 +342,35 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
     client_procs = merged["client_procs"]
     if client_procs != AUTO:
         client_procs = _whole(path, "client_procs", client_procs, 1, 1024)
-    return StudySpec(
-        model=model,
-        engine_args=engine_args,
-        space=space,
-        slos=slos,
-        weights=weights,
-        baseline=baseline,
-        candidates=candidates,
-        n_trials=n_trials,
-        window_s=_number(path, "window_s", merged["window_s"], most=MOST_S),
-        time_scale=(
-            AUTO
-            if merged["time_scale"] == AUTO
-            else _number(path, "time_scale", merged["time_scale"], most=MOST_SCALE)
-        ),
-        calibrate_load=_share(path, "calibrate_load", merged["calibrate_load"]),
-        calibrate_replay_s=_number(
-            path, "calibrate_replay_s", merged["calibrate_replay_s"], most=MOST_S
-        ),
-        seed=seed,
-        max_error_rate=max_error_rate,
-        health_timeout_s=_number(path, "health_timeout_s", merged["health_timeout_s"], most=MOST_S),
-        warmup_requests=warmup,
-        dummy_model=dummy_model,
-        prune_factor=_number(path, "prune_factor", merged["prune_factor"], positive=False),
-        prune_after_s=_number(
+    time_scale = merged["time_scale"]
+    if time_scale != AUTO:
+        time_scale = _number(path, "time_scale", time_scale, most=MOST_SCALE)
+    return {
+        "objective_mode": mode,
+        "max_error_rate": max_error_rate,
+        "n_trials": _whole(path, "n_trials", merged["n_trials"], 1, MOST_TRIALS),
+        "warmup_requests": _whole(path, "warmup_requests", merged["warmup_requests"], 0, 10**6),
+        "seed": _whole(path, "seed", merged["seed"], -(2**31), 2**31 - 1),
+        "time_scale": time_scale,
+        "calibrate_load": _share(path, "calibrate_load", merged["calibrate_load"]),
+        "prune_factor": _number(path, "prune_factor", merged["prune_factor"], positive=False),
+        "prune_after_s": _number(
             path, "prune_after_s", merged["prune_after_s"], positive=False, most=MOST_S
         ),
-        objective_mode=mode,
-        capacity_window_s=_number(
-            path, "capacity_window_s", merged["capacity_window_s"], most=MOST_S
-        ),
-        capacity_resolution=_number(
+        "capacity_resolution": _number(
             path, "capacity_resolution", merged["capacity_resolution"], most=1.0
         ),
-        capacity_max_windows=max_windows,
-        client_procs=client_procs,
-        client_tolerance_s=_number(
-            path, "client_tolerance_s", merged["client_tolerance_s"], most=MOST_S
+        "capacity_max_windows": _whole(
+            path, "capacity_max_windows", merged["capacity_max_windows"], 2, 1000
         ),
-        stall_timeout_s=_number(path, "stall_timeout_s", merged["stall_timeout_s"], most=MOST_S),
-        **confirm,
-        confirm_candidates=merged["confirm_candidates"],
-        search=merged["search"],
-    )
+        "client_procs": client_procs,
+        "confirm_top_k": _whole(path, "confirm_top_k", merged["confirm_top_k"], 0, MOST_REPEATS),
+        "confirm_repeats": _whole(
+            path, "confirm_repeats", merged["confirm_repeats"], 0, MOST_REPEATS
+        ),
+        "confirm_candidates": merged["confirm_candidates"],
+        "search": merged["search"],
+    }
 
 
 def _candidates(path: str, value: Any) -> tuple[dict[str, Any], ...]:
