@@ -133,17 +133,7 @@ def write_result(
     """
     choice = choose(study)
     if choice is None:
-        failed = picks.first_failure(study)
-        why = (
-            f"trial {failed.number}: {failed.user_attrs.get(search.REASON_ATTR, 'no reason kept')}"
-            if failed is not None
-            else "none; no trial has finished its window"
-        )
-        print(
-            f"tuner: no trial served the window; nothing written. First failure: {why}",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
+        return _nothing_served(study)
     chosen, confirmed = choice.trial, choice.confirmed
     verdict = scoring.verdict(picks.constraints_of(chosen), chosen.user_attrs)
     baseline = picks.baseline_trial(study)
@@ -153,36 +143,12 @@ def write_result(
     peak = replay.peak_req_per_s
     rows = capacity_text.table_rows(chosen.user_attrs, baseline_attrs, peak) if capacity else []
     print(comparison_table(chosen.user_attrs, baseline_attrs, label, rows))
-    extra: list[str] = []
-    measured = "on that window"
-    if capacity:
-        found = capacity_text.capacity_of(chosen.user_attrs) or 0.0
-        extra = [
-            capacity_text.headline(chosen.user_attrs, baseline_attrs, peak),
-            capacity_text.servers_line(found, peak, f"trial {chosen.number}"),
-        ]
-        measured = "at the lowest rate tried"
-        if found:
-            measured = f"at {capacity_text.num(found)} req/s, its capacity"
+    extra, measured = _headlines(chosen, baseline_attrs, peak, capacity)
     if confirmed is not None:
         extra += confirm.summary(confirmed)
     if extra:
         print("\n".join(extra))
-    # What the trial ran on; this machine's only for a trial recorded before tuner kept that.
-    attrs = chosen.user_attrs
-    recorded = all(isinstance(attrs.get(key), str) for key in fingerprint.MEASURED_ON)
-    ran_on: Mapping[str, str] = attrs if recorded else fingerprint.measured_on()
-    provenance = Provenance(
-        tuner_version=tuner.__version__,
-        vllm_version=ran_on[fingerprint.VLLM_VERSION],
-        device=ran_on[fingerprint.DEVICE],
-        study=name,
-        trace_path=str(args.trace),
-        trace_sha256=sha,
-        window=replay.text,
-        trial_number=chosen.number,
-        machine_of_writer=not recorded,
-    )
+    provenance = _provenance(chosen, args, name, sha, replay)
     text = render(
         spec.model,
         picks.engine_args_of(chosen),
@@ -205,20 +171,84 @@ def write_result(
         return EXIT_MEETS_SLOS
     print(f"\nno trial met the SLOs; wrote the closest, trial {chosen.number}, to {out}:")
     print("\n".join(f"  {line}" for line in verdict_lines(verdict)))
+    print("\n".join(_what_next(args, name, chosen, replay, verdict.misses, capacity)))
+    return EXIT_MISSES_SLOS
+
+
+def _nothing_served(study: Any) -> int:
+    """Say why nothing is written: the first trial that failed, and its reason."""
+    failed = picks.first_failure(study)
+    why = (
+        f"trial {failed.number}: {failed.user_attrs.get(search.REASON_ATTR, 'no reason kept')}"
+        if failed is not None
+        else "none; no trial has finished its window"
+    )
+    print(
+        f"tuner: no trial served the window; nothing written. First failure: {why}", file=sys.stderr
+    )
+    return EXIT_FAILED
+
+
+def _headlines(
+    chosen: Any, baseline_attrs: Mapping[str, Any] | None, peak: float | None, capacity: bool
+) -> tuple[list[str], str]:
+    """A capacity study's headline and servers lines, and where the figures were measured."""
+    if not capacity:
+        return [], "on that window"
+    found = capacity_text.capacity_of(chosen.user_attrs) or 0.0
+    extra = [
+        capacity_text.headline(chosen.user_attrs, baseline_attrs, peak),
+        capacity_text.servers_line(found, peak, f"trial {chosen.number}"),
+    ]
+    measured = (
+        f"at {capacity_text.num(found)} req/s, its capacity"
+        if found
+        else ("at the lowest rate tried")
+    )
+    return extra, measured
+
+
+def _provenance(
+    chosen: Any, args: argparse.Namespace, name: str, sha: str, replay: Replay
+) -> Provenance:
+    """What the trial ran on; this machine's only for a trial recorded before tuner kept that."""
+    attrs = chosen.user_attrs
+    recorded = all(isinstance(attrs.get(key), str) for key in fingerprint.MEASURED_ON)
+    ran_on: Mapping[str, str] = attrs if recorded else fingerprint.measured_on()
+    return Provenance(
+        tuner_version=tuner.__version__,
+        vllm_version=ran_on[fingerprint.VLLM_VERSION],
+        device=ran_on[fingerprint.DEVICE],
+        study=name,
+        trace_path=str(args.trace),
+        trace_sha256=sha,
+        window=replay.text,
+        trial_number=chosen.number,
+        machine_of_writer=not recorded,
+    )
+
+
+def _what_next(
+    args: argparse.Namespace,
+    name: str,
+    chosen: Any,
+    replay: Replay,
+    misses: Sequence[scoring.Miss],
+    capacity: bool,
+) -> list[str]:
+    """What to try where nothing met the SLOs."""
     if capacity:
-        print(
+        return [
             "next: no configuration met the SLOs at any rate down to the search's floor; relax "
             f"the SLOs in {spec_path(args, name)} (or lengthen capacity_window_s) and search "
             "again under a new --study"
-        )
-        return EXIT_MISSES_SLOS
+        ]
     steps = next_steps(
-        chosen.number, chosen.user_attrs, replay.offered, spec_path(args, name), verdict.misses
+        chosen.number, chosen.user_attrs, replay.offered, spec_path(args, name), misses
     )
     if replay.offered is not None:
         steps.append(
             "  or find the rate one server of each configuration carries within these SLOs: "
             f"tuner run --trace {args.trace} --study {name}-capacity --objective capacity"
         )
-    print("\n".join(steps))
-    return EXIT_MISSES_SLOS
+    return steps
