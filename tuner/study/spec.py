@@ -69,6 +69,15 @@ SEARCHES = (INCUMBENT, TPE)
 
 @dataclass(frozen=True)
 class StudySpec:
+    """A study as its YAML file states it, checked (``parse_spec``): the model and the engine
+    arguments every trial shares, what the search varies, the SLOs and weights a trial is judged
+    by, and how trials are replayed, measured and confirmed.
+
+    Every field's default here is the default of a spec file (``DEFAULT_SPEC`` is derived from
+    them). Engine-argument names are vLLM's, normalised to dashes; no argument appears both in
+    ``engine_args`` and ``space``, and none is one tuner sets itself (``SERVER_ONLY``).
+    """
+
     model: str
     engine_args: Mapping[str, Any]
     space: tuple[Dimension, ...]

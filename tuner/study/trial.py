@@ -99,6 +99,12 @@ class TrialSetup:
 
 @dataclass(frozen=True)
 class TrialOutcome:
+    """What one trial measured, whatever its configuration did: the arguments it ran, its
+    ``Score``, its figures (``metrics``, client-side and vLLM's own) and phase times
+    (``timings``), and where it is infeasible or was cut short, why (``reason``, with the
+    engine log's tail where vLLM failed). ``run_trial`` returns one for every configuration;
+    only a bug or Ctrl-C raises instead."""
+
     engine_args: Mapping[str, Any]
     score: Score
     metrics: Mapping[str, float]
