@@ -18,9 +18,9 @@ FAILED_SCORE = 1000.0
 @dataclass(frozen=True)
 class Score:
     """A trial's judgement: ``value`` is what Optuna optimises (a latency study's weighted tails
-    over their SLOs, lower better; a capacity study's req/s), ``constraints`` one entry per SLO
-    or check, each the fraction by which it was missed (at or below 0: met). Only a feasible
-    score, every constraint met, can win."""
+    over their SLOs, lower better; a capacity study's req/s, higher better), ``constraints``
+    one entry per SLO or check, above 0 where it was missed (an SLO by that fraction of it) and
+    at or below 0 where met. Only a feasible score, every constraint met, can win."""
 
     value: float
     constraints: Mapping[str, float]
