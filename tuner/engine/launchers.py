@@ -51,6 +51,7 @@ class EngineFailed(Exception):
 
 
 def tail(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a log (read from its last 64 KiB); "" if it cannot be read."""
     try:
         with path.open("rb") as handle:
             handle.seek(0, os.SEEK_END)
@@ -338,5 +339,6 @@ class ZygoteLauncher:
 
 
 def signal_group(pgid: int, sig: signal.Signals) -> None:
+    """Send ``sig`` to process group ``pgid``; a group already gone is no error."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)

@@ -11,6 +11,7 @@ from tuner.study.capacity import CAPACITY_ATTR
 
 
 def capacity_of(attrs: Mapping[str, Any] | None) -> float | None:
+    """A trial's measured capacity in req/s from its attributes; None where it has none."""
     value = None if attrs is None else attrs.get(CAPACITY_ATTR)
     return float(value) if isinstance(value, int | float) else None
 
@@ -50,6 +51,7 @@ def headline(
 
 
 def servers_line(capacity_req_per_s: float, peak_req_per_s: float | None, label: str) -> str:
+    """How many servers like ``label`` carry the peak rate, with the division shown."""
     if not peak_req_per_s:
         return "servers for the peak: n/a (no peak rate known)"
     count = servers_for(peak_req_per_s, capacity_req_per_s)

@@ -77,6 +77,7 @@ def served_config(model: str, engine_args: Mapping[str, Any]) -> str:
 
 
 def format_figure(metrics: Mapping[str, Any], key: str, scale: float, unit: str) -> str:
+    """``metrics[key]`` times ``scale`` with its unit, one decimal; "n/a" where not measured."""
     value = metrics.get(key)
     if not isinstance(value, int | float):
         return "n/a"

@@ -16,6 +16,7 @@ from tuner.study.scoring import FAILED_SCORE
 
 
 def engine_args_of(trial: FrozenTrial) -> dict[str, Any]:
+    """The engine arguments the trial ran with (all of them, fixed and searched)."""
     return dict(trial.user_attrs[ARGS_ATTR])
 
 
@@ -66,6 +67,7 @@ def first_failure(study: optuna.Study) -> FrozenTrial | None:
 
 
 def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The study's first complete baseline trial (vLLM's defaults unless the spec says), if any."""
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         if t.user_attrs.get(BASELINE_ATTR):
             return t

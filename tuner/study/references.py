@@ -19,6 +19,7 @@ TAKEN = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState
 
 
 def has_baseline(study: optuna.Study) -> bool:
+    """Whether a baseline trial has completed in the study (so none is queued again)."""
     return any(
         t.user_attrs.get(BASELINE_ATTR) and t.state == TrialState.COMPLETE
         for t in study.get_trials(deepcopy=False)
@@ -70,5 +71,6 @@ def duplicate_of(study: optuna.Study, trial: Trial) -> int | None:
 
 
 def drop_duplicate(study: optuna.Study, trial: Trial, original: int) -> None:
+    """End ``trial`` unmeasured (FAIL, with why): trial ``original`` measures the same thing."""
     trial.set_user_attr(REASON_ATTR, f"queued twice by two workers: trial {original} measures it")
     study.tell(trial, state=TrialState.FAIL)

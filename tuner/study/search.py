@@ -396,4 +396,5 @@ def _should_stop(trial: Trial, prunable: bool) -> Callable[[int, float], bool]:
 
 
 def pruner_for(spec: StudySpec) -> FarOffPruner:
+    """The pruner of a latency study: the spec's ``prune_factor`` after ``prune_after_s``."""
     return FarOffPruner(factor=spec.prune_factor, after_step=round(spec.prune_after_s))

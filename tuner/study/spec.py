@@ -414,4 +414,5 @@ def _metric_map(path: str, name: str, value: Any, *, allow_zero: bool = False) -
 
 
 def load_spec(path: str | Path) -> StudySpec:
+    """Read and check the spec file at ``path``; ``SpecError`` names the field at fault."""
     return parse_spec(read_spec_document(Path(path)), str(path))
