@@ -23,6 +23,7 @@ from tuner.study.spec import StudySpec
 
 
 def fmt_params(args: Mapping[str, Any], space_names: Sequence[str]) -> str:
+    """A trial's searched arguments as NAME=VALUE words; "(vLLM defaults)" where none is set."""
     shown = {k: v for k, v in args.items() if k in space_names} or {"(vLLM defaults)": ""}
     # None: left to vLLM's default (a field of a nested config such as the capture range).
     return " ".join(
@@ -41,6 +42,7 @@ LINE_FIGURES = (
 
 
 def trial_line(trial: Any, space_names: Sequence[str]) -> str:
+    """One finished trial as ``tuner run`` prints it: its arguments, state, figures and why."""
     attrs = trial.user_attrs
     args = attrs.get(search.ARGS_ATTR, {})
     state = "feasible" if attrs.get(search.FEASIBLE_ATTR) else "infeasible"
@@ -113,6 +115,7 @@ def comparison_table(
     label: str = "best",
     capacity_rows: Sequence[tuple[str, str, str]] = (),
 ) -> str:
+    """The chosen trial's headline figures beside the baseline's, as printed after a run."""
     rows = [f"{'':<16} {label:>14} {'baseline':>14}"]
     rows += [f"{name:<16} {mine:>14} {base:>14}" for name, mine, base in capacity_rows]
     if capacity_rows:

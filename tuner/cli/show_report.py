@@ -9,10 +9,12 @@ from tuner.report.build import write_report
 
 
 def default_storage(name: str) -> str:
+    """Where ``tuner run`` keeps study NAME unless ``--storage`` says otherwise."""
     return f"sqlite:///studies/{name}.db"
 
 
 def default_out(name: str) -> Path:
+    """Where ``tuner report`` writes study NAME's page unless ``--out`` says otherwise."""
     return Path("reports") / name
 
 
@@ -27,6 +29,7 @@ def report_command(name: str, storage: str, configs: Path) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """``tuner report``: write the study's HTML page (no network needed to open it)."""
     storage = args.storage or default_storage(args.study)
     page = write_report(args.study, storage, args.out or default_out(args.study), args.configs)
     print(f"wrote {page} (open it in a browser; it needs no network)")

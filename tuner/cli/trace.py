@@ -16,6 +16,7 @@ from tuner.traces.prometheus_http import read_access
 
 
 def cmd_trace_inspect(args: argparse.Namespace) -> int:
+    """``tuner trace inspect``: what a trace asks of a server, in numbers and a figure."""
     service = profile.ServiceModel(args.prefill_tokens_per_s, args.tpot_ms / 1000)
     if service.prefill_tokens_per_s <= 0 or service.tpot_s <= 0 or args.window_s <= 0:
         raise InputError("--window-s, --tpot-ms and --prefill-tokens-per-s must be positive")
@@ -42,6 +43,7 @@ def cmd_trace_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_trace_from_prometheus(args: argparse.Namespace) -> int:
+    """``tuner trace from-prometheus``: a trace rebuilt from a Prometheus server's vLLM series."""
     start_s = prometheus.parse_time(args.start)
     end_s = prometheus.parse_time(args.end)
     access = read_access(

@@ -104,6 +104,7 @@ def closed_loop_replay(
     time_scale: float,
     max_model_len: int,
 ) -> Replay:
+    """A concurrency trace's busiest window, replayed closed-loop with lengths from ``lengths``."""
     start_s = concurrency.busiest_window_start(schedule, window_s)
     window = schedule.window(start_s, window_s).scaled(time_scale)
     lengths_from = (
@@ -130,6 +131,7 @@ def open_loop_replay(
     max_model_len: int,
     longest_replay_s: float | None = None,
 ) -> Replay:
+    """A request trace's busiest window, time-scaled and fitted to the model's context."""
     workload: Workload = build_workload(
         trace, window_s, time_scale, max_model_len, longest_replay_s
     )

@@ -307,6 +307,7 @@ def summarize_server(before: Scrape, after: Scrape) -> dict[str, float]:
 
 
 def gauge(scrape: Scrape, names: Iterable[str]) -> float | None:
+    """The first of ``names`` (one gauge's names across vLLM versions) the scrape holds."""
     return next((scrape.values[n] for n in names if n in scrape.values), None)
 
 

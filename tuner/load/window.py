@@ -77,6 +77,7 @@ class ReplayResult:
 
 
 async def scrape(client: httpx.AsyncClient) -> str:
+    """The server's /metrics text; "" (with a warning) where it cannot be read."""
     try:
         response = await client.get("/metrics", timeout=10.0)
     except httpx.HTTPError as exc:
@@ -97,6 +98,7 @@ async def probe_loop(interval_s: float, into: list[float], stop: asyncio.Event) 
 async def sample_gauges(
     client: httpx.AsyncClient, interval_s: float, into: list[str], stop: asyncio.Event
 ) -> None:
+    """Append a /metrics scrape to ``into`` every ``interval_s`` until ``stop`` is set."""
     while not stop.is_set():
         into.append(await scrape(client))
         with contextlib.suppress(TimeoutError):
@@ -279,12 +281,14 @@ async def drain(
 
 
 def why_unfinished(stopped_early: bool, settings: ReplaySettings) -> str:
+    """Why a request has no result: the replay was stopped, or the drain timed out."""
     if stopped_early:
         return "cancelled: the replay stopped early"
     return f"not finished within the {settings.drain_timeout_s:g} s drain timeout"
 
 
 def unfinished(request: Request, sent_s: float | None, why: str) -> RequestResult:
+    """A request that never finished, as a failed result saying ``why``."""
     return RequestResult(
         request.arrival_s,
         request.arrival_s if sent_s is None else sent_s,
