@@ -109,6 +109,7 @@ def late_compiles_by_phase(log: bytes, warmup_at: int, window_at: int) -> dict[s
 
 
 def find_markers(text: str) -> set[str]:
+    """Which of vLLM's start-up log markers (``MARKERS``) the log text holds."""
     return {name for name, pattern in MARKERS.items() if pattern.search(text)}
 
 

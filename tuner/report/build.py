@@ -41,6 +41,8 @@ WRITTEN_BY = re.compile(r"^# Study '(?P<study>.*)', trial (?P<trial>\d+)\.$", re
 
 
 def read_report(name: str, storage: str, configs: Path) -> StudyReport:
+    """Everything ``tuner report`` shows of study NAME: its trials, choice, baseline and the
+    configuration written for it under ``configs``."""
     study = search.load_existing(name, storage)
     trials = study.get_trials(deepcopy=False)
     choice = choose(study)

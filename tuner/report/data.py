@@ -110,6 +110,8 @@ class Point:
 
 @dataclass(frozen=True)
 class HistoryStep:
+    """One trial in the order run: its value, how it ended and the best feasible value so far."""
+
     trial: int
     value: float | None
     outcome: str
@@ -155,6 +157,7 @@ def _outcome(trial: FrozenTrial) -> str:
 
 
 def row_of(trial: FrozenTrial) -> TrialRow:
+    """One trial as the report's table shows it."""
     attrs = trial.user_attrs
     outcome = _outcome(trial)
     return TrialRow(
@@ -170,6 +173,7 @@ def row_of(trial: FrozenTrial) -> TrialRow:
 
 
 def rows_of(trials: Iterable[FrozenTrial]) -> tuple[TrialRow, ...]:
+    """Every trial as a table row, by trial number."""
     return tuple(sorted((row_of(t) for t in trials), key=lambda r: r.number))
 
 

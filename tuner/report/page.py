@@ -64,6 +64,7 @@ img { max-width: 100%; border: 1px solid #eee; }
 
 
 def fmt(metric: str, value: float | None) -> str:
+    """A figure as the page shows it (ms, req/s, a share or a score), "n/a" if not measured."""
     if value is None:
         return "n/a"
     if metric == "error_rate":
@@ -123,6 +124,7 @@ def _windows_cell(row: TrialRow) -> str:
 
 
 def verdict_section(report: StudyReport) -> str:
+    """The page's verdict: the configuration chosen against the baseline, or why none was."""
     columns = _columns(report)
     if report.chosen is None:
         first = next((r for r in report.rows if r.outcome in ("failed", "interrupted")), None)
@@ -193,6 +195,7 @@ def time_part(columns: Sequence[tuple[TrialRow, str]]) -> str:
 
 
 def configuration_part(report: StudyReport, chosen: int) -> str:
+    """The configuration file written for the chosen trial, or why it is not there."""
     config = report.configuration
     if config is None:
         return ""
@@ -296,6 +299,7 @@ def rates_section(report: StudyReport, images: Mapping[str, bytes]) -> str:
 
 
 def figures_section(report: StudyReport, images: Mapping[str, bytes]) -> str:
+    """The figures (inline PNGs) and what share of the trials' time was not measurement."""
     share = not_measurement_share(cost(report.rows))
     cost_text = (
         f"{share:.0%} of the trials' time was not measurement (engine start, warm-up, stop)."
@@ -323,6 +327,7 @@ def figures_section(report: StudyReport, images: Mapping[str, bytes]) -> str:
 
 
 def render(report: StudyReport, images: Mapping[str, bytes]) -> str:
+    """The whole HTML page, self-contained."""
     counts = {o: sum(r.outcome == o for r in report.rows) for o in (FEASIBLE, INFEASIBLE, PRUNED)}
     others = len(report.rows) - sum(counts.values())
     summary = ", ".join(f"{n} {o}" for o, n in counts.items() if n)

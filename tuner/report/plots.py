@@ -58,6 +58,7 @@ LABELS = {
 
 
 def new_figure(rows: int, cols: int, size: tuple[float, float]) -> tuple[Any, Any]:
+    """A matplotlib figure (Agg, no display) and its grid of axes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -68,6 +69,7 @@ def new_figure(rows: int, cols: int, size: tuple[float, float]) -> tuple[Any, An
 
 
 def save(fig: Any, path: Path) -> Path:
+    """Write the figure as a PNG at ``path`` and close it."""
     fig.savefig(path, dpi=DPI)
     import matplotlib.pyplot as plt
 

@@ -38,6 +38,7 @@ def jsonl_records(path: str, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def json_number(value: Any, key: str) -> float:
+    """A JSON value (number, or a number in a string) as a float; ``ValueError`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         if isinstance(value, str):
             return parse_number(value, key)
@@ -46,12 +47,14 @@ def json_number(value: Any, key: str) -> float:
 
 
 def json_time(value: Any, key: str) -> float:
+    """A JSON time: a timestamp string, or a number as the trace gives it."""
     if isinstance(value, str):
         return parse_timestamp(value)
     return json_number(value, key)
 
 
 def json_int_list(value: Any, key: str) -> tuple[int, ...]:
+    """A JSON list of non-negative integers (such as block hash ids) as a tuple."""
     if not isinstance(value, list) or not all(
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
     ):

@@ -74,6 +74,7 @@ def datetimes_s(texts: np.ndarray) -> np.ndarray:
 
 
 def parse_number(text: str, column: str) -> float:
+    """A cell as a number; ``ValueError`` naming the column otherwise."""
     try:
         return float(text)
     except ValueError:
