@@ -110,7 +110,7 @@ def search_vs_scan(spec: StudySpec, options: argparse.Namespace, work: Path) -> 
     settings = CapacitySettings(
         requests=requests,
         period_s=workload.replay_s,
-        window_s=options.window_s,
+        rate_window_s=options.window_s,
         resolution=spec.capacity_resolution,
         max_windows=spec.capacity_max_windows,
     )
@@ -120,7 +120,7 @@ def search_vs_scan(spec: StudySpec, options: argparse.Namespace, work: Path) -> 
     args = {**spec.engine_args, **spec.baseline}
     print(f"window: {workload.describe()}")
     print(
-        f"engine: {args}; capacity window {settings.window_s:g} s, resolution "
+        f"engine: {args}; capacity window {settings.rate_window_s:g} s, resolution "
         f"{settings.resolution:g}, at most {settings.max_windows} windows a search"
     )
     engine = Engine(model, args, work / "engine", env={"VLLM_SERVER_DEV_MODE": "1"})

@@ -93,7 +93,7 @@ def measure(options: argparse.Namespace) -> None:
         settings = CapacitySettings(
             requests=requests,
             period_s=workload.replay_s,
-            window_s=options.window_s,
+            rate_window_s=options.window_s,
             resolution=options.resolution,
             max_windows=options.max_windows,
         )

@@ -322,7 +322,9 @@ def test_the_search_finds_a_known_capacity(stand_in, caplog):
     # Evenly spaced arrivals from 5 req/s: 5, 10 pass, 20 fails, then bisection. A lagging
     # client bunches a few arrivals, so the boundary measured may sit a little below 10.
     window = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
-    settings = CapacitySettings(window, period_s=1.0, window_s=4.0, resolution=0.1, max_windows=8)
+    settings = CapacitySettings(
+        window, period_s=1.0, rate_window_s=4.0, resolution=0.1, max_windows=8
+    )
     replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
     slos = {"ttft_p95_s": 0.5}
     with caplog.at_level("INFO", logger="tuner.study.rates"):
@@ -347,7 +349,7 @@ def test_a_gate_above_the_capacity_costs_one_window(stand_in):
     that rate only, and says the capacity is below it."""
     window = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
     gate = 2 * CAPACITY_REQ_PER_S
-    settings = CapacitySettings(window, period_s=1.0, window_s=4.0, gate_req_per_s=gate)
+    settings = CapacitySettings(window, period_s=1.0, rate_window_s=4.0, gate_req_per_s=gate)
     replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
     found = measure_capacity(stand_in.url, settings, replay, {"ttft_p95_s": 0.5}, {})
     assert [p.rate_req_per_s for p in found.points] == [gate]
@@ -358,7 +360,7 @@ def test_one_rate_is_measured_alone_as_the_search_would(stand_in):
     # What a caller that picks its own rates gets (benchmarks/capacity.py's scan): the same
     # point the search would record for that rate, told to ``on_rate`` under its index.
     window = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
-    settings = CapacitySettings(window, period_s=1.0, window_s=3.0)
+    settings = CapacitySettings(window, period_s=1.0, rate_window_s=3.0)
     replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
     slos = {"ttft_p95_s": 0.5}
     told: set[tuple[int, float]] = set()
@@ -374,7 +376,7 @@ def test_one_rate_is_measured_alone_as_the_search_would(stand_in):
     far_above = CAPACITY_REQ_PER_S * 4
     point = measure_rate(stand_in.url, settings, replay, slos, {}, far_above)
     assert not point.passed and "lost" in (point.reason or ""), point
-    assert point.figures["stopped_at_s"] < settings.window_s
+    assert point.figures["stopped_at_s"] < settings.rate_window_s
 
 
 # --- a capacity study on vLLM ------------------------------------------------------------

@@ -420,7 +420,7 @@ def test_a_gated_capacity_trial_is_pruned_and_says_so(tmp_path: Path) -> None:
         return TrialOutcome(args, capacity_score(0.0), metrics, {}, "failed at 6", pruned=True)
 
     setup = replace(
-        stand_in_setup(), capacity=CapacitySettings(requests=(), period_s=1.0, window_s=5.0)
+        stand_in_setup(), capacity=CapacitySettings(requests=(), period_s=1.0, rate_window_s=5.0)
     )
     run_study(open_study("s", storage, 0, capacity=True), spec, setup, tmp_path, 2, runner=runner)
     baseline, searched = optuna.load_study(study_name="s", storage=storage).trials

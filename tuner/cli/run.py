@@ -176,7 +176,7 @@ def _calibration(
     print(
         "calibrating (time_scale: auto): how much of this window vLLM's defaults carry within "
         f"the SLOs on this machine, from {search_at.window_req_per_s:.3g} req/s, "
-        f"{search_at.window_s:g} s a rate, to within {search_at.resolution:.0%}",
+        f"{search_at.rate_window_s:g} s a rate, to within {search_at.resolution:.0%}",
         flush=True,
     )
     setup = trial_setup(spec, replay, vocab_size, launcher)
@@ -255,7 +255,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(
             f"capacity search: from {settings.window_req_per_s:.3g} req/s (the window's rate; "
             "a later trial from the capacity of the same or the nearest configuration), "
-            f"{settings.window_s:g} s a rate, to within {settings.resolution:.0%}, at most "
+            f"{settings.rate_window_s:g} s a rate, to within {settings.resolution:.0%}, at most "
             f"{settings.max_windows} rates a trial"
         )
 

@@ -160,7 +160,7 @@ def capacity_settings(spec: StudySpec, replay: Replay) -> CapacitySettings | Non
     return CapacitySettings(
         requests=replay.requests,
         period_s=replay.offered.replay_s,
-        window_s=spec.capacity_window_s,
+        rate_window_s=spec.capacity_window_s,
         resolution=spec.capacity_resolution,
         max_windows=spec.capacity_max_windows,
         client_tolerance_s=spec.client_tolerance_s,

@@ -115,7 +115,7 @@ def settings(
     return CapacitySettings(
         requests=requests,
         period_s=period_s,
-        window_s=replay_s,
+        rate_window_s=replay_s,
         resolution=RESOLUTION,
         max_windows=MAX_WINDOWS,
         client_tolerance_s=client_tolerance_s,
@@ -124,7 +124,7 @@ def settings(
 
 def from_outcome(outcome: TrialOutcome, search: CapacitySettings, load: float) -> Calibration:
     """The calibration that ``search`` (``settings``) found on vLLM's defaults; a trial replays
-    for ``search.window_s`` seconds, or long enough for ``MIN_REPLAY_REQUESTS`` at its rate.
+    for ``search.rate_window_s`` seconds, or long enough for ``MIN_REPLAY_REQUESTS`` at its rate.
     ``CalibrationFailed`` where the engine did not serve (no rate measured)."""
     if not outcome.points:
         raise CalibrationFailed(outcome.reason or "vLLM's defaults did not serve", outcome.log_tail)
@@ -137,7 +137,7 @@ def from_outcome(outcome: TrialOutcome, search: CapacitySettings, load: float) -
         lowest_req_per_s=lowest,
         load=load,
         window_req_per_s=search.window_req_per_s,
-        replay_s=max(search.window_s, MIN_REPLAY_REQUESTS / rate),
+        replay_s=max(search.rate_window_s, MIN_REPLAY_REQUESTS / rate),
         windows=len(rates),
         seconds=float(outcome.timings.get("trial_s", 0.0)),
         points=tuple(outcome.points),

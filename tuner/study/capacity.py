@@ -4,7 +4,7 @@ carries within every SLO, with no request failing.
 ``measure_capacity`` runs on a server that is already up (started once per trial by
 ``tuner.study.trial``): for each rate the search asks for (``tuner.study.rates``), it waits for
 the server to be idle, resets vLLM's prefix cache where the server allows it, and replays the
-window time-scaled to that rate for ``CapacitySettings.window_s`` seconds. Each window draws
+window time-scaled to that rate for ``CapacitySettings.rate_window_s`` seconds. Each window draws
 its prompts from its own seed, so no window reuses another's prompts from the prefix cache.
 ``measure_rate`` is one such rate alone, for a caller that picks its own rates (a brute-force
 scan, as ``benchmarks/capacity.py`` does to check the search). ``start_hint`` says where a
@@ -77,12 +77,13 @@ class StartHint:
 @dataclass(frozen=True)
 class CapacitySettings:
     """How a capacity trial searches: the window's requests and the seconds they span as
-    replayed (``period_s``), the seconds each rate is replayed for, the relative resolution,
-    and the most windows one trial measures."""
+    replayed (``period_s``), the seconds each rate is replayed for (``rate_window_s``; the
+    spec's ``capacity_window_s``, not its trace window), the relative resolution, and the most
+    windows one trial measures."""
 
     requests: Sequence[Request]
     period_s: float
-    window_s: float = CAPACITY_WINDOW_S
+    rate_window_s: float = CAPACITY_WINDOW_S
     resolution: float = 0.1
     max_windows: int = 10
     client_tolerance_s: float = CLIENT_TOLERANCE_S
@@ -115,7 +116,7 @@ class CapacitySettings:
 
     @property
     def floor_req_per_s(self) -> float:
-        return MIN_WINDOW_REQUESTS / self.window_s
+        return MIN_WINDOW_REQUESTS / self.rate_window_s
 
 
 # Told the phase text and the replay's progress: (rate index, rate, elapsed s, live requests).
@@ -205,7 +206,7 @@ def measure_rate(
     index: int = 0,
     on_rate: OnRate | None = None,
 ) -> RatePoint:
-    """Replay the window at ``rate`` for ``settings.window_s`` on the running server, and judge
+    """Replay the window at ``rate`` for ``settings.rate_window_s`` on the running server, and judge
     it: passed if every SLO is met and no request failed.
 
     ``index`` is the window's place in its search: it numbers the window for ``on_rate`` and
@@ -214,7 +215,7 @@ def measure_rate(
     """
     idle = wait_idle(base_url)
     reset = reset_prefix_cache(base_url)
-    window = at_rate(settings.requests, settings.period_s, rate, settings.window_s)
+    window = at_rate(settings.requests, settings.period_s, rate, settings.rate_window_s)
     seeded = replace(replay_settings, seed=replay_settings.seed + SEED_STRIDE * (index + 1))
     lost: list[str] = []
     checked_s = 0.0

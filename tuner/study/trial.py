@@ -177,7 +177,9 @@ def _search_capacity(base_url: str, setup: TrialSetup, settings: CapacitySetting
         if progress is not None:
             done, ttft_p95_s = so_far(live)
             phase = f"{RATE} {index + 1}/{settings.max_windows}: {rate:.3g} req/s"
-            progress(TrialProgress(phase, elapsed_s, settings.window_s, done, None, ttft_p95_s))
+            progress(
+                TrialProgress(phase, elapsed_s, settings.rate_window_s, done, None, ttft_p95_s)
+            )
 
     objective = setup.objective
     return measure_capacity(
