@@ -28,6 +28,8 @@ def _interrupt(signum: int, frame: object) -> NoReturn:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``tuner``: parse the command line, run the command, and turn tuner's errors into a line on
+    stderr and an exit status."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

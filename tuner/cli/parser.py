@@ -15,6 +15,7 @@ from tuner.traces.prometheus_http import parse_header
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``tuner`` parser: init, run, trace, report and compile-key."""
     parser = argparse.ArgumentParser(prog="tuner", description=tuner.__doc__)
     parser.add_argument("--version", action="version", version=f"tuner {tuner.__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log tuner's steps")
@@ -132,6 +133,7 @@ def slo(text: str) -> tuple[str, float]:
 
 
 def client_procs(text: str) -> int | str:
+    """``--client-procs``: "auto" or a positive whole number."""
     if text == "auto":
         return text
     try:
@@ -144,6 +146,7 @@ def client_procs(text: str) -> int | str:
 
 
 def add_trace_options(parser: argparse.ArgumentParser) -> None:
+    """How a trace file is read: its format, columns, time unit and which model's rows."""
     parser.add_argument("--format", choices=sorted(FORMATS), help="trace format (default: detect)")
     parser.add_argument(
         "--columns",
@@ -186,6 +189,7 @@ def seed(text: str) -> int:
 
 
 def http_header(text: str) -> tuple[str, str]:
+    """``--header NAME: VALUE`` for requests to Prometheus."""
     try:
         return parse_header(text)
     except ValueError as exc:
@@ -193,6 +197,7 @@ def http_header(text: str) -> tuple[str, str]:
 
 
 def column_mapping(text: str) -> dict[str, str]:
+    """``--columns``: which of a CSV's columns hold arrival times and lengths."""
     try:
         return parse_column_mapping(text)
     except ValueError as exc:
@@ -205,6 +210,7 @@ def trace_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_trace_commands(commands: Any) -> None:
+    """``tuner trace inspect`` and ``tuner trace from-prometheus``."""
     trace = commands.add_parser("trace", help="look at a trace, or rebuild one from Prometheus")
     sub = trace.add_subparsers(dest="trace_command", required=True)
     inspect = sub.add_parser("inspect", help="the shape of a trace's traffic")
@@ -263,6 +269,7 @@ def add_trace_commands(commands: Any) -> None:
 
 
 def add_report_command(commands: Any) -> None:
+    """``tuner report``: a study's HTML page."""
     report = commands.add_parser("report", help="an HTML page of what a study found, with plots")
     report.add_argument("study", help="study name")
     report.add_argument("--storage", help="Optuna storage URL (default: sqlite:///studies/NAME.db)")

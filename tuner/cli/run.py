@@ -196,6 +196,9 @@ def _calibration(
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """``tuner run``: read the trace and the spec (writing one if there is none), calibrate where
+    asked, add the trials, confirm the winner and write its configuration; the exit status says
+    whether it meets the SLOs."""
     name = args.study or args.trace.stem
     # Bad input stops here, before anything is written.
     if decide_format(args.trace, args.format, args.columns) == CONCURRENCY:

@@ -40,6 +40,7 @@ def server_parser() -> Any:
 
 
 def cache_path(version: str) -> Path:
+    """Where the argument names of vLLM ``version`` are kept once read (the user's cache)."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base, "tuner", f"vllm-{version}-arguments.json")
 

@@ -59,6 +59,7 @@ def body_key(body: bytes) -> str:
 
 
 def plain(status: bytes, body: bytes, content_type: bytes = b"text/plain") -> bytes:
+    """A whole HTTP/1.1 response with ``body``."""
     return (
         b"HTTP/1.1 "
         + status
@@ -71,6 +72,8 @@ def plain(status: bytes, body: bytes, content_type: bytes = b"text/plain") -> by
 
 @dataclass
 class Settings:
+    """The stand-in server's latencies: time to the first token, then between tokens."""
+
     ttft_s: float = 0.02
     itl_s: float = 0.01
 
@@ -157,6 +160,7 @@ class _Server:
 
 
 async def serve(socks: list[socket.socket], settings: Settings) -> None:
+    """Serve on the listening sockets until cancelled."""
     loop = asyncio.get_running_loop()
     state = _Server(settings)
     servers = [
@@ -167,6 +171,7 @@ async def serve(socks: list[socket.socket], settings: Settings) -> None:
 
 
 def listening_socket(port: int, shared: bool = False) -> socket.socket:
+    """A socket listening on 127.0.0.1:``port`` (``shared``: several processes on one port)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if shared:
