@@ -203,12 +203,9 @@ def _headlines(
         capacity_text.headline(chosen.user_attrs, baseline_attrs, peak),
         capacity_text.servers_line(found, peak, f"trial {chosen.number}"),
     ]
-    measured = (
-        f"at {capacity_text.num(found)} req/s, its capacity"
-        if found
-        else ("at the lowest rate tried")
-    )
-    return extra, measured
+    if not found:
+        return extra, "at the lowest rate tried"
+    return extra, f"at {capacity_text.num(found)} req/s, its capacity"
 
 
 def _provenance(
