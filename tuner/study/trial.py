@@ -275,8 +275,7 @@ def run_trial(
     began = time.monotonic()
 
     def tell(phase: TrialProgress) -> None:
-        if progress is not None:
-            progress(phase)
+        _tell(progress, phase)
 
     def starting(elapsed_s: float) -> None:
         tell(TrialProgress(STARTING, elapsed_s))
@@ -332,11 +331,16 @@ def _failed(engine_args: Mapping[str, Any], capacity: bool, exc: EngineFailed) -
     )
 
 
+def _tell(progress: OnProgress | None, phase: TrialProgress) -> None:
+    """Tell ``progress``, if anyone listens, where the trial is."""
+    if progress is not None:
+        progress(phase)
+
+
 def _warm_up(base_url: str, setup: TrialSetup) -> float:
     """Replay the spec's warm-up requests, unscored; the seconds it took."""
     warmup = _sending(WARMUP, setup.warmup_requests)
-    if setup.progress is not None:
-        setup.progress(warmup)
+    _tell(setup.progress, warmup)
     started = time.monotonic()
     watch = _monitor(setup.objective, None, setup.progress, warmup)
     replay(base_url, setup.warmup_requests, setup.replay, monitor=watch)
@@ -353,8 +357,7 @@ def _measure(
     progress = setup.progress
     if setup.closed_loop is not None:
         window = TrialProgress(REPLAY, sending_s=setup.closed_loop.schedule.end_s)
-        if progress is not None:
-            progress(window)
+        _tell(progress, window)
         return replay_closed_loop(
             base_url,
             setup.closed_loop.schedule,
@@ -363,8 +366,7 @@ def _measure(
             monitor=_monitor(setup.objective, should_stop, progress, window),
         )
     window = _sending(REPLAY, setup.requests)
-    if progress is not None:
-        progress(window)
+    _tell(progress, window)
     watch = _monitor(setup.objective, should_stop, progress, window)
     return replay(base_url, setup.requests, setup.replay, monitor=watch)
 
