@@ -14,10 +14,12 @@ After replaying it, the trace rebuilt from Prometheus must match it within:
   up to one scrape after the load;
 - requests per phase ±25 % (about 8 requests of the 30 in the slow phase): each step's
   count is exact up to a scrape interval at its edges (3 requests at 3 req/s), requests are
-  spread uniformly within their 5 s step, and first tokens are moved back by the mean
-  TTFT, not each request's own (from completions, moved back by the mean end-to-end latency,
-  a loaded 2-core machine put 59 requests in the fast phase's 79: decoding 70 tokens spread
-  completions over seconds);
+  spread uniformly within their 5 s step, and first tokens are moved back by their step's
+  mean TTFT, not each request's own (a slow machine's TTFTs spread over seconds within a
+  step once it falls behind; one mean over the whole range put 39 requests in the fast
+  phase's 79 on a 2-core machine beside two busy loops; from completions, moved back by the
+  mean end-to-end latency, a loaded 2-core machine put 59 requests in the fast phase's 79:
+  decoding 70 tokens spread completions over seconds);
 - mean lengths ±3 %: the histograms carry the exact ``_sum`` and ``_count``, and the sampler
   solves for that mean; what is left is rounding to whole tokens and the count difference;
 - the share of requests at or under every bucket bound within 3 percentage points: the
@@ -170,6 +172,37 @@ def test_rebuild_is_seeded_and_shifted_by_latency():
     assert np.array_equal(completions.trace.arrival_s, one.trace.arrival_s)
     assert f"rate of {SUCCESS} per 5 s step" in completions.header[1]
     assert "the mean e2e latency 2.000 s" in completions.header[1]
+
+
+def test_each_step_moves_back_by_its_own_mean_lag():
+    """A server falling behind: the first 30 s of first tokens lagged 0.5 s, the last 30 s
+    lagged 12 s (their requests arrived 12 s earlier); steps without counts take the mean."""
+    hist = histogram_of(known_trace().output_tokens)
+    times_s = 1000.0 + np.arange(1, 13) * STEP_S
+    lag_s = np.where(times_s <= 1030.0, 0.5, 12.0)
+    lag_s[0] = np.nan
+    scraped = Scraped(
+        start_s=1000.0,
+        end_s=1060.0,
+        step_s=STEP_S,
+        rate_times_s=times_s,
+        rate_per_s=np.full(12, 2.0),
+        prompt=hist,
+        generation=hist,
+        running_times_s=times_s,
+        running=np.full(12, 3.0),
+        mean_lag_s=6.25,
+        lag_s=lag_s,
+    )
+    rebuilt = rebuild(scraped, seed=3)
+    arrival_s = rebuilt.origin_s + rebuilt.trace.arrival_s
+    counted_s = arrivals_from_rate(times_s, scraped.rate_per_s, STEP_S, np.random.default_rng(3))
+    want = counted_s - np.select([counted_s < 1005.0, counted_s < 1030.0], [6.25, 0.5], 12.0)
+    # Arrivals before the range's start are clipped to it.
+    assert np.allclose(np.sort(arrival_s), np.sort(np.clip(want, 1000.0, None)))
+    assert (
+        "each step's mean TTFT (0.500 to 12.000 s; 6.250 s over the range)" in (rebuilt.header[1])
+    )
 
 
 # --- against real servers ----------------------------------------------------------------
@@ -495,6 +528,9 @@ def test_tls_is_verified_unless_insecure(guarded_prometheus):
         # The exporter has no TTFT histogram: completions, moved back by the e2e latency.
         assert scraped.counter == SUCCESS
         assert scraped.mean_lag_s == pytest.approx(0.5)
+        observed = scraped.lag_s[np.isfinite(scraped.lag_s)]
+        assert len(scraped.lag_s) == len(scraped.rate_times_s) and len(observed)
+        assert observed == pytest.approx(np.full(len(observed), 0.5))
 
 
 def test_cli_verifies_tls_and_insecure_or_ca_file_opts_out(guarded_prometheus, tmp_path):

@@ -6,11 +6,14 @@ them back into a request trace with the same rate over time and the same length 
 - arrivals: the rate per step of the count of first tokens (``_count`` of the
   ``vllm:time_to_first_token_seconds`` histogram; from the counter's values at each step, see
   ``rate_from_counters``), as a whole number of requests per step (cumulative rounding keeps
-  the total), placed uniformly at random in their step and moved back by the mean TTFT (the
-  counter counts first tokens, not arrivals). Where Prometheus has no TTFT histogram, the
-  rate of ``vllm:request_success_total`` moved back by the mean end-to-end latency instead:
-  completions lag arrivals by a whole request's time, which spreads as requests queue, while
-  a first token lags by its queueing and prefill only;
+  the total), placed uniformly at random in their step and moved back by that step's mean
+  TTFT (the counter counts first tokens, not arrivals; the histogram's ``_sum`` and
+  ``_count`` grow together as each first token is recorded, so their increase over a step is
+  the mean TTFT of the requests counted there; a server that falls behind has TTFTs growing
+  over seconds, which one mean over the range would misplace). Where Prometheus has no TTFT
+  histogram, the rate of ``vllm:request_success_total`` moved back by each step's mean
+  end-to-end latency instead: completions lag arrivals by a whole request's time, which
+  spreads as requests queue, while a first token lags by its queueing and prefill only;
 - lengths: drawn from the increase of the ``vllm:request_prompt_tokens`` and
   ``vllm:request_generation_tokens`` histograms over the whole range; inside a bucket, values
   follow ``lo + (hi - lo) * u**a`` with ``a`` chosen so that the mean equals the histogram's
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -83,9 +86,11 @@ class Scraped:
     running_times_s: np.ndarray
     running: np.ndarray
     # The mean time from a request's arrival to its count in ``counter``, whose rate per step
-    # is ``rate_per_s``: one of ``ARRIVAL_COUNTERS``.
+    # is ``rate_per_s``: one of ``ARRIVAL_COUNTERS``. ``lag_s``: that mean for the requests
+    # counted in each step (NaN where none were; empty: ``mean_lag_s`` for every step).
     mean_lag_s: float
     counter: str = FIRST_TOKENS
+    lag_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 @dataclass(frozen=True)
@@ -166,11 +171,22 @@ def arrivals_from_rate(
     return np.sort(np.repeat(starts, per_step) + offsets)
 
 
+def _shift_s(scraped: Scraped, counted_s: np.ndarray) -> np.ndarray:
+    """How far back each counted time moves: its step's mean lag, else the range's."""
+    overall = scraped.mean_lag_s if math.isfinite(scraped.mean_lag_s) else 0.0
+    if len(scraped.lag_s) != len(scraped.rate_times_s):
+        return np.full(len(counted_s), overall)
+    per_step = np.where(np.isfinite(scraped.lag_s), scraped.lag_s, overall)
+    # arrivals_from_rate puts a step's counts in [previous grid time, its grid time).
+    step = np.searchsorted(scraped.rate_times_s, counted_s, side="right")
+    return per_step[np.minimum(step, len(per_step) - 1)]
+
+
 def rebuild(scraped: Scraped, seed: int = 0) -> Rebuilt:
     """The request trace and concurrency series the scraped metrics describe."""
     rng = np.random.default_rng(seed)
     counted_s = arrivals_from_rate(scraped.rate_times_s, scraped.rate_per_s, scraped.step_s, rng)
-    shift_s = scraped.mean_lag_s if math.isfinite(scraped.mean_lag_s) else 0.0
+    shift_s = _shift_s(scraped, counted_s)
     arrival_s = np.clip(counted_s - shift_s - scraped.start_s, 0.0, None)
     if not len(arrival_s):
         raise TunerError(f"no requests in {scraped.counter} over the range; nothing to rebuild")
@@ -181,7 +197,7 @@ def rebuild(scraped: Scraped, seed: int = 0) -> Rebuilt:
         f"rebuilt by tuner from Prometheus metrics of vLLM, "
         f"{_iso(scraped.start_s)} to {_iso(scraped.end_s)}, step {scraped.step_s:g} s, seed {seed}",
         f"arrivals: rate of {scraped.counter} per {scraped.step_s:g} s step, uniform within a "
-        f"step, shifted back by the mean {ARRIVAL_COUNTERS[scraped.counter][1]} {shift_s:.3f} s",
+        f"step, shifted back by {_shift_text(scraped, shift_s)}",
         f"lengths: drawn from the {PROMPT} and {GENERATION} histograms over the range "
         f"(means {scraped.prompt.mean:.1f} and {scraped.generation.mean:.1f} tokens), "
         "independently of each other and of time",
@@ -194,6 +210,16 @@ def rebuild(scraped: Scraped, seed: int = 0) -> Rebuilt:
         concurrency_times_s=scraped.running_times_s - scraped.step_s - scraped.start_s,
         concurrency=scraped.running,
         header=header,
+    )
+
+
+def _shift_text(scraped: Scraped, shift_s: np.ndarray) -> str:
+    lag = ARRIVAL_COUNTERS[scraped.counter][1]
+    if len(scraped.lag_s) != len(scraped.rate_times_s) or np.ptp(shift_s) == 0:
+        return f"the mean {lag} {float(shift_s[0]):.3f} s"
+    return (
+        f"each step's mean {lag} ({float(shift_s.min()):.3f} to {float(shift_s.max()):.3f} s; "
+        f"{scraped.mean_lag_s:.3f} s over the range)"
     )
 
 

@@ -99,6 +99,25 @@ def rate_from_counters(
     return np.asarray(grid[1:], dtype=np.float64), total / np.diff(grid)
 
 
+def _mean_per_step(sums: Result, counts: Result, times_s: np.ndarray, step_s: float) -> np.ndarray:
+    """A histogram's mean over each step ending at ``times_s`` (NaN where nothing was
+    observed), from its ``_sum`` and ``_count`` counters' range queries."""
+    mean = np.full(len(times_s), np.nan)
+    sum_times, sum_rate = rate_from_counters(_samples(sums), step_s)
+    count_times, count_rate = rate_from_counters(_samples(counts), step_s)
+    if not np.array_equal(sum_times, count_times):
+        return mean
+    at = {float(t): i for i, t in enumerate(times_s)}
+    for t, total, n in zip(sum_times, sum_rate, count_rate, strict=True):
+        if n > 0 and float(t) in at:
+            mean[at[float(t)]] = total / n
+    return mean
+
+
+def _samples(result: Result) -> list[list[tuple[float, float]]]:
+    return [[(float(t), float(v)) for t, v in series["values"]] for series in result]
+
+
 def _values(result: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     if not result:
         return np.zeros(0), np.zeros(0)
@@ -186,14 +205,21 @@ def fetch(
         generation = _histogram(query, GENERATION, selector, range_s, end_s)
         lag_sum = query(f"sum(increase({lag}_sum{selector}[{range_s}s]))", end_s)
         lag_count = query(f"sum(increase({lag}_count{selector}[{range_s}s]))", end_s)
-    rate_times_s, rate_per_s = rate_from_counters(
-        [[(float(t), float(v)) for t, v in series["values"]] for series in counters], step_s
-    )
+        lag_sums, lag_counts = (
+            _close_range(
+                prometheus.query_range(f"{lag}_{part}{selector}", start_s, end_s, step),
+                prometheus.query(f"{lag}_{part}{selector}", end_s),
+                end_s,
+            )
+            for part in ("sum", "count")
+        )
+    rate_times_s, rate_per_s = rate_from_counters(_samples(counters), step_s)
     if not len(rate_times_s):
         names = " or ".join(ARRIVAL_COUNTERS)
         raise TunerError(f"Prometheus has no {names} series for {selector or 'any target'}")
     running_times_s, running_values = _values(running)
     mean_lag_s = _instant(lag_sum) / _instant(lag_count) if lag_count else math.nan
+    lag_s = _mean_per_step(lag_sums, lag_counts, rate_times_s, step_s)
     logger.info("fetched %d rate steps of %s from %s", len(rate_times_s), counter, url)
     return Scraped(
         start_s=start_s,
@@ -207,4 +233,5 @@ def fetch(
         running=running_values,
         mean_lag_s=mean_lag_s,
         counter=counter,
+        lag_s=lag_s,
     )
