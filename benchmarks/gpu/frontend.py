@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 import psutil
+import yaml
 
 from tuner.cli.workload import open_loop_replay, trial_setup
 from tuner.engine.dummy_model import write_model
@@ -141,6 +142,15 @@ CPU_PLAN = (
     Window("ramp-3", 3, 6, ramped=True),
     Window("spy-2", 2, 8, pyspy_s=4),
 )
+# Two configurations at the same rates (``--plan same-rate``, one probe each): where a
+# request's time goes when both carry the same load; the first window warms the engine up.
+SAME_RATE_PLAN = (
+    Window("warm-80", 80, 10),
+    Window("idle-100", 100, 20),
+    Window("spy-100", 100, 24, pyspy_s=20),
+    Window("idle-130", 130, 20),
+)
+PLANS = {"story": PLAN, "cpu": CPU_PLAN, "same-rate": SAME_RATE_PLAN}
 RAMP_STEP_S = 2.0
 RAMP_FRACTIONS = (0.25, 0.5, 0.75)
 # Parts of a window from idle judged apart: [start, end) seconds of their scheduled sends.
@@ -184,6 +194,17 @@ def server_processes(api_pid: int) -> dict[str, list[int]]:
         else:
             found["other"].append(child.pid)
     return found
+
+
+def serving_processes(procs: dict[str, list[int]]) -> dict[str, int]:
+    """The processes to watch by role: the API servers that serve requests (with
+    ``api-server-count`` above 1 the launched process only manages its ``ApiServer_N``
+    children: ``api``, ``api_2``, ...) and the engine core."""
+    api = procs["api"][1:] or procs["api"][:1]
+    watched = {("api" if i == 0 else f"api_{i + 1}"): pid for i, pid in enumerate(api)}
+    if procs["engine_core"]:
+        watched["engine_core"] = procs["engine_core"][0]
+    return watched
 
 
 def cpu_seconds(pid: int) -> tuple[float, float]:
@@ -285,11 +306,7 @@ def run_window(
     idle = wait_idle(engine.base_url, timeout_s=60.0)
     reset = reset_prefix_cache(engine.base_url)
     settings = dataclasses.replace(setup.replay, seed=setup.replay.seed + SEED_STRIDE * (index + 1))
-    watched = (
-        {"api": procs["api"][0], "engine_core": procs["engine_core"][0]}
-        if procs["engine_core"]
-        else {"api": procs["api"][0]}
-    )
+    watched = serving_processes(procs)
     log_at = engine.log_size()
     spies = pyspy_start(watched, window.pyspy_s, out, window.label) if window.pyspy_s else []
     cpu_before = {role: cpu_seconds(pid) for role, pid in watched.items()}
@@ -388,10 +405,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     launcher = ServeLauncher(out / "launcher.log")
     spec, setup = build(args.spec, args.trace, launcher)
-    plan = CPU_PLAN if args.cpu_plan else PLAN
-    engine = Engine(
-        spec.model, dict(spec.engine_args), out / "engine", launcher=launcher, env=setup.env
-    )
+    plan = PLANS["cpu" if args.cpu_plan else args.plan]
+    engine_args = {**spec.engine_args, **dict(args.engine_arg)}
+    engine = Engine(spec.model, engine_args, out / "engine", launcher=launcher, env=setup.env)
     try:
         engine.start()
         healthy_s = engine.wait_healthy(spec.health_timeout_s)
@@ -402,7 +418,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
             "processes": procs,
             "startup": engine.times.startup,
             "measured_on": fingerprint.measured_on(),
-            "engine_args": dict(spec.engine_args),
+            "engine_args": engine_args,
+            "plan": "cpu" if args.cpu_plan else args.plan,
         }
         (out / "meta.json").write_text(json.dumps(meta, indent=1))
         print(f"vLLM healthy after {healthy_s:.0f} s; processes {procs}", flush=True)
@@ -494,6 +511,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
     return 0
 
 
+def engine_arg(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: use KEY=VALUE")
+    return key, yaml.safe_load(value)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -501,7 +525,12 @@ def main(argv: list[str] | None = None) -> int:
     probe.add_argument("--spec", type=Path, required=True)
     probe.add_argument("--trace", type=Path, required=True)
     probe.add_argument("--out", type=Path, required=True)
-    probe.add_argument("--cpu-plan", action="store_true", help="the CPU build's smoke plan")
+    probe.add_argument("--plan", choices=sorted(PLANS), default="story", help="the windows")
+    probe.add_argument("--cpu-plan", action="store_true", help="the same as --plan cpu")
+    probe.add_argument(
+        "--engine-arg", action="append", type=engine_arg, default=[], metavar="KEY=VALUE",
+        help="an engine argument over the spec's engine_args (YAML value); repeatable",
+    )  # fmt: skip
     ab = sub.add_parser("ab", help="tuner's trials and confirm step over `vllm serve`")
     ab.add_argument("--spec", type=Path, required=True)
     ab.add_argument("--trace", type=Path, required=True)
