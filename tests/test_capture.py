@@ -66,16 +66,16 @@ def test_sets_capture_range():
 
 def test_capture_choices_cover_the_steps_of_the_trace():
     # The founding story: prompts of 10 to 200 tokens beside up to 32 decodes.
-    assert capture_choices(list(range(10, 201)), 32) == [None, 256, 512]
+    assert capture_choices(list(range(10, 201)), 32) == [256, 512]
     # Long prompts: up to the ceiling, not beyond.
-    assert capture_choices([1000, 2000, 4000], 32) == [None, CAPTURE_SIZE_CEILING]
+    assert capture_choices([1000, 2000, 4000], 32) == [CAPTURE_SIZE_CEILING]
     # Short ones: small steps only.
-    assert capture_choices([5] * 10, 4) == [None, 16]
+    assert capture_choices([5] * 10, 4) == [16]
     # No prompt lengths (a concurrency trace): vLLM's own ceiling.
-    assert capture_choices(None, 32) == [None, PINNED_CAPTURE_SIZE]
+    assert capture_choices(None, 32) == [PINNED_CAPTURE_SIZE]
     # The GPU space's max-num-seqs runs from 1 to 1024: its low end is a median prompt beside
     # one decode, so the story trace keeps the ranges of 128 to 512.
-    assert capture_choices(list(range(10, 201)), 1024, 1) == [None, 128, 256, 512, 1024, 2048]
+    assert capture_choices(list(range(10, 201)), 1024, 1) == [128, 256, 512, 1024, 2048]
 
 
 def test_the_gpu_default_spec_searches_the_range_and_batched_token_levels():
@@ -83,8 +83,9 @@ def test_the_gpu_default_spec_searches_the_range_and_batched_token_levels():
     spec = parse_spec(yaml.safe_load(default_spec_text("m", gpu=True, prompt_tokens=prompts)))
     dims = {d.name: d for d in spec.space}
     # No device known: max-num-seqs 1 to 256, so steps of a median prompt beside one decode
-    # to two long prompts beside 256 decodes.
-    assert dims[MAX_CAPTURE_SIZE].choices == (None, 128, 256, 512, 1024)
+    # to two long prompts beside 256 decodes; vLLM's own range at 256 (512) is the default.
+    assert dims[MAX_CAPTURE_SIZE].choices == (128, 256, 512, 1024)
+    assert dims[MAX_CAPTURE_SIZE].default == 512
     assert dims["max-num-batched-tokens"].kind == "categorical"
     assert spec.baseline == {}  # trial 0: vLLM's defaults
     # The CPU build's default spec is what it was: no range, no levels, no pin.

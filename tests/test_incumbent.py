@@ -8,6 +8,7 @@ import math
 import pytest
 
 from tuner.engine.environment import Gpu
+from tuner.flags import MAX_CAPTURE_SIZE
 from tuner.study.incumbent import MAX_LEVELS, Taken, levels, next_point
 from tuner.study.space import gpu_search_space
 from tuner.study.spec import Dimension, parse_spec
@@ -150,3 +151,27 @@ def test_the_gpu_space_starts_with_a_move_not_a_copy_of_the_defaults() -> None:
     # The front end first, the KV-cache share last (the order of the search's moves).
     names = [d.name for d in spec.space]
     assert names[0] == "api-server-count" and names[-1] == "gpu-memory-utilization"
+
+
+def test_in_the_gpu_space_either_front_end_move_leads_to_the_pair() -> None:
+    """Two API servers and a capture range wider than vLLM's default measured well together
+    and not apart (benchmarks/results/h200-asc-capture/): whichever of the two moves becomes
+    the incumbent, the next proposal is the pair; where neither does, the range moves next."""
+    spec = parse_spec(
+        {"search_space": gpu_search_space([50, 100, 200], Gpu(0, "GPU-0", "NVIDIA H100", 81559))}
+    )
+    defaults = {d.name: d.default for d in spec.space if d.has_default}
+    # vLLM's range at its default max-num-seqs (1024) is 512, a level among the others.
+    assert defaults[MAX_CAPTURE_SIZE] == 512
+    baseline = Taken({}, rank=-100.0)
+    two_servers = {**defaults, "api-server-count": 2}
+    wider = {**defaults, MAX_CAPTURE_SIZE: 1024}
+    pair = {**defaults, "api-server-count": 2, MAX_CAPTURE_SIZE: 1024}
+
+    won = next_point(spec.space, [baseline, Taken(two_servers, rank=-150.0)], defaults, RULE)
+    assert won is not None and won.params == pair
+    lost = next_point(spec.space, [baseline, Taken(two_servers, rank=-90.0)], defaults, RULE)
+    assert lost is not None and lost.params == wider
+    widened = [baseline, Taken(two_servers, rank=-90.0), Taken(wider, rank=-110.0)]
+    after = next_point(spec.space, widened, defaults, RULE)
+    assert after is not None and after.params == pair

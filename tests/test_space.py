@@ -45,10 +45,12 @@ def gpu_space(nvidia_smi: str) -> dict[str, Dimension]:
 def test_the_gpu_space_reaches_vllms_default_max_num_seqs_on_a_log_scale(nvidia_smi, high):
     seqs = gpu_space(nvidia_smi)["max-num-seqs"]
     assert (seqs.kind, seqs.low, seqs.high, seqs.log) == ("int", 1, high, True)
-    # The capture range covers steps of up to that many decodes beside a prompt.
-    assert gpu_space(nvidia_smi)[MAX_CAPTURE_SIZE].choices == tuple(
-        capture_choices(PROMPTS, high, 1)
-    )
+    # The capture range covers steps of up to that many decodes beside a prompt, and vLLM's own
+    # range at that max-num-seqs is a level and the default, placed by its size.
+    capture = gpu_space(nvidia_smi)[MAX_CAPTURE_SIZE]
+    vllm_range = min(2 * high, 512)
+    assert capture.choices == tuple(sorted({*capture_choices(PROMPTS, high, 1), vllm_range}))
+    assert capture.default == vllm_range
 
 
 @pytest.mark.parametrize("nvidia_smi", ["", "0, GPU-1, [N/A], NVIDIA GB10\n"])

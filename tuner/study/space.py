@@ -129,9 +129,9 @@ def _pow2_at_least(n: float) -> int:
 
 def capture_choices(
     prompt_tokens: list[int] | None, max_num_seqs: int, min_num_seqs: int | None = None
-) -> list[int | None]:
-    """Values of the capture-range dimension: None (vLLM's default, min(2 x max-num-seqs, 512)),
-    then powers of two covering the token counts the workload's steps carry.
+) -> list[int]:
+    """Capture sizes for the capture-range dimension: powers of two covering the token counts
+    the workload's steps carry (``gpu_search_space`` adds vLLM's own range among them).
 
     A step that admits a prompt carries that prompt (or its chunk) beside up to max-num-seqs
     decodes: the range runs from the step of a median prompt beside ``min_num_seqs`` decodes
@@ -151,12 +151,20 @@ def capture_choices(
         low = high = PINNED_CAPTURE_SIZE
     high = min(high, CAPTURE_SIZE_CEILING)
     low = min(low, high)
-    sizes: list[int | None] = [None]
+    sizes: list[int] = []
     size = low
     while size <= high:
         sizes.append(size)
         size *= 2
     return sizes
+
+
+def vllm_default_capture_size(max_num_seqs: int) -> int:
+    """The largest CUDA-graph capture size vLLM uses where none is given: twice max-num-seqs, at
+    most ``PINNED_CAPTURE_SIZE`` (``VllmConfig._set_cudagraph_sizes`` in vLLM 0.26.0 and 0.32.0;
+    on Blackwell, compute capability 10.x, the ceiling is 1024, which nvidia-smi's GPU name
+    does not tell tuner)."""
+    return min(2 * max_num_seqs, PINNED_CAPTURE_SIZE)
 
 
 def vllm_default_max_num_seqs(device: Gpu | None) -> int:
@@ -180,16 +188,35 @@ def gpu_search_space(prompt_tokens: list[int] | None, device: Gpu | None) -> dic
 
     The order is the order in which the search moves each dimension from vLLM's defaults
     (``tuner.study.incumbent``): what measured the largest effect first. On one H100 the API
-    server bound vLLM's defaults on short streamed requests (``GPU_API_SERVER_COUNTS``), while
-    a share of memory above vLLM's 0.9 only adds KV cache that a large GPU's defaults do not
-    fill."""
+    server bound vLLM's defaults on short streamed requests (``GPU_API_SERVER_COUNTS``); the
+    capture range comes next (the comment there says why), while a share of memory above
+    vLLM's 0.9 only adds KV cache that a large GPU's defaults do not fill. The capture range's
+    default is the range vLLM uses at its default max-num-seqs, placed among the levels by its
+    size, so that the search widens or narrows it from there."""
     seqs_high = vllm_default_max_num_seqs(device)
     large = seqs_high == LARGE_GPU_MAX_NUM_SEQS
+    vllm_range = vllm_default_capture_size(seqs_high)
+    captures = capture_choices(prompt_tokens, seqs_high, min_num_seqs=1)
     return {
         API_SERVER_COUNT: {
             "type": "categorical",
             "choices": list(GPU_API_SERVER_COUNTS),
             "default": 1,
+        },
+        # The CUDA-graph capture range is searched right after the API servers. With two API servers
+        # the engine runs several hundred requests at once, so its steps carry more tokens than
+        # vLLM's default range (512 at max-num-seqs 1024) and run without CUDA graphs; its CPU-bound
+        # loop then lost TPOT first. On one H200 (benchmarks/results/h200-asc-capture/, 2026-11-27,
+        # vLLM 0.26.0, tuner 151742d, each engine warmed up): vLLM's defaults 93.8 and 124.8 req/s,
+        # api-server-count 2 157.7 and 107.7 (TPOT p95 30 to 40 ms at 118 to 158 req/s),
+        # api-server-count 2 with the range up to 1024 204.5 and 185.9 (TPOT p95 14 to 18 ms there,
+        # losing TTFT first). The range alone measured 103.8 and 94.4 against the defaults' 80 to 95
+        # on other H100s. Searched next to each other, whichever of the two becomes the incumbent,
+        # the next move tries the pair.
+        MAX_CAPTURE_SIZE: {
+            "type": "categorical",
+            "choices": sorted({*captures, vllm_range}),
+            "default": vllm_range,
         },
         "max-num-seqs": {
             "type": "int",
@@ -202,11 +229,6 @@ def gpu_search_space(prompt_tokens: list[int] | None, device: Gpu | None) -> dic
             "type": "categorical",
             "choices": list(GPU_BATCHED_TOKENS_LEVELS),
             "default": LARGE_GPU_BATCHED_TOKENS if large else GPU_BATCHED_TOKENS,
-        },
-        MAX_CAPTURE_SIZE: {
-            "type": "categorical",
-            "choices": capture_choices(prompt_tokens, seqs_high, min_num_seqs=1),
-            "default": None,
         },
         "gpu-memory-utilization": {
             **DEFAULT_SPEC["search_space"]["gpu-memory-utilization"],
