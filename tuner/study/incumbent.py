@@ -28,9 +28,10 @@ Pure: the caller (``tuner.study.search``) reads the study's trials into ``Taken`
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,33 +170,36 @@ def next_point(
             return None
         return Proposal(params, move)
 
-    first = proposal(anchor, "the incumbent's levels")
-    if first is not None:
-        return first
-    widest = max(len(ladder) for ladder in ladders)
-    for distance in range(1, widest):
-        for axis, dim in enumerate(space):
+    sizes = [len(ladder) for ladder in ladders]
+    here = [(list(anchor), "the incumbent's levels")]
+    moves = itertools.chain(here, _moves(names, sizes, anchor))
+    for index, move in moves:
+        found = proposal(index, move)
+        if found is not None:
+            return found
+    return _refine(space, ladders, anchor, seen, at_least)
+
+
+def _moves(
+    names: Sequence[str], sizes: Sequence[int], anchor: Sequence[int]
+) -> Iterator[tuple[list[int], str]]:
+    """Level indexes around ``anchor``, in the order proposed: one dimension moved one level up,
+    one down, each dimension in turn, then two levels, and so on to the ends of every dimension;
+    then two dimensions moved one level each."""
+    for distance in range(1, max(sizes)):
+        for axis, name in enumerate(names):
             for sign in (1, -1):
                 moved = list(anchor)
                 moved[axis] += sign * distance
-                if not 0 <= moved[axis] < len(ladders[axis]):
-                    continue
-                found = proposal(moved, f"{dim.name} {'up' if sign > 0 else 'down'} {distance}")
-                if found is not None:
-                    return found
-    for a in range(len(space)):
-        for b in range(a + 1, len(space)):
-            for sa in (1, -1):
-                for sb in (1, -1):
-                    moved = list(anchor)
-                    moved[a] += sa
-                    moved[b] += sb
-                    if not (0 <= moved[a] < len(ladders[a]) and 0 <= moved[b] < len(ladders[b])):
-                        continue
-                    found = proposal(moved, f"{names[a]} and {names[b]} together")
-                    if found is not None:
-                        return found
-    return _refine(space, ladders, anchor, seen, at_least)
+                if 0 <= moved[axis] < sizes[axis]:
+                    yield moved, f"{name} {'up' if sign > 0 else 'down'} {distance}"
+    for a, b in itertools.combinations(range(len(names)), 2):
+        for sa, sb in itertools.product((1, -1), repeat=2):
+            moved = list(anchor)
+            moved[a] += sa
+            moved[b] += sb
+            if 0 <= moved[a] < sizes[a] and 0 <= moved[b] < sizes[b]:
+                yield moved, f"{names[a]} and {names[b]} together"
 
 
 def _refine(
