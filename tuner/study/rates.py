@@ -125,11 +125,41 @@ def search_capacity(
             "search_capacity needs a positive start rate and resolution, 1+ windows and a "
             "first step above 1"
         )
-    points: list[RatePoint] = []
+    search = _Search(measure, max_windows)
+    try:
+        if gate_req_per_s is not None:
+            start_req_per_s = gate_req_per_s
+            first_step = hinted_step(resolution)
+        rate = min(start_req_per_s, ceiling_req_per_s)
+        first = search.at(rate)
+        if gate_req_per_s is not None and not first.passed:
+            why = f"failed at {rate:.3g} req/s, the best capacity so far: it cannot beat that"
+            return CapacityFound(0.0, tuple(search.points), False, why, below_req_per_s=rate)
+        lo, hi = (rate, math.inf) if first.passed else (0.0, rate)
+        bracket = search.bracket(lo, hi, first_step, floor_req_per_s, ceiling_req_per_s)
+        if isinstance(bracket, CapacityFound):
+            return bracket
+        return search.bisect(*bracket, resolution)
+    except _ClientBehind as behind:
+        return search.found(
+            False,
+            f"tuner's client fell behind at {behind.rate_req_per_s:.3g} req/s, which failed: the "
+            "capacity is at least the highest rate passed (more client processes: --client-procs)",
+        )
 
-    def at(rate: float) -> RatePoint:
-        point = measure(rate)
-        points.append(point)
+
+class _Search:
+    """One capacity search's windows: ``at`` measures a rate, ``bracket`` and ``bisect`` move
+    the passing and failing rates, ``found`` says what the windows so far found."""
+
+    def __init__(self, measure: Measure, max_windows: int) -> None:
+        self.measure = measure
+        self.max_windows = max_windows
+        self.points: list[RatePoint] = []
+
+    def at(self, rate: float) -> RatePoint:
+        point = self.measure(rate)
+        self.points.append(point)
         if not point.passed and point.client_behind:
             raise _ClientBehind(rate)
         logger.info(
@@ -140,59 +170,56 @@ def search_capacity(
         )
         return point
 
-    def found(resolved: bool, why: str) -> CapacityFound:
-        passed = [p.rate_req_per_s for p in points if p.passed]
-        return CapacityFound(max(passed, default=0.0), tuple(points), resolved, why)
+    def found(self, resolved: bool, why: str) -> CapacityFound:
+        passed = [p.rate_req_per_s for p in self.points if p.passed]
+        return CapacityFound(max(passed, default=0.0), tuple(self.points), resolved, why)
 
-    try:
-        if gate_req_per_s is not None:
-            start_req_per_s = gate_req_per_s
-            first_step = hinted_step(resolution)
-        rate = min(start_req_per_s, ceiling_req_per_s)
-        first = at(rate)
-        if gate_req_per_s is not None and not first.passed:
-            why = f"failed at {rate:.3g} req/s, the best capacity so far: it cannot beat that"
-            return CapacityFound(0.0, tuple(points), False, why, below_req_per_s=rate)
-        lo, hi = (rate, math.inf) if first.passed else (0.0, rate)
+    def full(self) -> bool:
+        return len(self.points) >= self.max_windows
+
+    def bracket(
+        self, lo: float, hi: float, first_step: float, floor: float, ceiling: float
+    ) -> tuple[float, float] | CapacityFound:
+        """Grow from ``lo`` while passing, shrink from ``hi`` while failing, each step the square
+        of the last (at most ``GROWTH``): the passing and failing rates, or the search's end."""
         step = min(first_step, GROWTH)
-        # Bracket: grow while passing, shrink while failing.
         while math.isinf(hi) or lo == 0.0:
-            if len(points) >= max_windows:
-                return found(False, f"window limit ({max_windows}) reached while bracketing")
+            if self.full():
+                return self.found(
+                    False, f"window limit ({self.max_windows}) reached while bracketing"
+                )
             if math.isinf(hi):
                 rate = lo * step
-                if rate > ceiling_req_per_s:
-                    if lo >= ceiling_req_per_s:
-                        return found(False, f"passed at the ceiling {ceiling_req_per_s:g} req/s")
-                    rate = ceiling_req_per_s
-                if at(rate).passed:
-                    lo = rate
-                else:
-                    hi = rate
+                if rate > ceiling:
+                    if lo >= ceiling:
+                        return self.found(False, f"passed at the ceiling {ceiling:g} req/s")
+                    rate = ceiling
             else:
                 rate = hi / step
-                if rate < floor_req_per_s:
-                    if hi <= floor_req_per_s:
-                        return found(False, f"failed down to the floor {floor_req_per_s:g} req/s")
-                    rate = floor_req_per_s
-                if at(rate).passed:
-                    lo = rate
-                else:
-                    hi = rate
-            step = min(step * step, GROWTH)
-        # Bisect on a log scale: the resolution is relative.
-        while hi / lo > 1.0 + resolution:
-            if len(points) >= max_windows:
-                return found(False, f"window limit ({max_windows}) reached while bisecting")
-            rate = math.sqrt(lo * hi)
-            if at(rate).passed:
+                if rate < floor:
+                    if hi <= floor:
+                        return self.found(False, f"failed down to the floor {floor:g} req/s")
+                    rate = floor
+            if self.at(rate).passed:
                 lo = rate
             else:
                 hi = rate
-        return found(True, f"bracketed within {resolution:.0%}: {lo:.3g} passed, {hi:.3g} failed")
-    except _ClientBehind as behind:
-        return found(
-            False,
-            f"tuner's client fell behind at {behind.rate_req_per_s:.3g} req/s, which failed: the "
-            "capacity is at least the highest rate passed (more client processes: --client-procs)",
+            step = min(step * step, GROWTH)
+        return lo, hi
+
+    def bisect(self, lo: float, hi: float, resolution: float) -> CapacityFound:
+        """Bisect on a log scale (the resolution is relative) until the passing and failing
+        rates are within ``resolution`` of each other."""
+        while hi / lo > 1.0 + resolution:
+            if self.full():
+                return self.found(
+                    False, f"window limit ({self.max_windows}) reached while bisecting"
+                )
+            rate = math.sqrt(lo * hi)
+            if self.at(rate).passed:
+                lo = rate
+            else:
+                hi = rate
+        return self.found(
+            True, f"bracketed within {resolution:.0%}: {lo:.3g} passed, {hi:.3g} failed"
         )
