@@ -160,6 +160,39 @@ def _close_range(series: Result, at_end: Result, end_s: float) -> Result:
     return closed
 
 
+def _check_range(url: str, start_s: float, end_s: float, step_s: float) -> None:
+    """Refuse a range of less than two steps, a step that is not positive and a URL that is
+    not http(s) or names no host (``InputError``)."""
+    if end_s <= start_s + step_s:
+        raise InputError("--end must be more than one step after --start")
+    if step_s <= 0:
+        raise InputError("--step-s must be positive")
+    if not url.startswith(("http://", "https://")):
+        raise InputError(f"--url {url!r} must start with http:// or https://")
+    if not urlsplit(url).hostname:
+        raise InputError(f"--url {url!r} names no host")
+
+
+def _closed_series(
+    prometheus: Connection, query: str, start_s: float, end_s: float, step: str
+) -> Result:
+    """A range query's series, each closed by its value at the range's end: the grid stops at
+    the last whole step, and without that value up to a step of counts at the end (a server
+    draining its queue) is lost."""
+    return _close_range(
+        prometheus.query_range(query, start_s, end_s, step), prometheus.query(query, end_s), end_s
+    )
+
+
+def _arrival_rates(counters: Result, step_s: float, selector: str) -> tuple[np.ndarray, np.ndarray]:
+    """Arrivals a second at each step from the counters' series (``TunerError`` where none)."""
+    rate_times_s, rate_per_s = rate_from_counters(_samples(counters), step_s)
+    if not len(rate_times_s):
+        names = " or ".join(ARRIVAL_COUNTERS)
+        raise TunerError(f"Prometheus has no {names} series for {selector or 'any target'}")
+    return rate_times_s, rate_per_s
+
+
 def fetch(
     url: str,
     start_s: float,
@@ -176,14 +209,7 @@ def fetch(
     ``TunerError`` for a server that cannot be reached or verified, refuses the credentials,
     or answers without the API's JSON.
     """
-    if end_s <= start_s + step_s:
-        raise InputError("--end must be more than one step after --start")
-    if step_s <= 0:
-        raise InputError("--step-s must be positive")
-    if not url.startswith(("http://", "https://")):
-        raise InputError(f"--url {url!r} must start with http:// or https://")
-    if not urlsplit(url).hostname:
-        raise InputError(f"--url {url!r} names no host")
+    _check_range(url, start_s, end_s, step_s)
     url = url.rstrip("/")
     selector = _selector(selector)
     range_s = max(math.ceil(end_s - start_s), 1)
@@ -194,8 +220,6 @@ def fetch(
             if counters:
                 break
         lag = ARRIVAL_COUNTERS[counter][0]
-        # The grid stops at the last whole step; the counter at the range's end closes it,
-        # else up to a step of counts at the end (a server draining its queue) is lost.
         counters = _close_range(counters, prometheus.query(f"{counter}{selector}", end_s), end_s)
         running = prometheus.query_range(
             f"sum(avg_over_time({RUNNING}{selector}[{step}]))", start_s + step_s, end_s, step
@@ -206,17 +230,10 @@ def fetch(
         lag_sum = query(f"sum(increase({lag}_sum{selector}[{range_s}s]))", end_s)
         lag_count = query(f"sum(increase({lag}_count{selector}[{range_s}s]))", end_s)
         lag_sums, lag_counts = (
-            _close_range(
-                prometheus.query_range(f"{lag}_{part}{selector}", start_s, end_s, step),
-                prometheus.query(f"{lag}_{part}{selector}", end_s),
-                end_s,
-            )
+            _closed_series(prometheus, f"{lag}_{part}{selector}", start_s, end_s, step)
             for part in ("sum", "count")
         )
-    rate_times_s, rate_per_s = rate_from_counters(_samples(counters), step_s)
-    if not len(rate_times_s):
-        names = " or ".join(ARRIVAL_COUNTERS)
-        raise TunerError(f"Prometheus has no {names} series for {selector or 'any target'}")
+    rate_times_s, rate_per_s = _arrival_rates(counters, step_s, selector)
     running_times_s, running_values = _values(running)
     mean_lag_s = _instant(lag_sum) / _instant(lag_count) if lag_count else math.nan
     lag_s = _mean_per_step(lag_sums, lag_counts, rate_times_s, step_s)
