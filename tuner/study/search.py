@@ -210,6 +210,57 @@ def record(trial: Trial, outcome: TrialOutcome) -> None:
         trial.set_constraint(name, value)
 
 
+def _next_trial(study: optuna.Study, spec: StudySpec) -> optuna.Trial | None:
+    """The next trial: a queued reference (the baseline, a candidate), else the incumbent
+    search's move (``search: incumbent``), else the sampler's; None where it repeated a
+    reference already measured (and was dropped)."""
+    try:
+        if not references.queue_next(study, spec) and spec.search == INCUMBENT:
+            queue_move(study, spec)
+        trial = study.ask()
+        trial.set_user_attr(WORKER_ATTR, this_worker())
+        original = references.duplicate_of(study, trial)
+        if original is not None:
+            references.drop_duplicate(study, trial, original)
+            return None
+    except STORAGE_ERRORS as exc:
+        raise TunerError(f"the study's storage failed: {cause(exc)}") from exc
+    return trial
+
+
+def _trial_args(
+    study: optuna.Study,
+    trial: optuna.Trial,
+    spec: StudySpec,
+    fixed: dict[str, Any],
+    pinned: dict[str, Any],
+) -> dict[str, Any]:
+    """The engine arguments of ``trial``; where they cannot be had (Ctrl-C, the storage), the
+    trial is abandoned (``abandon``) before the error goes on."""
+    try:
+        return _arguments(trial, spec, fixed, pinned)
+    except BaseException as exc:
+        failure = abandon(study, trial, exc)
+        if failure is None:
+            raise
+        raise failure from exc
+
+
+def _arguments(
+    trial: optuna.Trial, spec: StudySpec, fixed: dict[str, Any], pinned: dict[str, Any]
+) -> dict[str, Any]:
+    """The engine arguments of ``trial``: the baseline's as given, a candidate's dimensions as
+    given (the others stay at vLLM's defaults), a searched trial's with the ``pinned`` ones."""
+    if trial.user_attrs.get(BASELINE_ATTR):
+        return {**fixed, **spec.baseline}
+    candidate = trial.user_attrs.get(CANDIDATE_ATTR)
+    if candidate is not None:
+        chosen = spec.candidates[candidate]
+        dims = tuple(d for d in spec.space if d.name in chosen)
+        return {**fixed, **suggest(trial, dims, fixed), **chosen}
+    return {**fixed, **pinned, **suggest(trial, spec.space, fixed)}
+
+
 def run_study(
     study: optuna.Study,
     spec: StudySpec,
@@ -249,40 +300,17 @@ def run_study(
             logger.info("time budget reached after %d trials", done)
             return done
         began = time.monotonic()
-        try:
-            if not references.queue_next(study, spec) and spec.search == INCUMBENT:
-                queue_move(study, spec)
-            trial = study.ask()
-            trial.set_user_attr(WORKER_ATTR, this_worker())
-            original = references.duplicate_of(study, trial)
-            if original is not None:
-                references.drop_duplicate(study, trial, original)
-                continue
-        except STORAGE_ERRORS as exc:
-            raise TunerError(f"the study's storage failed: {cause(exc)}") from exc
-        baseline = bool(trial.user_attrs.get(BASELINE_ATTR))
-        candidate = trial.user_attrs.get(CANDIDATE_ATTR)
-        try:
-            if baseline:
-                args = {**fixed, **spec.baseline}
-            elif candidate is not None:
-                # Only the dimensions it sets: the others stay at vLLM's defaults, as configured.
-                chosen = spec.candidates[candidate]
-                dims = tuple(d for d in spec.space if d.name in chosen)
-                args = {**fixed, **suggest(trial, dims, fixed), **chosen}
-            else:
-                args = {**fixed, **pinned, **suggest(trial, spec.space, fixed)}
-        except BaseException as exc:
-            failure = abandon(study, trial, exc)
-            if failure is None:
-                raise
-            raise failure from exc
+        trial = _next_trial(study, spec)
+        if trial is None:
+            continue
+        args = _trial_args(study, trial, spec, fixed, pinned)
         # The baseline and the candidates are reference points: measured in full, but their
         # ratios are reported too, for the pruner to compare with when one is best.
-        prunable = not baseline and candidate is None
+        attrs = trial.user_attrs
+        prunable = not attrs.get(BASELINE_ATTR) and attrs.get(CANDIDATE_ATTR) is None
         how = Measuring(setup, run_dir, runner, machine, on_start)
         # A searched configuration, not a re-measurement: first at the best capacity so far.
-        gated = prunable and CONFIRMS_ATTR not in trial.user_attrs
+        gated = prunable and CONFIRMS_ATTR not in attrs
         frozen = measure(study, trial, args, how, prunable, gated=gated)
         if on_trial is not None:
             on_trial(frozen)
