@@ -37,10 +37,10 @@ from tuner.study.space import capture_pin, default_spec_text, runnable_baseline
 from tuner.study.spec import AUTO, StudySpec, load_spec, parse_spec
 from tuner.study.spec_file import read_spec_document
 from tuner.study.workers import fail_orphans
-from tuner.traces.concurrency import load_concurrency
+from tuner.traces.concurrency import ConcurrencyTrace, LengthSource, load_concurrency
 from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
 from tuner.traces.model import Trace
-from tuner.traces.workload import model_info
+from tuner.traces.workload import ModelInfo, model_info
 
 
 def spec_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -201,34 +201,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     whether it meets the SLOs."""
     name = args.study or args.trace.stem
     # Bad input stops here, before anything is written.
-    if decide_format(args.trace, args.format, args.columns) == CONCURRENCY:
-        trace = None
-        schedule, lengths = load_concurrency(args.trace), length_source(args)
-        print(f"concurrency trace {args.trace}: {len(schedule.time_s)} samples")
-    else:
-        trace = load_trace(args.trace, args.format, **trace_options(args))
-        print(f"trace {args.trace}: {len(trace)} requests over {trace.span_s:.0f} s")
+    trace, schedule, lengths = _read_trace(args)
     spec = load_study_spec(args, name, trace)
-    n_trials = spec.n_trials if args.n_trials is None else args.n_trials
-    if args.confirm_only:
-        n_trials = 0
+    n_trials = 0 if args.confirm_only else spec.n_trials if args.n_trials is None else args.n_trials
     # Whether this run starts engines: to add trials, or to finish a confirmation.
     measures = bool(n_trials or args.confirm_only)
-    check_writable(args.configs, "--configs")
-    if measures:
-        check_writable(args.runs, "--runs")
-        check_engine_arguments(spec, spec_path(args, name))
-        if environment.is_cpu_build():
-            spec, note = runnable_baseline(spec, environment.host_memory())
-            if note:
-                print(note)
-    if args.client_procs is not None:
-        spec = dataclasses.replace(spec, client_procs=args.client_procs)
-    if spec.capacity and trace is None:
-        raise InputError(
-            "a capacity study replays a request trace at rates of its choosing; a concurrency "
-            "trace sets its own load (use --objective latency)"
-        )
+    spec = _checked_spec(args, name, spec, trace is not None, measures)
     max_len = spec.engine_args.get("max-model-len")
     info = model_info(
         spec.model,
@@ -246,34 +224,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         time_scale = args.time_scale
     else:
         time_scale = 1.0 if spec.time_scale == AUTO else float(spec.time_scale)
-    if trace is None:
-        replay = closed_loop_replay(
-            args, schedule, lengths, window_s, time_scale, info.max_model_len
-        )
-    else:
-        replay = open_loop_replay(trace, window_s, time_scale, info.max_model_len)
-    print(f"window: {replay.text}")
-    settings = capacity_settings(spec, replay)
-    if settings is not None:
-        print(
-            f"capacity search: from {settings.window_req_per_s:.3g} req/s (the window's rate; "
-            "a later trial from the capacity of the same or the nearest configuration), "
-            f"{settings.rate_window_s:g} s a rate, to within {settings.resolution:.0%}, at most "
-            f"{settings.max_windows} rates a trial"
-        )
-
+    replay = _replay(args, spec, (trace, schedule, lengths), window_s, time_scale, info)
     sha = sha256_of(args.trace)
-    storage = args.storage
-    if storage is None:
-        # The default storage's folder, made here as the default spec's is: a spec given
-        # elsewhere leaves it missing. A URL given is used as given; a folder missing there is
-        # more likely a slip, and the error names it.
-        Path("studies").mkdir(exist_ok=True)
-        storage = f"sqlite:///studies/{name}.db"
-    pruner = None if spec.capacity else search.pruner_for(spec)
-    study = search.open_study(name, storage, spec.seed, pruner, capacity=spec.capacity)
-    for orphan in fail_orphans(study):
-        print(f"trial {orphan.number}: its tuner is gone (killed or crashed); marked failed")
+    study, storage = _open_study(args, spec, name)
     # Asked once a run, and only to add trials: a report may be written on another machine.
     machine = fingerprint.measured_on() if measures else {}
     launcher = launcher_for(args.launcher, args.runs / name / "launcher.log") if measures else None
@@ -299,6 +252,93 @@ def cmd_run(args: argparse.Namespace) -> int:
             launcher.close()
     print(f"\ndashboard: optuna-dashboard {storage}")
     return after_run(args, name, storage, write_result(args, study, spec, name, sha, replay))
+
+
+def _read_trace(
+    args: argparse.Namespace,
+) -> tuple[Trace | None, ConcurrencyTrace | None, LengthSource | None]:
+    """The request trace, or (a concurrency trace) its schedule and where lengths come from."""
+    if decide_format(args.trace, args.format, args.columns) == CONCURRENCY:
+        schedule, lengths = load_concurrency(args.trace), length_source(args)
+        print(f"concurrency trace {args.trace}: {len(schedule.time_s)} samples")
+        return None, schedule, lengths
+    trace = load_trace(args.trace, args.format, **trace_options(args))
+    print(f"trace {args.trace}: {len(trace)} requests over {trace.span_s:.0f} s")
+    return trace, None, None
+
+
+def _checked_spec(
+    args: argparse.Namespace, name: str, spec: StudySpec, request_trace: bool, measures: bool
+) -> StudySpec:
+    """The spec as this run uses it, once the folders, the engine arguments and the objective
+    are checked: on vLLM's CPU build with a baseline that starts there (said), with
+    ``--client-procs``."""
+    check_writable(args.configs, "--configs")
+    if measures:
+        check_writable(args.runs, "--runs")
+        check_engine_arguments(spec, spec_path(args, name))
+        if environment.is_cpu_build():
+            spec, note = runnable_baseline(spec, environment.host_memory())
+            if note:
+                print(note)
+    if args.client_procs is not None:
+        spec = dataclasses.replace(spec, client_procs=args.client_procs)
+    if spec.capacity and not request_trace:
+        raise InputError(
+            "a capacity study replays a request trace at rates of its choosing; a concurrency "
+            "trace sets its own load (use --objective latency)"
+        )
+    return spec
+
+
+def _replay(
+    args: argparse.Namespace,
+    spec: StudySpec,
+    read: tuple[Trace | None, ConcurrencyTrace | None, LengthSource | None],
+    window_s: float,
+    time_scale: float,
+    info: ModelInfo,
+) -> Replay:
+    """The window replayed, open-loop from a request trace or closed-loop from a concurrency
+    one, and how (said, with the capacity search where the objective is capacity)."""
+    trace, schedule, lengths = read
+    if trace is None:
+        assert schedule is not None and lengths is not None
+        replay = closed_loop_replay(
+            args, schedule, lengths, window_s, time_scale, info.max_model_len
+        )
+    else:
+        replay = open_loop_replay(trace, window_s, time_scale, info.max_model_len)
+    print(f"window: {replay.text}")
+    _print_capacity_search(spec, replay)
+    return replay
+
+
+def _print_capacity_search(spec: StudySpec, replay: Replay) -> None:
+    settings = capacity_settings(spec, replay)
+    if settings is not None:
+        print(
+            f"capacity search: from {settings.window_req_per_s:.3g} req/s (the window's rate; "
+            "a later trial from the capacity of the same or the nearest configuration), "
+            f"{settings.rate_window_s:g} s a rate, to within {settings.resolution:.0%}, at most "
+            f"{settings.max_windows} rates a trial"
+        )
+
+
+def _open_study(args: argparse.Namespace, spec: StudySpec, name: str) -> tuple[Any, str]:
+    """The study and its storage URL; trials whose tuner is gone are marked failed (said)."""
+    storage = args.storage
+    if storage is None:
+        # The default storage's folder, made here as the default spec's is: a spec given
+        # elsewhere leaves it missing. A URL given is used as given; a folder missing there is
+        # more likely a slip, and the error names it.
+        Path("studies").mkdir(exist_ok=True)
+        storage = f"sqlite:///studies/{name}.db"
+    pruner = None if spec.capacity else search.pruner_for(spec)
+    study = search.open_study(name, storage, spec.seed, pruner, capacity=spec.capacity)
+    for orphan in fail_orphans(study):
+        print(f"trial {orphan.number}: its tuner is gone (killed or crashed); marked failed")
+    return study, storage
 
 
 def _run_trials(
