@@ -41,10 +41,11 @@ def inputs(tmp_path: Path, cpu_model: Path) -> Path:
     return tmp_path
 
 
-def worker(folder: Path, storage: str, study: str, env: dict[str, str], marker: str):
-    """A ``tuner run`` on ``study``; its output in ``worker-MARKER.out``."""
+def worker(folder: Path, storage: str, study: str, env: dict[str, str], marker: str, *extra: str):
+    """A ``tuner run`` on ``study`` (``extra``: more options); its output in
+    ``worker-MARKER.out``."""
     args = ["run", "--trace", folder / "trace.csv", "--study", study, "--spec"]
-    args += [folder / "spec.yaml", "--storage", storage]
+    args += [folder / "spec.yaml", "--storage", storage, *extra]
     with (folder / f"worker-{marker}.out").open("wb") as out:
         return subprocess.Popen(
             tuner_command(*args),
@@ -110,13 +111,18 @@ def test_two_workers_share_one_study(
 def test_a_worker_killed_mid_trial_leaves_the_other_running(
     inputs: Path, postgres: str, stand_in_vllm: dict[str, str]
 ) -> None:
-    """SIGKILL to one worker as its second trial's server is up: the other finishes its trials
+    """SIGKILL to one worker as a later trial's server is up: the other finishes its trials
     and exits 0; the killed worker's trial stays RUNNING (its worker may be on another machine)
-    until a run on this machine marks it FAIL."""
+    until a run on this machine marks it FAIL.
+
+    The worker to be killed streams slower (its trials' servers are up 5 s or more) and has more
+    trials than the other: on a loaded 2-core machine, where each look at the study took seconds,
+    it had run all its trials of about 3 s each unseen and exited before the kill."""
     study = f"kill-{uuid.uuid4().hex[:8]}"
     env = {**stand_in_vllm, "STAND_IN_TOKEN_S": "0.05"}
     victim, survivor = uuid.uuid4().hex, uuid.uuid4().hex
-    killed = worker(inputs, postgres, study, env, victim)
+    slow = {**env, "STAND_IN_TOKEN_S": "0.3"}
+    killed = worker(inputs, postgres, study, slow, victim, "--n-trials", "8")
     time.sleep(1.0)
     other = worker(inputs, postgres, study, env, survivor)
     try:
