@@ -341,6 +341,54 @@ def _open_study(args: argparse.Namespace, spec: StudySpec, name: str) -> tuple[A
     return study, storage
 
 
+class _TrialLines:
+    """What ``tuner run`` prints of each trial: on a terminal a live line shows the running
+    trial; elsewhere one line as each starts; a summary line as each ends."""
+
+    def __init__(self, spec: StudySpec) -> None:
+        self.status = StatusLine(sys.stdout)
+        # What a trial's line names: the searched arguments, and what the baseline and the
+        # candidates set beyond the fixed ones (a candidate {api-server-count: 2} is not the
+        # defaults).
+        set_by = [*spec.baseline, *(name for candidate in spec.candidates for name in candidate)]
+        self.names = list(dict.fromkeys([*(d.name for d in spec.space), *set_by]))
+
+    def started(self, number: int, engine_args: Mapping[str, Any]) -> None:
+        params = fmt_params(engine_args, self.names)
+        if self.status.live:
+            self.status.begin(number, params)
+        else:
+            print(f"trial {number:>3}  {params}  starting vLLM ...", flush=True)
+
+    def finished(self, trial: Any) -> None:
+        self.status.clear()
+        print(trial_line(trial, self.names), flush=True)
+
+
+def _confirm(
+    study: Any,
+    spec: StudySpec,
+    how: search.Measuring,
+    lines: _TrialLines,
+    deadline: float | None,
+) -> None:
+    """The confirm step: the top configurations and the baseline measured again, in turns."""
+    also = " and the spec's candidates" if spec.confirm_candidates else ""
+    print(
+        f"confirming: the top {spec.confirm_top_k} and the baseline{also}, measured "
+        f"{spec.confirm_repeats} more times each, in turns"
+    )
+    confirm.confirm(
+        study,
+        how,
+        spec.confirm_top_k,
+        spec.confirm_repeats,
+        on_trial=lines.finished,
+        deadline=deadline,
+        candidates=spec.confirm_candidates,
+    )
+
+
 def _run_trials(
     args: argparse.Namespace,
     study: Any,
@@ -352,24 +400,8 @@ def _run_trials(
     machine: Mapping[str, str],
     launcher: Launcher,
 ) -> None:
-    # On a terminal, a live line shows the running trial; elsewhere, one line as each starts.
-    status = StatusLine(sys.stdout)
-    # What a trial's line names: the searched arguments, and what the baseline and the
-    # candidates set beyond the fixed ones (a candidate {api-server-count: 2} is not the defaults).
-    set_by = [*spec.baseline, *(name for candidate in spec.candidates for name in candidate)]
-    space_names = list(dict.fromkeys([*(d.name for d in spec.space), *set_by]))
-
-    def started(number: int, engine_args: Mapping[str, Any]) -> None:
-        params = fmt_params(engine_args, space_names)
-        if status.live:
-            status.begin(number, params)
-        else:
-            print(f"trial {number:>3}  {params}  starting vLLM ...", flush=True)
-
-    def finished(trial: Any) -> None:
-        status.clear()
-        print(trial_line(trial, space_names), flush=True)
-
+    lines = _TrialLines(spec)
+    status = lines.status
     setup = trial_setup(spec, replay, vocab_size, launcher, status.show if status.live else None)
     first_new = len(study.trials)
     deadline = None if args.time_budget_s is None else time.monotonic() + args.time_budget_s
@@ -386,8 +418,8 @@ def _run_trials(
             setup,
             args.runs / name,
             n_trials,
-            on_trial=finished,
-            on_start=started,
+            on_trial=lines.finished,
+            on_start=lines.started,
             deadline=deadline,
             pinned=pinned,
             measured_on=machine,
@@ -395,21 +427,8 @@ def _run_trials(
         if ran < n_trials:
             print(f"time budget reached: ran {ran} of {n_trials} trials")
         elif spec.confirm_top_k and spec.confirm_repeats:
-            also = " and the spec's candidates" if spec.confirm_candidates else ""
-            print(
-                f"confirming: the top {spec.confirm_top_k} and the baseline{also}, measured "
-                f"{spec.confirm_repeats} more times each, in turns"
-            )
-            how = search.Measuring(setup, args.runs / name, machine=machine, on_start=started)
-            confirm.confirm(
-                study,
-                how,
-                spec.confirm_top_k,
-                spec.confirm_repeats,
-                on_trial=finished,
-                deadline=deadline,
-                candidates=spec.confirm_candidates,
-            )
+            how = search.Measuring(setup, args.runs / name, machine=machine, on_start=lines.started)
+            _confirm(study, spec, how, lines, deadline)
     finally:
         # Interrupted: the line stays, showing where the trial was.
         status.keep()
