@@ -12,6 +12,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -153,6 +154,61 @@ def _since(written: list[Any], start: float) -> float | None:
     return None if written[1] is None else written[1] - start
 
 
+@dataclass(slots=True)
+class _Received:
+    """What a streamed response has brought so far: the first token's time, the tokens
+    counted, and the count the server's usage chunk gave."""
+
+    ttft_s: float | None = None
+    tokens: int = 0
+    usage_tokens: int | None = None
+
+
+async def _receive(
+    response: httpx.Response,
+    got: _Received,
+    clock: Clock,
+    sent: float,
+    live: LiveRequest | None,
+) -> None:
+    """Read the response's server-sent events into ``got`` until the body ends."""
+    async for line in event_lines(response):
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            # Read on to the end of the body: a connection closed mid-body cannot be reused,
+            # and a new one per request costs the replay loop dearly.
+            continue
+        token, count = read_chunk(data)
+        if token:
+            if got.ttft_s is None:
+                got.ttft_s = clock() - sent
+                if live is not None:
+                    live.first_token_s = got.ttft_s + live.sent_s
+            got.tokens += 1
+        if count is not None:
+            got.usage_tokens = count
+
+
+def _failure(client: httpx.AsyncClient, exc: Exception) -> str:
+    """A failed request's error text.
+
+    Transport and protocol errors (httpx.HTTPError) and malformed chunks (ValueError) are what
+    a misbehaving server causes. Anything else is unexpected (httpx's own stream errors, a
+    bug): still one failed request, but logged with its traceback."""
+    if not isinstance(exc, httpx.HTTPError | ValueError):
+        logger.warning("request failed unexpectedly", exc_info=True)
+    # The transport maps aiohttp's errors onto httpx's loosely (a server that hung up in the
+    # headers comes back as a ConnectTimeout): aiohttp's own says what happened.
+    shown = exc.__cause__ if isinstance(exc.__cause__, aiohttp.ClientError) else exc
+    failure = f"{type(shown).__name__}: {shown}"
+    if isinstance(exc, httpx.ReadTimeout):
+        silent_s = client.timeout.read or 0.0
+        failure = f"stalled: nothing from the server for {silent_s:g} s ({failure})"
+    return failure
+
+
 async def send(
     client: httpx.AsyncClient,
     body: bytes,
@@ -175,9 +231,11 @@ async def send(
     if live is not None:
         live.sent_s = sent - start
         live.sent = True
-    ttft_s: float | None = None
-    tokens = 0
-    usage_tokens: int | None = None
+    got = _Received()
+    # Every outcome names the request by its schedule, its send time and its lengths.
+    result = partial(
+        RequestResult, scheduled_s, sent - start, request.input_tokens, request.output_tokens
+    )
     try:
         async with client.stream(
             "POST",
@@ -187,67 +245,25 @@ async def send(
         ) as response:
             if response.status_code != 200:
                 text = (await response.aread()).decode(errors="replace")[:300]
-                return RequestResult(
-                    scheduled_s,
-                    sent - start,
-                    request.input_tokens,
-                    request.output_tokens,
-                    error=f"HTTP {response.status_code}: {text}",
-                    written_s=_since(written, start),
-                )
-            async for line in event_lines(response):
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    # Read on to the end of the body: a connection closed mid-body cannot
-                    # be reused, and a new one per request costs the replay loop dearly.
-                    continue
-                token, count = read_chunk(data)
-                if token:
-                    if ttft_s is None:
-                        ttft_s = clock() - sent
-                        if live is not None:
-                            live.first_token_s = ttft_s + live.sent_s
-                    tokens += 1
-                if count is not None:
-                    usage_tokens = count
+                status = f"HTTP {response.status_code}: {text}"
+                return result(error=status, written_s=_since(written, start))
+            await _receive(response, got, clock, sent, live)
     except Exception as exc:
-        # Transport and protocol errors (httpx.HTTPError) and malformed chunks (ValueError) are
-        # what a misbehaving server causes. Anything else is unexpected (httpx's own stream
-        # errors, a bug): still one failed request, but logged with its traceback.
-        if not isinstance(exc, httpx.HTTPError | ValueError):
-            logger.warning("request failed unexpectedly", exc_info=True)
-        # The transport maps aiohttp's errors onto httpx's loosely (a server that hung up in
-        # the headers comes back as a ConnectTimeout): aiohttp's own says what happened.
-        shown = exc.__cause__ if isinstance(exc.__cause__, aiohttp.ClientError) else exc
-        failure = f"{type(shown).__name__}: {shown}"
-        if isinstance(exc, httpx.ReadTimeout):
-            silent_s = client.timeout.read or 0.0
-            failure = f"stalled: nothing from the server for {silent_s:g} s ({failure})"
-        return RequestResult(
-            scheduled_s,
-            sent - start,
-            request.input_tokens,
-            request.output_tokens,
-            ttft_s=ttft_s,
-            tokens_received=tokens,
-            error=failure[:300],
+        return result(
+            ttft_s=got.ttft_s,
+            tokens_received=got.tokens,
+            error=_failure(client, exc)[:300],
             written_s=_since(written, start),
         )
     e2e_s = clock() - sent
-    received = usage_tokens if usage_tokens is not None else tokens
-    error = None
+    received = got.usage_tokens if got.usage_tokens is not None else got.tokens
+    error: str | None = None
     if received != request.output_tokens:
         error = f"short output: {received} of {request.output_tokens} tokens"
     elif live is not None:
         live.done_s = e2e_s + live.sent_s
-    return RequestResult(
-        scheduled_s,
-        sent - start,
-        request.input_tokens,
-        request.output_tokens,
-        ttft_s=ttft_s,
+    return result(
+        ttft_s=got.ttft_s,
         e2e_s=e2e_s,
         tokens_received=received,
         error=error,
