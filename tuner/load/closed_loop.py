@@ -31,6 +31,38 @@ from tuner.traces.model import Request
 logger = logging.getLogger(__name__)
 
 
+class _Slots:
+    """The closed loop's slots: a request in flight holds one, and a failed request keeps it
+    for ``error_backoff_s`` more; ``wake`` is set whenever one frees."""
+
+    def __init__(self, error_backoff_s: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.wake = asyncio.Event()
+        self.error_backoff_s = error_backoff_s
+        self.in_flight: set[asyncio.Task[RequestResult]] = set()
+        self.cooling = 0
+
+    @property
+    def held(self) -> int:
+        return len(self.in_flight) + self.cooling
+
+    def hold(self, task: asyncio.Task[RequestResult]) -> None:
+        task.add_done_callback(self._finished)
+        self.in_flight.add(task)
+
+    def _cooled(self) -> None:
+        self.cooling -= 1
+        self.wake.set()
+
+    def _finished(self, task: asyncio.Task[RequestResult]) -> None:
+        self.in_flight.discard(task)
+        if not task.cancelled() and task.exception() is None and task.result().error:
+            self.cooling += 1
+            self.loop.call_later(self.error_backoff_s, self._cooled)
+        else:
+            self.wake.set()
+
+
 async def replay_closed_loop_async(
     base_url: str,
     schedule: ConcurrencyTrace,
@@ -49,28 +81,11 @@ async def replay_closed_loop_async(
     ``monitor``, the replay stops early once it says so, as the open loop does.
     """
     async with clients(base_url, settings) as (client, observed):
-        loop = asyncio.get_running_loop()
-        wake = asyncio.Event()
+        slots = _Slots(error_backoff_s)
+        wake = slots.wake
         stopped = asyncio.Event()
-        in_flight: set[asyncio.Task[RequestResult]] = set()
-        cooling = 0
         sent: list[tuple[Request, asyncio.Task[RequestResult]]] = []
         live: list[LiveRequest] = []
-
-        def cooled() -> None:
-            nonlocal cooling
-            cooling -= 1
-            wake.set()
-
-        def finished(task: asyncio.Task[RequestResult]) -> None:
-            nonlocal cooling
-            in_flight.discard(task)
-            if not task.cancelled() and task.exception() is None and task.result().error:
-                cooling += 1
-                loop.call_later(error_backoff_s, cooled)
-            else:
-                wake.set()
-
         start = clock()
         watcher = None
         if monitor is not None:
@@ -78,13 +93,12 @@ async def replay_closed_loop_async(
                 watch(monitor, live, start, clock, settings.monitor_interval_s, stopped, wake)
             )
         while (now := clock() - start) < schedule.end_s and not stopped.is_set():
-            while len(in_flight) + cooling < schedule.target_at(now):
+            while slots.held < schedule.target_at(now):
                 request = replace(next(requests), arrival_s=now)
                 body = request_body(len(sent), request, settings)
                 live.append(LiveRequest(sent_s=now))
                 task = asyncio.create_task(send(client, body, request, now, start, clock, live[-1]))
-                task.add_done_callback(finished)
-                in_flight.add(task)
+                slots.hold(task)
                 sent.append((request, task))
             wake.clear()
             wait_s = schedule.next_change_s(now) - (clock() - start)
