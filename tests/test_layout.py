@@ -1,4 +1,5 @@
-"""The package's layout: one folder per stage, imports flowing one way, no cycle, no long module.
+"""The package's layout: one folder per stage, imports flowing one way, no cycle, no long module
+or function.
 
 Read from the code itself (each module's imports, ``TYPE_CHECKING`` ones included), so the
 README's picture of the stages cannot drift from what the code does.
@@ -89,3 +90,20 @@ def test_no_import_cycle():
 def test_modules_stay_short(module):
     lines = len(MODULES[module].read_text().splitlines())
     assert lines <= MAX_LINES, f"{module} has {lines} lines; split it by what it does"
+
+
+# A function longer than this does several things in a row: name them as functions of their own.
+MAX_FUNCTION_LINES = 60
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_functions_stay_short(module):
+    tree = ast.parse(MODULES[module].read_text())
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, f"{module}: {', '.join(long)}; split by what each part does"
