@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,6 +29,7 @@ from tuner.traces.from_prometheus import (
     Scraped,
 )
 from tuner.traces.prometheus_http import Access, Connection, Result
+from tuner.traces.table import parse_timestamp
 
 logger = logging.getLogger(__name__)
 
@@ -50,20 +50,9 @@ def _selector(selector: str) -> str:
 def parse_time(text: str) -> float:
     """Seconds since the epoch, from a finite number or an ISO 8601 datetime (naive is UTC)."""
     try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        if not math.isfinite(seconds):
-            raise InputError(f"not a time: {text!r} (use epoch seconds or ISO 8601)")
-        return seconds
-    try:
-        moment = datetime.fromisoformat(text)
+        return parse_timestamp(text)
     except ValueError:
         raise InputError(f"not a time: {text!r} (use epoch seconds or ISO 8601)") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
 
 
 def rate_from_counters(
