@@ -56,11 +56,21 @@ def worker(folder: Path, storage: str, study: str, env: dict[str, str], marker: 
         )
 
 
+def study_trials(url: str, study: str) -> list[optuna.trial.FrozenTrial]:
+    """The study's trials, read over a connection closed after: a test that polls would
+    otherwise keep a pool of connections per read, past the server's ``max_connections``."""
+    storage = optuna.storages.RDBStorage(url)
+    try:
+        return optuna.load_study(study_name=study, storage=storage).trials
+    finally:
+        storage.engine.dispose()
+
+
 def second_trial_up(folder: Path, storage: str, study: str, pid: int) -> int | None:
     """The number of the worker's RUNNING trial once it has completed one and that trial's server
     has started; None before."""
     try:
-        trials = optuna.load_study(study_name=study, storage=storage).trials
+        trials = study_trials(storage, study)
     except (KeyError, sqlalchemy.exc.SQLAlchemyError):
         return None  # the study, or Optuna's tables, not created yet (a worker is creating them)
     mine = [t for t in trials if t.user_attrs.get("worker", "").split(" ")[1:2] == [str(pid)]]
@@ -85,7 +95,7 @@ def test_two_workers_share_one_study(
         output = (inputs / f"worker-{marker}.out").read_text
         assert proc.wait(timeout=300) == 0, output()
         assert wait_for_no_processes(marker) == []
-    trials = optuna.load_study(study_name=study, storage=postgres).trials
+    trials = study_trials(postgres, study)
     measured = [t for t in trials if t.state == TrialState.COMPLETE]
     dropped = [t for t in trials if t.state != TrialState.COMPLETE]
     assert len(measured) == 6
@@ -145,7 +155,7 @@ def test_a_worker_killed_mid_trial_leaves_the_other_running(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    trials = optuna.load_study(study_name=study, storage=postgres).trials
+    trials = study_trials(postgres, study)
     pid = str(other.pid)
     theirs = [t for t in trials if t.user_attrs.get("worker", "").split(" ")[1] == pid]
     assert [t.state for t in theirs] == [TrialState.COMPLETE] * 3
@@ -156,5 +166,5 @@ def test_a_worker_killed_mid_trial_leaves_the_other_running(
                       inputs / "spec.yaml", "--storage", postgres, "--n-trials", "0",
                       cwd=inputs, env=env, timeout_s=120)  # fmt: skip
     assert f"trial {running[0].number}: its tuner is gone" in after.stdout, after.stderr
-    trials = optuna.load_study(study_name=study, storage=postgres).trials
+    trials = study_trials(postgres, study)
     assert TrialState.RUNNING not in [t.state for t in trials]
