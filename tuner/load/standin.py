@@ -148,9 +148,9 @@ class _Server:
         if stream.conn.closed:
             return
         if stream.sent < stream.tokens:
-            stream.conn.write(TOKEN)
-            if stream.sent == 0:
+            if stream.sent == 0:  # stamped before the write: the client may read it at once
                 stream.record[1] = time.monotonic()
+            stream.conn.write(TOKEN)
             stream.sent += 1
         if stream.sent < stream.tokens:
             stream.due += self.settings.itl_s
