@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from conftest import CPU_ENGINE_ARGS
 
 from tuner.engine.process import Engine
 from tuner.errors import InputError, TraceError
@@ -352,8 +353,7 @@ def test_closed_loop_against_vllm(tmp_path, cpu_model):
     long as this machine needs to settle at the target and hold it a while."""
     engine = Engine(
         str(cpu_model),
-        {"load-format": "dummy", "max-model-len": 4096, "gpu-memory-utilization": 0.2,
-         "enforce-eager": True},
+        {**CPU_ENGINE_ARGS, "gpu-memory-utilization": 0.2},
         tmp_path,
     )  # fmt: skip
     settings = ReplaySettings(model=str(cpu_model), vocab_size=8192, gauge_interval_s=0.5)

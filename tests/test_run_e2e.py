@@ -156,6 +156,7 @@ def test_run_of_three_trials(study: Run) -> None:
         "load-format": "dummy",
         "max-model-len": 4096,
         "enforce-eager": True,
+        "dtype": "float32",
         "gpu-memory-utilization": 0.2,
     }
     for trial in searched:
