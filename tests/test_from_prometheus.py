@@ -49,7 +49,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from conftest import run_tuner
+from conftest import CPU_ENGINE_ARGS, run_tuner
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client import Histogram as PromHistogram
 
@@ -261,12 +261,7 @@ def scraped_run(tmp_path_factory, cpu_model):
     workdir = tmp_path_factory.mktemp("prom")
     engine = Engine(
         str(cpu_model),
-        {
-            "load-format": "dummy",
-            "max-model-len": 4096,
-            "gpu-memory-utilization": 0.2,
-            "enforce-eager": True,
-        },
+        {**CPU_ENGINE_ARGS, "gpu-memory-utilization": 0.2},
         workdir,
     )
     prometheus = None
