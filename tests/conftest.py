@@ -230,14 +230,14 @@ def pg_binary(name: str) -> str | None:
 def postgres() -> Iterator[str]:
     """The URL of a fresh PostgreSQL server's ``postgres`` database, trusting local users.
 
-    The server is the Debian package's (``.ci/setup`` installs it), started in a temporary
+    The server is the Debian package's (``.ci/setup --tests`` installs it), started in a temporary
     folder on 127.0.0.1 for the test module and stopped after; as root it runs as ``nobody``,
     since PostgreSQL refuses to run as root.
     """
     pytest.importorskip("psycopg")
     initdb, pg_ctl = pg_binary("initdb"), pg_binary("pg_ctl")
     if initdb is None or pg_ctl is None:
-        pytest.skip("no PostgreSQL server installed (.ci/setup installs Debian's postgresql)")
+        pytest.skip("no PostgreSQL server (.ci/setup --tests installs Debian's postgresql)")
     folder = Path(tempfile.mkdtemp(prefix="tuner-pg-"))
     as_user: list[str] = []
     user = pwd.getpwuid(os.getuid()).pw_name

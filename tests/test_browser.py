@@ -1,9 +1,9 @@
 """What people look at, in a real browser: optuna-dashboard on a study tuner wrote, and the
 HTML page of ``tuner report``.
 
-Headless Chromium (the Debian package ``chromium``, which ``.ci/setup`` installs) loads each
-page and prints its DOM after the page's scripts ran (``--dump-dom``, with virtual time to let
-them finish), or takes a screenshot. The study is the committed
+Headless Chromium (the Debian package ``chromium``, which ``.ci/setup --tests`` installs) loads
+each page and prints its DOM after the page's scripts ran (``--dump-dom``, with virtual time to
+let them finish), or takes a screenshot. The study is the committed
 ``benchmarks/results/cpu-demo.db``, written by a real ``tuner run`` of the quick start, copied.
 Screenshots go to ``$TUNER_SCREENSHOTS`` when set (``benchmarks/results`` keeps the ones taken
 for the README), else to the test's temporary folder.
@@ -35,7 +35,7 @@ from tuner.study.search import open_study
 DEMO_DB = REPO / "benchmarks" / "results" / "cpu-demo.db"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no chromium on PATH (.ci/setup installs the Debian package)"
+    CHROMIUM is None, reason="no chromium on PATH (.ci/setup --tests installs the Debian package)"
 )
 FIGURES = ["landscape.png", "trials.png", "history.png", "cost.png"]
 

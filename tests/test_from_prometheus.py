@@ -215,7 +215,7 @@ def _start_prometheus(
     ``guarded``: every request needs ``USER`` and ``PASSWORD`` (basic auth)."""
     binary = shutil.which("prometheus")
     if binary is None:
-        pytest.fail("the prometheus binary is missing; .ci/setup installs it")
+        pytest.fail("the prometheus binary is missing; .ci/setup --tests installs it")
     config = workdir / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
