@@ -20,7 +20,8 @@ from conftest import SHIPPED_TRACE, run_tuner, write_small_trace, write_spec
 
 from tuner.engine.environment import HostMemory, host_memory
 from tuner.study import calibrate
-from tuner.study.capacity import CAPACITY_ATTR, CapacitySettings
+from tuner.study.capacity import CapacitySettings
+from tuner.study.objective import CAPACITY_ATTR
 from tuner.study.scoring import Score
 from tuner.study.space import cpu_kv_share, default_spec_text, runnable_baseline
 from tuner.study.spec import AUTO, SpecError, load_spec, parse_spec

@@ -38,7 +38,6 @@ from tuner.load.metrics import LiveRequest
 from tuner.load.open_loop import replay
 from tuner.study.attrs import ARGS_ATTR
 from tuner.study.capacity import (
-    CAPACITY_ATTR,
     CAPACITY_FAILED,
     MIN_WINDOW_REQUESTS,
     POINTS_ATTR,
@@ -48,10 +47,10 @@ from tuner.study.capacity import (
     lost_slos,
     measure_capacity,
     measure_rate,
-    start_hint,
 )
 from tuner.study.capacity_text import num
 from tuner.study.confirm import CONFIRMS_ATTR
+from tuner.study.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE, RateSearch, start_hint
 from tuner.study.rates import RatePoint, hinted_step, search_capacity
 from tuner.study.search import open_study, run_study
 from tuner.study.spec import parse_spec
@@ -571,7 +570,7 @@ def scripted_capacity_study(tmp_path: Path, model: Path, outcomes: list[TrialOut
         replay=ReplaySettings(model="m", vocab_size=100),
         objective=Objective(spec.slos, spec.weights),
     )
-    study = open_study("cap", storage, 0, capacity=True)
+    study = open_study("cap", storage, 0, objective=CAPACITY_OBJECTIVE)
     run_study(study, spec, setup, tmp_path / "runs", len(outcomes), runner=runner)
     return [
         "run", "--trace", str(trace), "--study", "cap", "--spec", str(spec_path),
@@ -644,8 +643,8 @@ def test_each_trial_starts_its_search_from_what_the_study_measured(tmp_path):
     gates: list[float | None] = []
 
     def runner(args, setup, workdir, should_stop=None) -> TrialOutcome:
-        started.append((setup.capacity.start_req_per_s, setup.capacity.first_step))
-        gates.append(setup.capacity.gate_req_per_s)
+        started.append((setup.measure.settings.start_req_per_s, setup.measure.settings.first_step))
+        gates.append(setup.measure.settings.gate_req_per_s)
         return dataclasses.replace(capacity_outcome(next(capacities)), engine_args=args)
 
     window = [Request(i * 0.5, 10, 10) for i in range(8)]  # 2 req/s
@@ -654,9 +653,9 @@ def test_each_trial_starts_its_search_from_what_the_study_measured(tmp_path):
         requests=(),
         replay=ReplaySettings(model="m", vocab_size=100),
         objective=Objective(spec.slos, spec.weights),
-        capacity=CapacitySettings(requests=window, period_s=4.0, resolution=0.1),
+        measure=RateSearch(CapacitySettings(requests=window, period_s=4.0, resolution=0.1)),
     )
-    study = open_study("cap", f"sqlite:///{tmp_path / 'study.db'}", 0, capacity=True)
+    study = open_study("cap", f"sqlite:///{tmp_path / 'study.db'}", 0, objective=CAPACITY_OBJECTIVE)
     run_study(study, spec, setup, tmp_path / "runs", 3, runner=runner)
     small = hinted_step(0.1)
     assert started == [(2.0, 2.0), (5.0, small), (8.0, small)]
@@ -691,7 +690,7 @@ def test_a_latency_study_is_not_resumed_as_a_capacity_one(tmp_path):
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     open_study("s", storage, 0)
     with pytest.raises(InputError, match="is a latency study"):
-        open_study("s", storage, 0, capacity=True)
-    open_study("c", storage, 0, capacity=True)
+        open_study("s", storage, 0, objective=CAPACITY_OBJECTIVE)
+    open_study("c", storage, 0, objective=CAPACITY_OBJECTIVE)
     with pytest.raises(InputError, match="is a capacity study"):
         open_study("c", storage, 0)

@@ -35,7 +35,8 @@ from tuner.report.data import (
     slo_limits,
 )
 from tuner.study import scoring
-from tuner.study.search import SCORE_NAME, load_existing, open_study, run_study
+from tuner.study.objective import SCORE_NAME
+from tuner.study.search import load_existing, open_study, run_study
 from tuner.study.spec import parse_spec
 from tuner.study.trial import Objective, TrialOutcome, TrialSetup
 

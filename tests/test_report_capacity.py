@@ -46,7 +46,8 @@ from tuner.report.data import (
 from tuner.report.page import fmt, rates_caption
 from tuner.report.rate_plot import plot_rates
 from tuner.study import fingerprint
-from tuner.study.capacity import CAPACITY_ATTR, CAPACITY_FAILED, POINTS_ATTR, capacity_score
+from tuner.study.capacity import CAPACITY_FAILED, POINTS_ATTR, capacity_score
+from tuner.study.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE
 from tuner.study.rates import RatePoint, search_capacity
 from tuner.study.search import open_study, run_study
 from tuner.study.spec import parse_spec
@@ -299,7 +300,7 @@ def capacity_study(
             return TrialOutcome(args, CAPACITY_FAILED, {CAPACITY_ATTR: 0.0}, {}, "vLLM exited")
         return outcome(args, setup.objective.slos)
 
-    study = open_study("cap", storage, 0, capacity=True)
+    study = open_study("cap", storage, 0, objective=CAPACITY_OBJECTIVE)
     study.set_user_attr(fingerprint.WORKLOAD_ATTR, fingerprint.of_study(spec, {}, {}))
     run_study(study, spec, setup, Path("/nonexistent"), n_trials, runner=runner)
 

@@ -23,7 +23,8 @@ from optuna.trial import TrialState
 from tuner.cli.report import trial_line
 from tuner.errors import TunerError
 from tuner.load.http import ReplaySettings
-from tuner.study.capacity import BELOW_ATTR, CAPACITY_ATTR, CapacitySettings, capacity_score
+from tuner.study.capacity import BELOW_ATTR, CapacitySettings, capacity_score
+from tuner.study.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE, RateSearch
 from tuner.study.scoring import score
 from tuner.study.search import FarOffPruner, open_study, pruner_for, run_study
 from tuner.study.spec import parse_spec
@@ -410,7 +411,7 @@ def test_a_gated_capacity_trial_is_pruned_and_says_so(tmp_path: Path) -> None:
     gates: list[float | None] = []
 
     def runner(args, setup, workdir, should_stop=None) -> TrialOutcome:
-        gate = setup.capacity.gate_req_per_s
+        gate = setup.measure.settings.gate_req_per_s
         gates.append(gate)
         if gate is None:
             metrics = {CAPACITY_ATTR: 6.0}
@@ -419,10 +420,10 @@ def test_a_gated_capacity_trial_is_pruned_and_says_so(tmp_path: Path) -> None:
         metrics = {BELOW_ATTR: gate, "ttft_p95_s": 3.0}
         return TrialOutcome(args, capacity_score(0.0), metrics, {}, "failed at 6", pruned=True)
 
-    setup = replace(
-        stand_in_setup(), capacity=CapacitySettings(requests=(), period_s=1.0, rate_window_s=5.0)
-    )
-    run_study(open_study("s", storage, 0, capacity=True), spec, setup, tmp_path, 2, runner=runner)
+    settings = CapacitySettings(requests=(), period_s=1.0, rate_window_s=5.0)
+    setup = replace(stand_in_setup(), measure=RateSearch(settings))
+    study = open_study("s", storage, 0, objective=CAPACITY_OBJECTIVE)
+    run_study(study, spec, setup, tmp_path, 2, runner=runner)
     baseline, searched = optuna.load_study(study_name="s", storage=storage).trials
     assert baseline.user_attrs[CAPACITY_ATTR] == 6.0 and gates == [None, 6.0]
     assert searched.state == TrialState.PRUNED and searched.user_attrs[BELOW_ATTR] == 6.0

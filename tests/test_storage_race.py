@@ -26,7 +26,8 @@ from optuna.trial import TrialState
 
 from tuner.errors import TunerError
 from tuner.study.attrs import REASON_ATTR
-from tuner.study.search import SCORE_NAME, open_study
+from tuner.study.objective import SCORE_NAME
+from tuner.study.search import open_study
 from tuner.study.storage import PG_OPEN_LOCK, SQLITE_LOCK_SUFFIX
 from tuner.study.workers import WORKER_ATTR, this_worker
 

@@ -56,6 +56,7 @@ from tuner.load.spread import replay
 from tuner.load.window import replay_figures
 from tuner.study import confirm, fingerprint, groups, search
 from tuner.study.capacity import reset_prefix_cache, wait_idle
+from tuner.study.objective import CAPACITY_OBJECTIVE, RateSearch
 from tuner.study.scoring import score
 from tuner.study.spec import StudySpec, load_spec
 from tuner.study.trial import TrialSetup
@@ -164,8 +165,8 @@ PARTS = {
 
 def window_requests(setup: TrialSetup, window: Window) -> tuple[list[Request], float]:
     """The window's requests and when its full rate starts (0 unless ramped)."""
-    capacity = setup.capacity
-    assert capacity is not None
+    assert isinstance(setup.measure, RateSearch), "the spec is not a capacity study's"
+    capacity = setup.measure.settings
     steps = [(window.rate * f, RAMP_STEP_S) for f in RAMP_FRACTIONS] if window.ramped else []
     steps.append((window.rate, window.seconds))
     out: list[Request] = []
@@ -461,7 +462,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     launcher = ServeLauncher(root / "runs" / "launcher.log")
     spec, setup = build(args.spec, args.trace, launcher)
     storage = f"sqlite:///{root / 'study.db'}"
-    study = search.open_study(args.study, storage, spec.seed, None, capacity=True)
+    study = search.open_study(args.study, storage, spec.seed, None, objective=CAPACITY_OBJECTIVE)
     deadline = time.monotonic() + (args.deadline_epoch - time.time()) - args.margin_s
     machine = fingerprint.measured_on()
     firsts = [

@@ -30,6 +30,7 @@ from typing import Any
 from tuner.cli.run import launcher_for
 from tuner.cli.workload import open_loop_replay, trial_setup
 from tuner.engine.dummy_model import write_model
+from tuner.study.objective import RateSearch
 from tuner.study.space import capture_pin
 from tuner.study.spec import load_spec
 from tuner.study.trial import run_trial
@@ -91,10 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     setup = trial_setup(
         spec, replay, info.vocab_size, launcher_for("auto", options.out / "launcher.log")
     )
-    assert setup.capacity is not None, "the spec is not a capacity study's"
-    setup = replace(
-        setup, capacity=replace(setup.capacity, gate_req_per_s=options.gate, max_windows=1)
-    )
+    assert isinstance(setup.measure, RateSearch), "the spec is not a capacity study's"
+    settings = replace(setup.measure.settings, gate_req_per_s=options.gate, max_windows=1)
+    setup = replace(setup, measure=RateSearch(settings))
     engine_args = {**spec.engine_args, **capture_pin(spec, cpu_build=False), **options.args}
     arms = {"cold": (), "warm": tuple(replay.requests[: options.warmup])}
     done = {(r["run"], r["arm"]) for r in rows_of(results)}

@@ -14,11 +14,10 @@ from tuner.cli.workload import Replay, spec_path
 from tuner.errors import TunerError
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.window import LOOP_LAG_WARNING_S
-from tuner.study import capacity_text, confirm, fingerprint, picks, scoring, search
-from tuner.study.capacity import BELOW_ATTR, CAPACITY_ATTR
+from tuner.study import confirm, fingerprint, picks, scoring, search
 from tuner.study.choice import choose
 from tuner.study.emit import HEADLINE, Provenance, format_figure, render, verdict_lines
-from tuner.study.outcome import next_steps
+from tuner.study.objective import of_study, of_trial
 from tuner.study.spec import StudySpec
 
 
@@ -63,14 +62,8 @@ def trial_line(trial: Any, space_names: Sequence[str]) -> str:
     if shown:
         prefix = ">= " if trial.state.name == "PRUNED" else ""
         parts.append(prefix + ", ".join(shown))
-    if isinstance(attrs.get(CAPACITY_ATTR), int | float):
-        windows = attrs.get("capacity_windows", 0)
-        found = capacity_text.num(attrs[CAPACITY_ATTR])
-        parts.append(f"capacity {found} req/s ({windows:.0f} rates measured)")
-    elif isinstance(attrs.get(BELOW_ATTR), int | float):
-        parts.append(f"capacity below {capacity_text.num(attrs[BELOW_ATTR])} req/s")
-    elif trial.value is not None:
-        parts.append(f"score {trial.value:.3f}")
+    if (value := of_trial(trial).value_words(trial)) is not None:
+        parts.append(value)
     if attrs.get(CLIENT_BEHIND):
         parts.append("[tuner's client fell behind: not ranked]")
     if attrs.get(search.REASON_ATTR):
@@ -142,11 +135,9 @@ def write_result(
     baseline = picks.baseline_trial(study)
     baseline_attrs = baseline.user_attrs if baseline else None
     label = "best" if verdict.meets_slos else "closest"
-    capacity = picks.is_capacity(study)
-    peak = replay.peak_req_per_s
-    rows = capacity_text.table_rows(chosen.user_attrs, baseline_attrs, peak) if capacity else []
+    objective = of_study(study)
+    rows, extra, measured = objective.result_lines(chosen, baseline_attrs, replay.peak_req_per_s)
     print(comparison_table(chosen.user_attrs, baseline_attrs, label, rows))
-    extra, measured = _headlines(chosen, baseline_attrs, peak, capacity)
     if confirmed is not None:
         extra += confirm.summary(confirmed)
     if extra:
@@ -174,7 +165,11 @@ def write_result(
         return EXIT_MEETS_SLOS
     print(f"\nno trial met the SLOs; wrote the closest, trial {chosen.number}, to {out}:")
     print("\n".join(f"  {line}" for line in verdict_lines(verdict)))
-    print("\n".join(_what_next(args, name, chosen, replay, verdict.misses, capacity)))
+    capacity_run = f"tuner run --trace {args.trace} --study {name}-capacity --objective capacity"
+    steps = objective.what_next(
+        chosen, replay.offered, spec_path(args, name), verdict.misses, capacity_run
+    )
+    print("\n".join(steps))
     return EXIT_MISSES_SLOS
 
 
@@ -190,22 +185,6 @@ def _nothing_served(study: Any) -> int:
         f"tuner: no trial served the window; nothing written. First failure: {why}", file=sys.stderr
     )
     return EXIT_FAILED
-
-
-def _headlines(
-    chosen: Any, baseline_attrs: Mapping[str, Any] | None, peak: float | None, capacity: bool
-) -> tuple[list[str], str]:
-    """A capacity study's headline and servers lines, and where the figures were measured."""
-    if not capacity:
-        return [], "on that window"
-    found = capacity_text.capacity_of(chosen.user_attrs) or 0.0
-    extra = [
-        capacity_text.headline(chosen.user_attrs, baseline_attrs, peak),
-        capacity_text.servers_line(found, peak, f"trial {chosen.number}"),
-    ]
-    if not found:
-        return extra, "at the lowest rate tried"
-    return extra, f"at {capacity_text.num(found)} req/s, its capacity"
 
 
 def _provenance(
@@ -226,29 +205,3 @@ def _provenance(
         trial_number=chosen.number,
         machine_of_writer=not recorded,
     )
-
-
-def _what_next(
-    args: argparse.Namespace,
-    name: str,
-    chosen: Any,
-    replay: Replay,
-    misses: Sequence[scoring.Miss],
-    capacity: bool,
-) -> list[str]:
-    """What to try where nothing met the SLOs."""
-    if capacity:
-        return [
-            "next: no configuration met the SLOs at any rate down to the search's floor; relax "
-            f"the SLOs in {spec_path(args, name)} (or lengthen capacity_window_s) and search "
-            "again under a new --study"
-        ]
-    steps = next_steps(
-        chosen.number, chosen.user_attrs, replay.offered, spec_path(args, name), misses
-    )
-    if replay.offered is not None:
-        steps.append(
-            "  or find the rate one server of each configuration carries within these SLOs: "
-            f"tuner run --trace {args.trace} --study {name}-capacity --objective capacity"
-        )
-    return steps

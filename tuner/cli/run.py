@@ -18,7 +18,6 @@ from tuner.cli.report import fmt_params, overhead_summary, trial_line, write_res
 from tuner.cli.show_report import after_run
 from tuner.cli.workload import (
     Replay,
-    capacity_settings,
     check_workload,
     closed_loop_replay,
     length_source,
@@ -33,6 +32,7 @@ from tuner.engine.launchers import Launcher, ProcessLauncher, ZygoteLauncher
 from tuner.errors import InputError, TunerError
 from tuner.study import calibrate, confirm, fingerprint, search
 from tuner.study.emit import LOAD_FORMAT, RANDOM_WEIGHTS, random_weights
+from tuner.study.objective import of_spec
 from tuner.study.space import capture_pin, default_spec_text, runnable_baseline
 from tuner.study.spec import AUTO, StudySpec, load_spec, parse_spec
 from tuner.study.spec_file import read_spec_document
@@ -219,7 +219,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # "auto": a latency study of a request trace replays at a rate calibrated on this machine,
     # once its study is open (the calibration is kept there); anything else at the trace's speed.
     calibrating = args.time_scale is None and spec.time_scale == AUTO
-    calibrating = calibrating and trace is not None and not spec.capacity
+    calibrating = calibrating and trace is not None and of_spec(spec).calibrates
     if args.time_scale is not None:
         time_scale = args.time_scale
     else:
@@ -283,11 +283,7 @@ def _checked_spec(
                 print(note)
     if args.client_procs is not None:
         spec = dataclasses.replace(spec, client_procs=args.client_procs)
-    if spec.capacity and not request_trace:
-        raise InputError(
-            "a capacity study replays a request trace at rates of its choosing; a concurrency "
-            "trace sets its own load (use --objective latency)"
-        )
+    of_spec(spec).check_trace(request_trace)
     return spec
 
 
@@ -310,19 +306,10 @@ def _replay(
     else:
         replay = open_loop_replay(trace, window_s, time_scale, info.max_model_len)
     print(f"window: {replay.text}")
-    _print_capacity_search(spec, replay)
+    said = of_spec(spec).measure(spec, replay.requests, replay.offered).describe()
+    if said:
+        print(said)
     return replay
-
-
-def _print_capacity_search(spec: StudySpec, replay: Replay) -> None:
-    settings = capacity_settings(spec, replay)
-    if settings is not None:
-        print(
-            f"capacity search: from {settings.window_req_per_s:.3g} req/s (the window's rate; "
-            "a later trial from the capacity of the same or the nearest configuration), "
-            f"{settings.rate_window_s:g} s a rate, to within {settings.resolution:.0%}, at most "
-            f"{settings.max_windows} rates a trial"
-        )
 
 
 def _open_study(args: argparse.Namespace, spec: StudySpec, name: str) -> tuple[Any, str]:
@@ -334,8 +321,9 @@ def _open_study(args: argparse.Namespace, spec: StudySpec, name: str) -> tuple[A
         # more likely a slip, and the error names it.
         Path("studies").mkdir(exist_ok=True)
         storage = f"sqlite:///studies/{name}.db"
-    pruner = None if spec.capacity else search.pruner_for(spec)
-    study = search.open_study(name, storage, spec.seed, pruner, capacity=spec.capacity)
+    study = search.open_study(
+        name, storage, spec.seed, search.pruner_for(spec), objective=of_spec(spec)
+    )
     for orphan in fail_orphans(study):
         print(f"trial {orphan.number}: its tuner is gone (killed or crashed); marked failed")
     return study, storage

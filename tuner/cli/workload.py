@@ -12,8 +12,8 @@ from typing import Any
 from tuner.engine.launchers import Launcher
 from tuner.errors import InputError
 from tuner.load.http import ReplaySettings
-from tuner.study.capacity import CapacitySettings
 from tuner.study.fingerprint import WORKLOAD_ATTR, differences
+from tuner.study.objective import of_spec
 from tuner.study.outcome import Offered
 from tuner.study.spec import AUTO, StudySpec
 from tuner.study.trial import Objective, OnProgress, TrialSetup
@@ -152,21 +152,6 @@ def open_loop_replay(
     )
 
 
-def capacity_settings(spec: StudySpec, replay: Replay) -> CapacitySettings | None:
-    """How a capacity study's trials search (None for a latency study)."""
-    if not spec.capacity:
-        return None
-    assert replay.offered is not None  # an open-loop replay: checked in cmd_run
-    return CapacitySettings(
-        requests=replay.requests,
-        period_s=replay.offered.replay_s,
-        rate_window_s=spec.capacity_window_s,
-        resolution=spec.capacity_resolution,
-        max_windows=spec.capacity_max_windows,
-        client_tolerance_s=spec.client_tolerance_s,
-    )
-
-
 def trial_setup(
     spec: StudySpec,
     replay: Replay,
@@ -192,9 +177,6 @@ def trial_setup(
         launcher=launcher,
         closed_loop=replay.closed_loop,
         progress=progress,
-        capacity=capacity_settings(spec, replay),
+        measure=of_spec(spec).measure(spec, replay.requests, replay.offered),
         client_tolerance_s=spec.client_tolerance_s,
-        # vLLM serves /reset_prefix_cache, which the capacity search calls between rates, only
-        # in its development mode.
-        env={"VLLM_SERVER_DEV_MODE": "1"} if spec.capacity else {},
     )

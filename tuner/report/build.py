@@ -18,9 +18,9 @@ from tuner.report import plots
 from tuner.report.capacity import curves
 from tuner.report.data import (
     CAPACITY_GOAL,
-    LATENCY_GOAL,
     Configuration,
     StudyReport,
+    goal_of,
     recorded_slos,
     rows_of,
     searched_parameters,
@@ -63,7 +63,7 @@ def read_report(name: str, storage: str, configs: Path) -> StudyReport:
         meets_slos=choice is not None and choice.meets_slos,
         baseline=None if baseline is None else baseline.number,
         configuration=configuration,
-        goal=CAPACITY_GOAL if picks.is_capacity(study) else LATENCY_GOAL,
+        goal=goal_of(study),
         measurements=() if choice is None else choice.measurements,
         confirmation=() if confirmed is None else tuple(summary(confirmed)),
         feasible_configurations=sum(g.feasible for g in groups(study)),

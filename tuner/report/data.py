@@ -24,20 +24,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuner.study import picks, search
-from tuner.study.capacity import CAPACITY_ATTR
 from tuner.study.fingerprint import WORKLOAD_ATTR
+from tuner.study.objective import CAPACITY_OBJECTIVE, LATENCY_OBJECTIVE, OBJECTIVES, of_study
 
 if TYPE_CHECKING:
+    from optuna.study import Study
     from optuna.trial import FrozenTrial
 
 FEASIBLE, INFEASIBLE, PRUNED = "feasible", "infeasible", "pruned"
 FAILED, INTERRUPTED, RUNNING = "failed", "interrupted", "running"
 # The series of the landscape and of the per-trial figures, in drawing order.
 SERIES = (FEASIBLE, INFEASIBLE, PRUNED)
-SCORE = search.SCORE_NAME
-CAPACITY = CAPACITY_ATTR
-# The names a trial's value goes by: a latency study's score, a capacity study's capacity.
-VALUES = (SCORE, CAPACITY)
+SCORE = LATENCY_OBJECTIVE.metric
+CAPACITY = CAPACITY_OBJECTIVE.metric
+# The names a trial's value goes by, one per objective: a latency study's score, a capacity
+# study's capacity.
+VALUES = tuple(objective.metric for objective in OBJECTIVES.values())
 # How SLOs are listed: the usual ones first, the error rate last.
 SLO_ORDER = ("ttft_p95_s", "tpot_p95_s", "e2e_p99_s")
 
@@ -61,8 +63,18 @@ class Goal:
         return value > than if self.maximise else value < than
 
 
-LATENCY_GOAL = Goal(SCORE, maximise=False)
-CAPACITY_GOAL = Goal(CAPACITY, maximise=True)
+# Each objective's goal, by its mode.
+GOALS = {
+    mode: Goal(objective.metric, maximise=objective.maximise)
+    for mode, objective in OBJECTIVES.items()
+}
+LATENCY_GOAL = GOALS[LATENCY_OBJECTIVE.mode]
+CAPACITY_GOAL = GOALS[CAPACITY_OBJECTIVE.mode]
+
+
+def goal_of(study: Study) -> Goal:
+    """The goal of the study's objective."""
+    return GOALS[of_study(study).mode]
 
 
 def in_seconds(metric: str) -> bool:

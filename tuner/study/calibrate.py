@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tuner.study.capacity import CAPACITY_ATTR, CapacitySettings
+from tuner.study.capacity import CapacitySettings
+from tuner.study.objective import RateSearch
 from tuner.study.spec import StudySpec
 from tuner.study.trial import TrialOutcome, TrialSetup, run_trial
 from tuner.traces.model import Request
@@ -130,7 +131,7 @@ def from_outcome(outcome: TrialOutcome, search: CapacitySettings, load: float) -
         raise CalibrationFailed(outcome.reason or "vLLM's defaults did not serve", outcome.log_tail)
     rates = [float(point["rate_req_per_s"]) for point in outcome.points]
     lowest = min(rates)
-    capacity = float(outcome.metrics.get(CAPACITY_ATTR, 0.0))
+    capacity = float(outcome.score.value)  # a rate search's value: the capacity
     rate = load * (capacity or lowest)
     return Calibration(
         capacity_req_per_s=capacity,
@@ -148,7 +149,7 @@ def measure(
     setup: TrialSetup, search: CapacitySettings, spec: StudySpec, workdir: Path
 ) -> Calibration:
     """Start vLLM's defaults (the spec's baseline) once, search what they carry, stop them."""
-    calibrating = replace(setup, capacity=search, env={**setup.env, "VLLM_SERVER_DEV_MODE": "1"})
+    calibrating = replace(setup, measure=RateSearch(search))
     outcome = run_trial({**spec.engine_args, **spec.baseline}, calibrating, workdir)
     return from_outcome(outcome, search, spec.calibrate_load)
 

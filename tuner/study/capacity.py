@@ -7,9 +7,9 @@ the server to be idle, resets vLLM's prefix cache where the server allows it, an
 window time-scaled to that rate for ``CapacitySettings.rate_window_s`` seconds. Each window draws
 its prompts from its own seed, so no window reuses another's prompts from the prefix cache.
 ``measure_rate`` is one such rate alone, for a caller that picks its own rates (a brute-force
-scan, as ``benchmarks/capacity.py`` does to check the search). ``start_hint`` says where a
-trial's search starts: from a capacity the study already measured for the same configuration
-or its nearest neighbour, rather than the window's rate.
+scan, as ``benchmarks/capacity.py`` does to check the search). Where a trial's search starts,
+from a capacity the study already measured for the same configuration or its nearest neighbour
+rather than the window's rate, is ``tuner.study.objective.start_hint``'s.
 
 A rate is stopped early once its SLOs are lost for certain: more of the window's requests
 have already waited past a TTFT or end-to-end SLO (a request still waiting counting with its
@@ -19,25 +19,19 @@ wait so far, which only grows) than the percentile lets through.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import math
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import httpx
-from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
-from optuna.trial import FrozenTrial, TrialState
 
 from tuner.load.health import CLIENT_TOLERANCE_S, client_to_blame
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, parse_scrape, provisional
 from tuner.load.spread import replay
 from tuner.load.window import client_figures, replay_figures
-from tuner.study.attrs import ARGS_ATTR
 from tuner.study.rates import GROWTH, CapacityFound, RatePoint, hinted_step, search_capacity
 from tuner.study.scoring import Score, score
 from tuner.study.spec import CAPACITY_WINDOW_S
@@ -57,7 +51,6 @@ LOST_CHECK_S = 1.0
 # Seeds of successive windows: far apart from the study's seed and from each other.
 SEED_STRIDE = 7919
 
-CAPACITY_ATTR = "capacity_req_per_s"
 # A searched trial that failed at the best capacity so far: its capacity is below this.
 BELOW_ATTR = "capacity_below_req_per_s"
 POINTS_ATTR = "capacity_points"
@@ -87,7 +80,7 @@ class CapacitySettings:
     resolution: float = 0.1
     max_windows: int = 10
     client_tolerance_s: float = CLIENT_TOLERANCE_S
-    # A capacity already measured in the study (``start_hint``): where the search starts
+    # A capacity already measured in the study (``objective.start_hint``): where the search starts
     # instead of the window's rate.
     hint: StartHint | None = None
     # The best capacity in the study so far, for a searched configuration: measured first, and
@@ -289,55 +282,3 @@ def _point_figures(
     out["started_idle"] = float(idle)
     out["prefix_cache_reset"] = float(reset)
     return out
-
-
-# --- where a trial's search starts ----------------------------------------------------------
-
-
-def start_hint(
-    trials: Sequence[FrozenTrial], args: Mapping[str, Any], params: Mapping[str, Any]
-) -> StartHint | None:
-    """Where the capacity search of a trial with engine arguments ``args`` (its searched values
-    ``params``) starts: the median capacity of earlier measurements of the same arguments (a
-    re-measurement); else the median capacity of the measured trials nearest in the searched
-    space, each dimension scaled to its range (log where the dimension is); None where no trial
-    with the same dimensions measured a capacity above 0."""
-    measured = [
-        t
-        for t in trials
-        if t.state == TrialState.COMPLETE and float(t.user_attrs.get(CAPACITY_ATTR) or 0) > 0
-    ]
-    wanted = json.loads(json.dumps(dict(args)))
-    same = [
-        float(t.user_attrs[CAPACITY_ATTR])
-        for t in measured
-        if t.user_attrs.get(ARGS_ATTR) == wanted
-    ]
-    if same:
-        return StartHint(float(statistics.median(same)), repeat=True)
-    near = [
-        (_distance(params, t.params, t.distributions), float(t.user_attrs[CAPACITY_ATTR]))
-        for t in measured
-        if params and set(t.params) == set(params)
-    ]
-    if not near:
-        return None
-    closest = min(d for d, _ in near)
-    return StartHint(float(statistics.median(c for d, c in near if d == closest)), repeat=False)
-
-
-def _distance(
-    a: Mapping[str, Any], b: Mapping[str, Any], distributions: Mapping[str, BaseDistribution]
-) -> float:
-    """Euclidean distance of two points of the searched space, each dimension scaled to 0..1."""
-    total = 0.0
-    for name, value in a.items():
-        dist = distributions[name]
-        if not isinstance(dist, IntDistribution | FloatDistribution):
-            total += 0.0 if value == b[name] else 1.0
-            continue
-        scale = math.log if dist.log else float
-        low, high, x, y = (scale(v) for v in (dist.low, dist.high, value, b[name]))
-        if high > low:
-            total += ((x - y) / (high - low)) ** 2
-    return math.sqrt(total)

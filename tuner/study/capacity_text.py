@@ -1,19 +1,10 @@
 """What a capacity study says in the user's terms: req/s per server, as a multiple of the
-trace's peak rate, and the servers that peak needs. Pure: builds text from trial attributes."""
+trace's peak rate, and the servers that peak needs. Pure: builds text from rates (a capacity
+study's lines from a trial's attributes are ``tuner.study.objective``'s)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
-
-from tuner.study.capacity import CAPACITY_ATTR
-
-
-def capacity_of(attrs: Mapping[str, Any] | None) -> float | None:
-    """A trial's measured capacity in req/s from its attributes; None where it has none."""
-    value = None if attrs is None else attrs.get(CAPACITY_ATTR)
-    return float(value) if isinstance(value, int | float) else None
 
 
 def servers_for(peak_req_per_s: float, capacity_req_per_s: float) -> int | None:
@@ -32,24 +23,6 @@ def num(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
 
 
-def _req(value: float | None) -> str:
-    return "n/a" if value is None else f"{num(value)} req/s"
-
-
-def headline(
-    chosen: Mapping[str, Any], baseline: Mapping[str, Any] | None, peak_req_per_s: float | None
-) -> str:
-    """``capacity: X req/s (Yx the trace's peak rate; baseline Z req/s)``."""
-    capacity = capacity_of(chosen) or 0.0
-    parts = []
-    if peak_req_per_s:
-        parts.append(f"{num(capacity / peak_req_per_s)}x the trace's peak rate")
-    if baseline is not None:
-        parts.append(f"baseline {_req(capacity_of(baseline))}")
-    suffix = f" ({'; '.join(parts)})" if parts else ""
-    return f"capacity: {_req(capacity)}{suffix}"
-
-
 def servers_line(capacity_req_per_s: float, peak_req_per_s: float | None, label: str) -> str:
     """How many servers like ``label`` carry the peak rate, with the division shown."""
     if not peak_req_per_s:
@@ -61,33 +34,3 @@ def servers_line(capacity_req_per_s: float, peak_req_per_s: float | None, label:
         f"servers for the peak ({num(peak_req_per_s)} req/s): {count} like {label} "
         f"(ceil({num(peak_req_per_s)} / {num(capacity_req_per_s)}), if the load splits evenly)"
     )
-
-
-def table_rows(
-    chosen: Mapping[str, Any],
-    baseline: Mapping[str, Any] | None,
-    peak_req_per_s: float | None,
-) -> list[tuple[str, str, str]]:
-    """``(row, chosen, baseline)`` for the end table: capacity, multiple of peak, servers."""
-
-    def multiple(attrs: Mapping[str, Any] | None) -> str:
-        capacity = capacity_of(attrs)
-        if capacity is None or not peak_req_per_s:
-            return "n/a"
-        return f"{num(capacity / peak_req_per_s)}x"
-
-    def servers(attrs: Mapping[str, Any] | None) -> str:
-        capacity = capacity_of(attrs)
-        if capacity is None or not peak_req_per_s:
-            return "n/a"
-        count = servers_for(peak_req_per_s, capacity)
-        return "n/a" if count is None else str(count)
-
-    def base(show: Any) -> str:
-        return show(baseline) if baseline is not None else "n/a"
-
-    return [
-        ("capacity", _req(capacity_of(chosen)), base(lambda a: _req(capacity_of(a)))),
-        ("x trace peak", multiple(chosen), base(multiple)),
-        ("servers for peak", servers(chosen), base(servers)),
-    ]

@@ -17,6 +17,7 @@ from dataclasses import asdict
 from typing import Any
 
 from tuner.engine import environment
+from tuner.study.objective import of_spec
 from tuner.study.spec import StudySpec
 
 # The study user attribute that holds the fingerprint.
@@ -48,14 +49,7 @@ def of_study(
         "max_error_rate": spec.max_error_rate,
         **machine,
     }
-    if spec.capacity:
-        # Only for capacity studies: latency studies recorded before the mode existed match.
-        fields |= {
-            "objective_mode": spec.objective_mode,
-            "capacity_window_s": spec.capacity_window_s,
-            "capacity_resolution": spec.capacity_resolution,
-            "capacity_max_windows": spec.capacity_max_windows,
-        }
+    fields |= of_spec(spec).fingerprint(spec)
     # As the storage gives it back: tuples become lists, integers in floats stay floats.
     loaded: dict[str, Any] = json.loads(json.dumps(fields))
     return loaded

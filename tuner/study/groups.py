@@ -13,11 +13,11 @@ import statistics
 from dataclasses import dataclass
 
 import optuna
-from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
 from tuner.load.health import CLIENT_BEHIND
 from tuner.study.attrs import BASELINE_ATTR, CANDIDATE_ATTR, CONFIRMS_ATTR, FEASIBLE_ATTR
+from tuner.study.objective import of_study
 from tuner.study.picks import served
 
 
@@ -87,7 +87,7 @@ class Group:
 
 def groups(study: optuna.Study) -> list[Group]:
     """The served trials, grouped by configuration (a first trial and its re-measurements)."""
-    maximize = study.direction == StudyDirection.MAXIMIZE
+    maximize = of_study(study).maximise
     trials = [t for t in study.get_trials(deepcopy=False) if served(t)]
     members: dict[int, list[FrozenTrial]] = {}
     left_out: dict[int, list[FrozenTrial]] = {}

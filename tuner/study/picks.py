@@ -7,12 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import optuna
-from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.study.attrs import ARGS_ATTR, BASELINE_ATTR, FEASIBLE_ATTR
-from tuner.study.capacity import CAPACITY_ATTR, POINTS_ATTR
-from tuner.study.scoring import FAILED_SCORE
+from tuner.study.objective import of_trial
 
 
 def engine_args_of(trial: FrozenTrial) -> dict[str, Any]:
@@ -28,15 +26,13 @@ def constraints_of(trial: FrozenTrial) -> dict[str, float]:
 def served(trial: FrozenTrial) -> bool:
     """Whether the trial measured its whole window with figures to score.
 
-    Not: a pruned, interrupted or running trial, nor one scored ``FAILED_SCORE`` (its engine
-    failed, or it measured nothing usable, such as every request failing), nor a capacity
-    trial without a rate measured.
+    Not: a pruned, interrupted or running trial, nor one its objective says measured nothing
+    to rank it by (``StudyObjective.served``: a latency trial scored ``FAILED_SCORE``, its
+    engine failed or every request did; a capacity trial without a rate measured).
     """
     if trial.state != TrialState.COMPLETE or trial.value is None:
         return False
-    if CAPACITY_ATTR in trial.user_attrs:
-        return bool(trial.user_attrs.get(POINTS_ATTR))
-    return trial.value != FAILED_SCORE
+    return of_trial(trial).served(trial)
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
@@ -46,11 +42,6 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
     except ValueError:
         return None
     return best if best.user_attrs.get(FEASIBLE_ATTR) else None
-
-
-def is_capacity(study: optuna.Study) -> bool:
-    """Whether the study maximises capacity (``--objective capacity``)."""
-    return study.direction == StudyDirection.MAXIMIZE
 
 
 def first_failure(study: optuna.Study) -> FrozenTrial | None:

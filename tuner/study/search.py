@@ -1,4 +1,4 @@
-"""The study: Optuna asks for configurations, ``run_trial`` measures them. The only Optuna code.
+"""The study: Optuna asks for configurations, ``run_trial`` measures them.
 
 Trial 0 of a study is the baseline, vLLM's own defaults (plus the spec's fixed and baseline
 arguments). Every measured figure becomes a user attribute, every SLO a constraint set with
@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tuner.errors import InputError, TunerError
@@ -33,7 +32,8 @@ from tuner.study.attrs import (
     MOVE_ATTR,
     REASON_ATTR,
 )
-from tuner.study.capacity import CAPACITY_ATTR, POINTS_ATTR, start_hint
+from tuner.study.capacity import POINTS_ATTR
+from tuner.study.objective import LATENCY_OBJECTIVE, StudyObjective, of_spec, of_study
 from tuner.study.picks import best_trial
 from tuner.study.spec import INCUMBENT, Dimension, StudySpec
 from tuner.study.storage import (
@@ -51,8 +51,6 @@ from tuner.study.workers import WORKER_ATTR, this_worker
 
 logger = logging.getLogger(__name__)
 
-# The objective's name, which optuna-dashboard shows (the study minimises it).
-SCORE_NAME = "score"
 # Added to an infeasible trial's rank: any feasible trial is a better incumbent.
 INFEASIBLE_RANK = 1e12
 
@@ -96,13 +94,13 @@ def open_study(
     storage: str | optuna.storages.BaseStorage,
     seed: int,
     pruner: optuna.pruners.BasePruner | None = None,
-    capacity: bool = False,
+    objective: StudyObjective = LATENCY_OBJECTIVE,
     wait_s: float = OPEN_WAIT_S,
 ) -> optuna.Study:
     """Create the study or load it to add trials; the sampler's seed moves on with each trial.
 
-    A latency study minimises the score, a ``capacity`` one maximises the capacity; a study
-    created for one is refused for the other. A storage that cannot be opened is a
+    The study is created for ``objective`` (its direction, and its metric by name); a study
+    created for another objective is refused. A storage that cannot be opened is a
     ``TunerError`` naming it and the cause, in one line.
 
     Processes opening studies in one database at once take turns (``storage.opening``), each
@@ -113,7 +111,6 @@ def open_study(
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     existing = 0
-    direction = StudyDirection.MAXIMIZE if capacity else StudyDirection.MINIMIZE
     shown = storage if isinstance(storage, str) else type(storage).__name__
     url = storage.url if isinstance(storage, optuna.storages.RDBStorage) else storage
     turn = opening(url, wait_s) if isinstance(url, str) else contextlib.nullcontext()
@@ -124,14 +121,11 @@ def open_study(
             with contextlib.suppress(KeyError):
                 loaded = optuna.load_study(study_name=name, storage=storage)
                 existing = len(loaded.trials)
-                if loaded.direction != direction:
-                    kind = (
-                        "a capacity" if loaded.direction == StudyDirection.MAXIMIZE else "a latency"
-                    )
+                made_for = of_study(loaded)
+                if made_for is not objective:
                     raise InputError(
-                        f"study {name!r} is {kind} study (--objective "
-                        f"{'capacity' if kind == 'a capacity' else 'latency'}); use --study "
-                        "NEWNAME to start a new one"
+                        f"study {name!r} is a {made_for.mode} study (--objective "
+                        f"{made_for.mode}); use --study NEWNAME to start a new one"
                     )
             sampler = optuna.samplers.TPESampler(seed=seed + existing, multivariate=True)
             study = optuna.create_study(
@@ -139,13 +133,13 @@ def open_study(
                 storage=storage,
                 sampler=sampler,
                 pruner=pruner or optuna.pruners.NopPruner(),
-                direction=direction,
+                direction=objective.direction,
                 load_if_exists=True,
             )
             if study.metric_names is None:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    study.set_metric_names([CAPACITY_ATTR if capacity else SCORE_NAME])
+                    study.set_metric_names([objective.metric])
     except OPEN_ERRORS as exc:
         raise TunerError(open_failure(shown, exc)) from None
     return study
@@ -348,8 +342,9 @@ def measure(
 ) -> FrozenTrial:
     """Run the asked ``trial`` with ``args``, record what it measured and tell the study.
 
-    ``gated``, in a capacity study with a feasible trial: the trial first replays the best
-    median capacity so far, and is pruned if it fails there (it cannot beat it).
+    ``gated``: a searched configuration, which the trial's measure may first hold to the best
+    median so far (``Measure.for_trial``; a capacity trial replays the best median capacity
+    first, and is pruned if it fails there: it cannot beat it).
 
     Any escape (Ctrl-C, a storage error) marks the trial FAIL with the reason first.
     """
@@ -361,12 +356,13 @@ def measure(
         if how.on_start is not None:
             how.on_start(trial.number, args)
         setup = how.setup
-        if setup.capacity is not None:
-            # Start the search where this configuration, or its nearest neighbour, already
-            # measured its capacity: fewer windows than from the trace's rate.
-            hint = start_hint(study.get_trials(deepcopy=False), args, trial.params)
-            gate = _gate(study) if gated else None
-            setup = replace(setup, capacity=replace(setup.capacity, hint=hint, gate_req_per_s=gate))
+        measure = setup.measure.for_trial(
+            study.get_trials(deepcopy=False),
+            args,
+            trial.params,
+            gate=lambda: _gate(study) if gated else None,
+        )
+        setup = replace(setup, measure=measure)
         outcome = how.runner(
             args,
             setup,
@@ -389,7 +385,7 @@ def queue_move(study: optuna.Study, spec: StudySpec) -> None:
     one; else the study's sampler draws the trial."""
     names = {d.name for d in spec.space}
     defaults = {d.name: d.default for d in spec.space if d.has_default}
-    capacity = study.direction == StudyDirection.MAXIMIZE
+    objective = of_study(study)
     # A measured configuration ranks by the median of its measurements (its first trial and
     # the confirm step's re-measurements), as the winner is chosen.
     medians = {t.number: (g.median, g.feasible) for g in groups.groups(study) for t in g.trials}
@@ -402,7 +398,7 @@ def queue_move(study: optuna.Study, spec: StudySpec) -> None:
         if t.state == TrialState.COMPLETE and t.value is not None:
             own = (t.value, bool(t.user_attrs.get(FEASIBLE_ATTR)))
             value, feasible = medians.get(t.number, own)
-            rank = -value if capacity else value
+            rank = objective.rank(value)
             if not feasible:
                 rank += INFEASIBLE_RANK
         taken.append(incumbent.Taken(values, rank))
@@ -423,6 +419,9 @@ def _should_stop(trial: Trial, prunable: bool) -> Callable[[int, float], bool]:
     return should_stop
 
 
-def pruner_for(spec: StudySpec) -> FarOffPruner:
-    """The pruner of a latency study: the spec's ``prune_factor`` after ``prune_after_s``."""
+def pruner_for(spec: StudySpec) -> FarOffPruner | None:
+    """The spec's pruner, ``prune_factor`` after ``prune_after_s``; None where its objective
+    prunes nothing."""
+    if not of_spec(spec).prunes:
+        return None
     return FarOffPruner(factor=spec.prune_factor, after_step=round(spec.prune_after_s))

@@ -126,10 +126,6 @@ class StudySpec:
     # stops answering mid-window costs its trial at most this much more.
     stall_timeout_s: float = 300.0
 
-    @property
-    def capacity(self) -> bool:
-        return self.objective_mode == CAPACITY
-
 
 DEFAULT_SPEC: dict[str, Any] = {
     "model": "models/cpu-demo",

@@ -23,15 +23,6 @@ from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, provisional, so_far
 from tuner.load.spread import replay
 from tuner.load.window import Monitor, ReplayResult, replay_figures
-from tuner.study.capacity import (
-    BELOW_ATTR,
-    CAPACITY_ATTR,
-    CAPACITY_FAILED,
-    CapacitySettings,
-    capacity_score,
-    measure_capacity,
-)
-from tuner.study.rates import CapacityFound
 from tuner.study.scoring import FAILED, Score, score, worst_slo_ratio
 from tuner.traces.concurrency import ClosedLoop
 from tuner.traces.model import Request
@@ -92,8 +83,9 @@ class TrialSetup:
     env: Mapping[str, str] = field(default_factory=dict)
     # Told where the trial is: each phase as it begins, then about once a second.
     progress: OnProgress | None = None
-    # Set for a capacity study: the trial searches the highest rate that meets the SLOs.
-    capacity: CapacitySettings | None = None
+    # How the trial measures on its running server: the window replayed once (the default),
+    # or a capacity study's search of rates (``tuner.study.objective.RateSearch``).
+    measure: Measure = field(default_factory=lambda: WindowReplay())
     client_tolerance_s: float = CLIENT_TOLERANCE_S
 
 
@@ -121,6 +113,60 @@ class TrialOutcome:
     @property
     def feasible(self) -> bool:
         return self.score.feasible
+
+
+@dataclass(frozen=True)
+class Ended:
+    """What a trial's engine left once measured: the phase times, whether vLLM had exited,
+    its log, what it said of its compile, and the kernels it compiled during the window."""
+
+    timings: dict[str, float]
+    crashed: bool
+    log_path: Path
+    compiled: Mapping[str, str | bool]
+    late: Mapping[str, float]
+
+
+class Measure:
+    """How a trial measures on its running server, and the outcome it makes of that.
+
+    ``WindowReplay`` replays the window once; a capacity study's trials search rates
+    (``tuner.study.objective.RateSearch``). ``run_trial`` starts the engine, hands it to ``run``
+    and builds the outcome with ``outcome``, or with ``failed`` where vLLM never served.
+    """
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        """Environment the engine needs for this way of measuring."""
+        return {}
+
+    def describe(self) -> str | None:
+        """What ``tuner run`` says of this way of measuring, if more than the window."""
+        return None
+
+    def for_trial(
+        self,
+        trials: Sequence[Any],
+        args: Mapping[str, Any],
+        params: Mapping[str, Any],
+        gate: Callable[[], float | None],
+    ) -> Measure:
+        """This measure for one trial of a study (``trials``: those so far; ``args`` and
+        ``params``: the trial's engine arguments and searched values; ``gate``: the bar a
+        searched configuration must pass, if the measure uses one)."""
+        return self
+
+    def run(self, base_url: str, setup: TrialSetup, should_stop: ShouldStop | None) -> Any:
+        raise NotImplementedError
+
+    def outcome(
+        self, engine_args: Mapping[str, Any], setup: TrialSetup, measured: Any, ended: Ended
+    ) -> TrialOutcome:
+        raise NotImplementedError
+
+    def failed(self, engine_args: Mapping[str, Any], exc: EngineFailed) -> TrialOutcome:
+        """A configuration vLLM did not run (it exited, never became healthy): infeasible."""
+        return TrialOutcome(engine_args, FAILED, {}, {}, exc.reason, exc.log_tail)
 
 
 def _why_infeasible(outcome_score: Score, metrics: Mapping[str, float]) -> str | None:
@@ -169,67 +215,6 @@ def _monitor(
     return monitor
 
 
-def _search_capacity(base_url: str, setup: TrialSetup, settings: CapacitySettings) -> CapacityFound:
-    """The capacity search on the running server, telling progress as each rate replays."""
-    progress = setup.progress
-
-    def on_rate(index: int, rate: float, elapsed_s: float, live: Sequence[LiveRequest]) -> None:
-        if progress is not None:
-            done, ttft_p95_s = so_far(live)
-            phase = f"{RATE} {index + 1}/{settings.max_windows}: {rate:.3g} req/s"
-            progress(
-                TrialProgress(phase, elapsed_s, settings.rate_window_s, done, None, ttft_p95_s)
-            )
-
-    objective = setup.objective
-    return measure_capacity(
-        base_url, settings, setup.replay, objective.slos, objective.weights, on_rate
-    )
-
-
-def _capacity_outcome(
-    engine_args: Mapping[str, Any],
-    found: CapacityFound,
-    timings: dict[str, float],
-    crashed: bool,
-    engine: Engine,
-    compiled: Mapping[str, str | bool],
-) -> TrialOutcome:
-    """A capacity trial: its value the capacity; its figures those at the capacity (or at the
-    lowest rate tried, if none passed); every rate measured as a point."""
-    shown = found.best_point or found.lowest_point
-    metrics = dict(shown.figures) if shown is not None else {}
-    metrics[CAPACITY_ATTR] = found.capacity_req_per_s
-    metrics["capacity_resolved"] = float(found.resolved)
-    metrics["capacity_windows"] = float(len(found.points))
-    if found.points:  # a hint (tuner.study.capacity.start_hint) or the window's rate
-        metrics["capacity_start_req_per_s"] = found.points[0].rate_req_per_s
-    reason = None if found.capacity_req_per_s > 0 else f"no rate met the SLOs: {found.why_stopped}"
-    below = False
-    if found.below_req_per_s is not None and not crashed:
-        # Stopped at its gate: below the best so far, by how much not measured.
-        below = True
-        del metrics[CAPACITY_ATTR]
-        metrics[BELOW_ATTR] = found.below_req_per_s
-        reason = found.why_stopped
-    log_tail = ""
-    if crashed:
-        reason = "vLLM exited during the search; " + (reason or "")
-        log_tail = tail(engine.log_path)
-    points = tuple(p.as_attr() for p in found.points)
-    return TrialOutcome(
-        engine_args,
-        capacity_score(found.capacity_req_per_s),
-        metrics,
-        timings,
-        reason,
-        log_tail,
-        compile_cache=compiled,
-        points=points,
-        pruned=below,
-    )
-
-
 def _sending(phase: str, requests: Sequence[Request]) -> TrialProgress:
     """The start of an open-loop replay of ``requests``: how long it sends for, and how many."""
     return TrialProgress(
@@ -270,7 +255,8 @@ def run_trial(
     ends early when it answers True (a hopeless queue costs seconds, not the whole window).
     """
     progress = setup.progress
-    engine = Engine(setup.model, engine_args, workdir, launcher=setup.launcher, env=setup.env)
+    env = {**setup.env, **setup.measure.env}
+    engine = Engine(setup.model, engine_args, workdir, launcher=setup.launcher, env=env)
     timings: dict[str, float] = {}
     began = time.monotonic()
 
@@ -291,7 +277,7 @@ def run_trial(
             timings["warmup_s"] = _warm_up(engine.base_url, setup)
         started = time.monotonic()
         window_at = engine.log_size()
-        measured = _measure(engine.base_url, setup, should_stop)
+        measured = setup.measure.run(engine.base_url, setup, should_stop)
         timings["window_s"] = time.monotonic() - started
         late = engine.late_compiles(warmup_at, window_at)
         crashed = not engine.alive()
@@ -302,33 +288,15 @@ def run_trial(
         timings["engine_stop_s"] = engine.times.stop_s or 0.0
         timings["trial_s"] = time.monotonic() - began
         logger.info("trial failed: %s", exc.reason)
-        outcome = _failed(engine_args, setup.capacity is not None, exc)
+        outcome = setup.measure.failed(engine_args, exc)
         return replace(outcome, timings=timings, compile_cache=engine.compile_cache())
     finally:
         # Also on Ctrl-C: the engine never outlives its trial.
         engine.stop()
     timings["engine_stop_s"] = engine.times.stop_s or 0.0
     timings["trial_s"] = time.monotonic() - began
-    if isinstance(measured, CapacityFound):
-        return _capacity_outcome(engine_args, measured, timings, crashed, engine, compiled)
-    if measured.stopped_at_s is not None:
-        stopped = _stopped_early(engine_args, setup, measured, timings)
-        return replace(stopped, metrics={**stopped.metrics, **late}, compile_cache=compiled)
-    outcome = _replay_outcome(engine_args, setup, measured, late, crashed, engine.log_path)
-    return replace(outcome, timings=timings, compile_cache=compiled)
-
-
-def _failed(engine_args: Mapping[str, Any], capacity: bool, exc: EngineFailed) -> TrialOutcome:
-    """A configuration vLLM did not run (it exited, never became healthy): infeasible, and in a
-    capacity study a capacity of 0."""
-    return TrialOutcome(
-        engine_args,
-        CAPACITY_FAILED if capacity else FAILED,
-        {CAPACITY_ATTR: 0.0} if capacity else {},
-        {},
-        exc.reason,
-        exc.log_tail,
-    )
+    ended = Ended(timings, crashed, engine.log_path, compiled, late)
+    return setup.measure.outcome(engine_args, setup, measured, ended)
 
 
 def _tell(progress: OnProgress | None, phase: TrialProgress) -> None:
@@ -345,30 +313,6 @@ def _warm_up(base_url: str, setup: TrialSetup) -> float:
     watch = _monitor(setup.objective, None, setup.progress, warmup)
     replay(base_url, setup.warmup_requests, setup.replay, monitor=watch)
     return time.monotonic() - started
-
-
-def _measure(
-    base_url: str, setup: TrialSetup, should_stop: ShouldStop | None
-) -> CapacityFound | ReplayResult:
-    """What the trial measures on the running server: a capacity search, a closed-loop
-    schedule, or the open-loop window (the last two stopped early by ``should_stop``)."""
-    if setup.capacity is not None:
-        return _search_capacity(base_url, setup, setup.capacity)
-    progress = setup.progress
-    if setup.closed_loop is not None:
-        window = TrialProgress(REPLAY, sending_s=setup.closed_loop.schedule.end_s)
-        _tell(progress, window)
-        return replay_closed_loop(
-            base_url,
-            setup.closed_loop.schedule,
-            setup.closed_loop.requests(setup.replay.seed),
-            setup.replay,
-            monitor=_monitor(setup.objective, should_stop, progress, window),
-        )
-    window = _sending(REPLAY, setup.requests)
-    _tell(progress, window)
-    watch = _monitor(setup.objective, should_stop, progress, window)
-    return replay(base_url, setup.requests, setup.replay, monitor=watch)
 
 
 def _replay_outcome(
@@ -398,3 +342,41 @@ def _replay_outcome(
     if errors:
         reason = f"{reason or 'some requests failed'}; first error: {errors[0]}"
     return TrialOutcome(engine_args, trial_score, metrics, {}, reason, log_tail)
+
+
+class WindowReplay(Measure):
+    """The window replayed once: closed-loop for a concurrency trace, else open-loop; stopped
+    early where ``should_stop`` (the pruner) says so."""
+
+    def run(self, base_url: str, setup: TrialSetup, should_stop: ShouldStop | None) -> ReplayResult:
+        progress = setup.progress
+        if setup.closed_loop is not None:
+            window = TrialProgress(REPLAY, sending_s=setup.closed_loop.schedule.end_s)
+            _tell(progress, window)
+            return replay_closed_loop(
+                base_url,
+                setup.closed_loop.schedule,
+                setup.closed_loop.requests(setup.replay.seed),
+                setup.replay,
+                monitor=_monitor(setup.objective, should_stop, progress, window),
+            )
+        window = _sending(REPLAY, setup.requests)
+        _tell(progress, window)
+        watch = _monitor(setup.objective, should_stop, progress, window)
+        return replay(base_url, setup.requests, setup.replay, monitor=watch)
+
+    def outcome(
+        self,
+        engine_args: Mapping[str, Any],
+        setup: TrialSetup,
+        measured: ReplayResult,
+        ended: Ended,
+    ) -> TrialOutcome:
+        if measured.stopped_at_s is not None:
+            stopped = _stopped_early(engine_args, setup, measured, ended.timings)
+            metrics = {**stopped.metrics, **ended.late}
+            return replace(stopped, metrics=metrics, compile_cache=ended.compiled)
+        outcome = _replay_outcome(
+            engine_args, setup, measured, ended.late, ended.crashed, ended.log_path
+        )
+        return replace(outcome, timings=ended.timings, compile_cache=ended.compiled)

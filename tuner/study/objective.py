@@ -1,0 +1,459 @@
+"""What a study optimises, and all that follows from it: ``StudyObjective`` and its two
+implementations, registered in ``OBJECTIVES`` under the spec's ``objective_mode``.
+
+- ``Latency``: the lowest score at the window's rate. A trial replays the window once
+  (``WindowReplay``); the pruner stops one that is far off; ``time_scale: auto`` calibrates the
+  rate on this machine.
+- ``Capacity``: the highest rate one server carries within every SLO. A trial searches rates on
+  one engine (``RateSearch``), starting from what the study measured nearest, and a searched one
+  is first measured at the best capacity so far; nothing is pruned or calibrated; the result
+  says how many servers the trace's peak needs.
+
+An objective fixes the study's direction and metric (the value optuna-dashboard shows), how a
+trial measures, how a trial vLLM did not run is scored, what of the spec goes into the study's
+fingerprint, and the words ``tuner run`` prints of a trial and of the result. The rest of tuner
+asks the objective (``of_spec``, ``of_study``, ``of_trial``) rather than testing which one it is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+import optuna
+from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.engine.launchers import EngineFailed, tail
+from tuner.errors import InputError
+from tuner.load.metrics import LiveRequest, so_far
+from tuner.study.attrs import ARGS_ATTR
+from tuner.study.capacity import (
+    BELOW_ATTR,
+    CAPACITY_FAILED,
+    POINTS_ATTR,
+    CapacitySettings,
+    StartHint,
+    capacity_score,
+    measure_capacity,
+)
+from tuner.study.capacity_text import num, servers_for, servers_line
+from tuner.study.outcome import Offered, next_steps
+from tuner.study.rates import CapacityFound
+from tuner.study.scoring import FAILED_SCORE, Miss
+from tuner.study.spec import CAPACITY, LATENCY, OBJECTIVE_MODES, StudySpec
+from tuner.study.trial import (
+    RATE,
+    Ended,
+    Measure,
+    ShouldStop,
+    TrialOutcome,
+    TrialProgress,
+    TrialSetup,
+    WindowReplay,
+)
+
+# The value of each objective, as the study names it (optuna-dashboard shows the name).
+SCORE_NAME = "score"
+CAPACITY_ATTR = "capacity_req_per_s"
+
+
+class StudyObjective:
+    """What a study optimises (``mode``: the spec's ``objective_mode``), its ``direction`` and
+    the ``metric`` that is each trial's value, and what follows from it for a run. The base
+    class is what a latency study does; an objective overrides where it differs."""
+
+    mode: ClassVar[str]
+    direction: ClassVar[StudyDirection]
+    metric: ClassVar[str]
+    # Whether a trial far off its SLOs is stopped early (``tuner.study.search.pruner_for``),
+    # and whether ``time_scale: auto`` measures the replay's rate on this machine.
+    prunes: ClassVar[bool] = True
+    calibrates: ClassVar[bool] = True
+
+    @property
+    def maximise(self) -> bool:
+        return self.direction == StudyDirection.MAXIMIZE
+
+    def rank(self, value: float) -> float:
+        """A trial's value as a rank: lower is better, whichever the direction."""
+        return -value if self.maximise else value
+
+    def check_trace(self, request_trace: bool) -> None:
+        """An ``InputError`` where the objective cannot use this kind of trace."""
+
+    def measure(self, spec: StudySpec, requests: Sequence[Any], offered: Offered | None) -> Measure:
+        """How each trial of the study measures (``TrialSetup.measure``)."""
+        return WindowReplay()
+
+    def fingerprint(self, spec: StudySpec) -> dict[str, Any]:
+        """What of the spec, besides what every study records, changes what a trial measures."""
+        return {}
+
+    def served(self, trial: FrozenTrial) -> bool:
+        """Whether a completed trial measured figures to rank it by."""
+        return trial.value != FAILED_SCORE
+
+    def value_words(self, trial: FrozenTrial) -> str | None:
+        """The trial's value as ``tuner run``'s trial line says it."""
+        return None if trial.value is None else f"score {trial.value:.3f}"
+
+    def result_lines(
+        self,
+        chosen: FrozenTrial,
+        baseline: Mapping[str, Any] | None,
+        peak_req_per_s: float | None,
+    ) -> tuple[list[tuple[str, str, str]], list[str], str]:
+        """What the result says besides the latency figures: rows of the end table (name, the
+        chosen trial's, the baseline's), headline lines, and where the figures were measured."""
+        return [], [], "on that window"
+
+    def what_next(
+        self,
+        chosen: FrozenTrial,
+        offered: Offered | None,
+        spec_path: Path,
+        misses: Sequence[Miss],
+        capacity_command: str,
+    ) -> list[str]:
+        """What to try where nothing met the SLOs (``capacity_command``: the run that asks the
+        capacity question of the same trace)."""
+        steps = next_steps(chosen.number, chosen.user_attrs, offered, spec_path, misses)
+        if offered is not None:
+            steps.append(
+                "  or find the rate one server of each configuration carries within these SLOs: "
+                + capacity_command
+            )
+        return steps
+
+
+class Latency(StudyObjective):
+    """The lowest score at the window's rate (``tuner.study.scoring``), minimised."""
+
+    mode = LATENCY
+    direction = StudyDirection.MINIMIZE
+    metric = SCORE_NAME
+
+
+class Capacity(StudyObjective):
+    """The highest rate of the window one server carries within every SLO, maximised."""
+
+    mode = CAPACITY
+    direction = StudyDirection.MAXIMIZE
+    metric = CAPACITY_ATTR
+    # A capacity trial is gated at the best capacity so far instead of pruned, and searches its
+    # own rates.
+    prunes = False
+    calibrates = False
+
+    def check_trace(self, request_trace: bool) -> None:
+        if not request_trace:
+            raise InputError(
+                "a capacity study replays a request trace at rates of its choosing; a "
+                "concurrency trace sets its own load (use --objective latency)"
+            )
+
+    def measure(self, spec: StudySpec, requests: Sequence[Any], offered: Offered | None) -> Measure:
+        assert offered is not None  # an open-loop replay: ``check_trace``
+        return RateSearch(
+            CapacitySettings(
+                requests=requests,
+                period_s=offered.replay_s,
+                rate_window_s=spec.capacity_window_s,
+                resolution=spec.capacity_resolution,
+                max_windows=spec.capacity_max_windows,
+                client_tolerance_s=spec.client_tolerance_s,
+            )
+        )
+
+    def fingerprint(self, spec: StudySpec) -> dict[str, Any]:
+        # Only for capacity studies: latency studies recorded before the mode existed match.
+        return {
+            "objective_mode": spec.objective_mode,
+            "capacity_window_s": spec.capacity_window_s,
+            "capacity_resolution": spec.capacity_resolution,
+            "capacity_max_windows": spec.capacity_max_windows,
+        }
+
+    def served(self, trial: FrozenTrial) -> bool:
+        return bool(trial.user_attrs.get(POINTS_ATTR))
+
+    def value_words(self, trial: FrozenTrial) -> str | None:
+        attrs = trial.user_attrs
+        if isinstance(attrs.get(CAPACITY_ATTR), int | float):
+            windows = attrs.get("capacity_windows", 0)
+            return f"capacity {num(attrs[CAPACITY_ATTR])} req/s ({windows:.0f} rates measured)"
+        if isinstance(attrs.get(BELOW_ATTR), int | float):
+            return f"capacity below {num(attrs[BELOW_ATTR])} req/s"
+        return super().value_words(trial)
+
+    def result_lines(
+        self,
+        chosen: FrozenTrial,
+        baseline: Mapping[str, Any] | None,
+        peak_req_per_s: float | None,
+    ) -> tuple[list[tuple[str, str, str]], list[str], str]:
+        found = capacity_of(chosen.user_attrs) or 0.0
+        lines = [
+            headline(chosen.user_attrs, baseline, peak_req_per_s),
+            servers_line(found, peak_req_per_s, f"trial {chosen.number}"),
+        ]
+        rows = table_rows(chosen.user_attrs, baseline, peak_req_per_s)
+        if not found:
+            return rows, lines, "at the lowest rate tried"
+        return rows, lines, f"at {num(found)} req/s, its capacity"
+
+    def what_next(
+        self,
+        chosen: FrozenTrial,
+        offered: Offered | None,
+        spec_path: Path,
+        misses: Sequence[Miss],
+        capacity_command: str,
+    ) -> list[str]:
+        return [
+            "next: no configuration met the SLOs at any rate down to the search's floor; relax "
+            f"the SLOs in {spec_path} (or lengthen capacity_window_s) and search again under a "
+            "new --study"
+        ]
+
+
+LATENCY_OBJECTIVE = Latency()
+CAPACITY_OBJECTIVE = Capacity()
+OBJECTIVES: dict[str, StudyObjective] = {o.mode: o for o in (LATENCY_OBJECTIVE, CAPACITY_OBJECTIVE)}
+assert tuple(OBJECTIVES) == OBJECTIVE_MODES
+
+
+def of_spec(spec: StudySpec) -> StudyObjective:
+    """The objective the spec's ``objective_mode`` names."""
+    return OBJECTIVES[spec.objective_mode]
+
+
+def of_study(study: optuna.Study) -> StudyObjective:
+    """The objective a study was created for: by its metric's name, else (a study made before
+    tuner named it) by its direction."""
+    names = study.metric_names or []
+    for objective in OBJECTIVES.values():
+        if names == [objective.metric]:
+            return objective
+    return next(o for o in OBJECTIVES.values() if o.direction == study.direction)
+
+
+def of_trial(trial: FrozenTrial) -> StudyObjective:
+    """The objective a trial was measured for, from what it recorded: a capacity trial keeps
+    its capacity (or the gate it fell below)."""
+    attrs = trial.user_attrs
+    capacity = CAPACITY_ATTR in attrs or BELOW_ATTR in attrs
+    return CAPACITY_OBJECTIVE if capacity else LATENCY_OBJECTIVE
+
+
+# --- a capacity trial ------------------------------------------------------------------------
+
+
+class RateSearch(Measure):
+    """A capacity trial's measure: the highest rate the running server carries within the SLOs
+    (``tuner.study.capacity.measure_capacity``), from where ``settings`` says."""
+
+    def __init__(self, settings: CapacitySettings) -> None:
+        self.settings = settings
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        # vLLM serves /reset_prefix_cache, which the search calls between rates, only in its
+        # development mode.
+        return {"VLLM_SERVER_DEV_MODE": "1"}
+
+    def describe(self) -> str:
+        settings = self.settings
+        return (
+            f"capacity search: from {settings.window_req_per_s:.3g} req/s (the window's rate; "
+            "a later trial from the capacity of the same or the nearest configuration), "
+            f"{settings.rate_window_s:g} s a rate, to within {settings.resolution:.0%}, at most "
+            f"{settings.max_windows} rates a trial"
+        )
+
+    def for_trial(
+        self,
+        trials: Sequence[FrozenTrial],
+        args: Mapping[str, Any],
+        params: Mapping[str, Any],
+        gate: Callable[[], float | None],
+    ) -> RateSearch:
+        """Start where this configuration, or its nearest neighbour, already measured its
+        capacity (fewer windows than from the trace's rate), gated at ``gate()``."""
+        hint = start_hint(trials, args, params)
+        return RateSearch(replace(self.settings, hint=hint, gate_req_per_s=gate()))
+
+    def run(
+        self, base_url: str, setup: TrialSetup, should_stop: ShouldStop | None
+    ) -> CapacityFound:
+        """The search on the running server, telling progress as each rate replays."""
+        settings, progress = self.settings, setup.progress
+
+        def on_rate(index: int, rate: float, elapsed_s: float, live: Sequence[LiveRequest]) -> None:
+            if progress is not None:
+                done, ttft_p95_s = so_far(live)
+                phase = f"{RATE} {index + 1}/{settings.max_windows}: {rate:.3g} req/s"
+                progress(
+                    TrialProgress(phase, elapsed_s, settings.rate_window_s, done, None, ttft_p95_s)
+                )
+
+        objective = setup.objective
+        return measure_capacity(
+            base_url, settings, setup.replay, objective.slos, objective.weights, on_rate
+        )
+
+    def outcome(
+        self, engine_args: Mapping[str, Any], setup: TrialSetup, measured: Any, ended: Ended
+    ) -> TrialOutcome:
+        """Its value the capacity; its figures those at the capacity (or at the lowest rate
+        tried, if none passed); every rate measured as a point."""
+        found: CapacityFound = measured
+        shown = found.best_point or found.lowest_point
+        metrics = dict(shown.figures) if shown is not None else {}
+        metrics[CAPACITY_ATTR] = found.capacity_req_per_s
+        metrics["capacity_resolved"] = float(found.resolved)
+        metrics["capacity_windows"] = float(len(found.points))
+        if found.points:  # a hint (``start_hint``) or the window's rate
+            metrics["capacity_start_req_per_s"] = found.points[0].rate_req_per_s
+        passed = found.capacity_req_per_s > 0
+        reason = None if passed else f"no rate met the SLOs: {found.why_stopped}"
+        gated = found.below_req_per_s is not None and not ended.crashed
+        if gated and found.below_req_per_s is not None:
+            # Stopped at its gate: below the best so far, by how much not measured.
+            del metrics[CAPACITY_ATTR]
+            metrics[BELOW_ATTR] = found.below_req_per_s
+            reason = found.why_stopped
+        log_tail = ""
+        if ended.crashed:
+            reason = "vLLM exited during the search; " + (reason or "")
+            log_tail = tail(ended.log_path)
+        return TrialOutcome(
+            engine_args,
+            capacity_score(found.capacity_req_per_s),
+            metrics,
+            ended.timings,
+            reason,
+            log_tail,
+            compile_cache=ended.compiled,
+            points=tuple(p.as_attr() for p in found.points),
+            pruned=gated,
+        )
+
+    def failed(self, engine_args: Mapping[str, Any], exc: EngineFailed) -> TrialOutcome:
+        """Infeasible, with a capacity of 0."""
+        return TrialOutcome(
+            engine_args, CAPACITY_FAILED, {CAPACITY_ATTR: 0.0}, {}, exc.reason, exc.log_tail
+        )
+
+
+def start_hint(
+    trials: Sequence[FrozenTrial], args: Mapping[str, Any], params: Mapping[str, Any]
+) -> StartHint | None:
+    """Where the capacity search of a trial with engine arguments ``args`` (its searched values
+    ``params``) starts: the median capacity of earlier measurements of the same arguments (a
+    re-measurement); else the median capacity of the measured trials nearest in the searched
+    space, each dimension scaled to its range (log where the dimension is); None where no trial
+    with the same dimensions measured a capacity above 0."""
+    measured = [
+        t
+        for t in trials
+        if t.state == TrialState.COMPLETE and float(t.user_attrs.get(CAPACITY_ATTR) or 0) > 0
+    ]
+    wanted = json.loads(json.dumps(dict(args)))
+    same = [
+        float(t.user_attrs[CAPACITY_ATTR])
+        for t in measured
+        if t.user_attrs.get(ARGS_ATTR) == wanted
+    ]
+    if same:
+        return StartHint(float(statistics.median(same)), repeat=True)
+    near = [
+        (_distance(params, t.params, t.distributions), float(t.user_attrs[CAPACITY_ATTR]))
+        for t in measured
+        if params and set(t.params) == set(params)
+    ]
+    if not near:
+        return None
+    closest = min(d for d, _ in near)
+    return StartHint(float(statistics.median(c for d, c in near if d == closest)), repeat=False)
+
+
+def _distance(
+    a: Mapping[str, Any], b: Mapping[str, Any], distributions: Mapping[str, BaseDistribution]
+) -> float:
+    """Euclidean distance of two points of the searched space, each dimension scaled to 0..1."""
+    total = 0.0
+    for name, value in a.items():
+        dist = distributions[name]
+        if not isinstance(dist, IntDistribution | FloatDistribution):
+            total += 0.0 if value == b[name] else 1.0
+            continue
+        scale = math.log if dist.log else float
+        low, high, x, y = (scale(v) for v in (dist.low, dist.high, value, b[name]))
+        if high > low:
+            total += ((x - y) / (high - low)) ** 2
+    return math.sqrt(total)
+
+
+# --- what a capacity study says --------------------------------------------------------------
+
+
+def capacity_of(attrs: Mapping[str, Any] | None) -> float | None:
+    """A trial's measured capacity in req/s from its attributes; None where it has none."""
+    value = None if attrs is None else attrs.get(CAPACITY_ATTR)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _req(value: float | None) -> str:
+    return "n/a" if value is None else f"{num(value)} req/s"
+
+
+def headline(
+    chosen: Mapping[str, Any], baseline: Mapping[str, Any] | None, peak_req_per_s: float | None
+) -> str:
+    """``capacity: X req/s (Yx the trace's peak rate; baseline Z req/s)``."""
+    capacity = capacity_of(chosen) or 0.0
+    parts = []
+    if peak_req_per_s:
+        parts.append(f"{num(capacity / peak_req_per_s)}x the trace's peak rate")
+    if baseline is not None:
+        parts.append(f"baseline {_req(capacity_of(baseline))}")
+    suffix = f" ({'; '.join(parts)})" if parts else ""
+    return f"capacity: {_req(capacity)}{suffix}"
+
+
+def table_rows(
+    chosen: Mapping[str, Any],
+    baseline: Mapping[str, Any] | None,
+    peak_req_per_s: float | None,
+) -> list[tuple[str, str, str]]:
+    """``(row, chosen, baseline)`` for the end table: capacity, multiple of peak, servers."""
+
+    def multiple(attrs: Mapping[str, Any] | None) -> str:
+        capacity = capacity_of(attrs)
+        if capacity is None or not peak_req_per_s:
+            return "n/a"
+        return f"{num(capacity / peak_req_per_s)}x"
+
+    def servers(attrs: Mapping[str, Any] | None) -> str:
+        capacity = capacity_of(attrs)
+        if capacity is None or not peak_req_per_s:
+            return "n/a"
+        count = servers_for(peak_req_per_s, capacity)
+        return "n/a" if count is None else str(count)
+
+    def base(show: Callable[[Mapping[str, Any] | None], str]) -> str:
+        return show(baseline) if baseline is not None else "n/a"
+
+    return [
+        ("capacity", _req(capacity_of(chosen)), base(lambda a: _req(capacity_of(a)))),
+        ("x trace peak", multiple(chosen), base(multiple)),
+        ("servers for peak", servers(chosen), base(servers)),
+    ]
