@@ -15,6 +15,9 @@ from conftest import write_small_trace, write_spec
 
 from tuner.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED
 from tuner.cli.main import main
+from tuner.cli.parser import build_parser
+from tuner.cli.run import launcher_for
+from tuner.engine.launchers import LAUNCHERS, ProcessLauncher, ZygoteLauncher, auto_launcher
 
 SPEC = {
     "dummy_model": None,
@@ -130,3 +133,23 @@ def test_trace_inspect_takes_a_fractional_window(tmp_path: Path, capsys) -> None
     assert busiest == [
         "busiest window     2.5 s from 0.0 s: 10 requests (4.00 req/s), what tuner run replays"
     ]
+
+
+@pytest.mark.parametrize("cpu_build", [True, False])
+def test_each_launcher_is_offered_by_name_and_auto_picks_one_of_them(cpu_build, tmp_path, capsys):
+    """``--launcher`` takes auto (the default) and every launcher of the registry, nothing
+    else; auto is the process launcher on vLLM's CPU build, the zygote elsewhere."""
+    parser = build_parser()
+    assert parser.parse_args(["run", "--trace", "t.csv"]).launcher == "auto"
+    for name in LAUNCHERS:
+        assert parser.parse_args(["run", "--trace", "t.csv", "--launcher", name]).launcher == name
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--trace", "t.csv", "--launcher", "thread"])
+    assert auto_launcher(cpu_build) == ("process" if cpu_build else "zygote")
+    for name, kind in (("process", ProcessLauncher), ("zygote", ZygoteLauncher)):
+        launcher = launcher_for(name, tmp_path / "launcher.log")
+        try:
+            assert isinstance(launcher, kind)
+        finally:
+            launcher.close()
+    assert capsys.readouterr().out.splitlines() == ["launcher: process", "launcher: zygote"]

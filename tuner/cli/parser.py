@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import tuner
+from tuner.engine.launchers import AUTO as AUTO_LAUNCHER
+from tuner.engine.launchers import LAUNCHERS
 from tuner.study.spec import OBJECTIVE_MODES, SCORED_METRICS
 from tuner.traces.formats import FORMATS, parse_column_mapping
 from tuner.traces.parsers import TIME_UNITS_PER_S
@@ -74,8 +76,8 @@ def add_run_command(commands: Any) -> None:
     run.add_argument("--output-lengths", help="output lengths for a concurrency trace")
     run.add_argument(
         "--launcher",
-        choices=("auto", "process", "zygote"),
-        default="auto",
+        choices=(AUTO_LAUNCHER, *LAUNCHERS),
+        default=AUTO_LAUNCHER,
         help="process: a fresh interpreter per trial; zygote: import vLLM's server once and "
         "fork one per trial (faster starts); auto (default): zygote, except on vLLM's CPU "
         "build (see README)",

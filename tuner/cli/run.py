@@ -28,7 +28,8 @@ from tuner.cli.workload import (
 )
 from tuner.engine import arguments, environment
 from tuner.engine.dummy_model import write_model
-from tuner.engine.launchers import Launcher, ProcessLauncher, ZygoteLauncher
+from tuner.engine.launchers import AUTO as AUTO_LAUNCHER
+from tuner.engine.launchers import LAUNCHERS, Launcher, auto_launcher
 from tuner.errors import InputError, TunerError
 from tuner.study import calibrate, confirm, fingerprint, search
 from tuner.study.emit import LOAD_FORMAT, RANDOM_WEIGHTS, random_weights
@@ -141,13 +142,11 @@ def check_engine_arguments(spec: StudySpec, path: Path) -> None:
 
 
 def launcher_for(choice: str, log: Path) -> Launcher:
-    """The launcher ``--launcher`` names (auto: the process launcher on vLLM's CPU build, the
-    zygote elsewhere), said on stdout."""
-    kind = choice
-    if kind == "auto":
-        kind = "process" if environment.is_cpu_build() else "zygote"
-    print(f"launcher: {kind}" + (" (auto)" if choice == "auto" else ""))
-    return ZygoteLauncher(log=log) if kind == "zygote" else ProcessLauncher()
+    """The launcher ``--launcher`` names (``LAUNCHERS``; auto: ``auto_launcher``), said on
+    stdout."""
+    kind = auto_launcher(environment.is_cpu_build()) if choice == AUTO_LAUNCHER else choice
+    print(f"launcher: {kind}" + (" (auto)" if choice == AUTO_LAUNCHER else ""))
+    return LAUNCHERS[kind](log)
 
 
 def _calibration(

@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -336,6 +336,21 @@ class ZygoteLauncher:
         except subprocess.TimeoutExpired:
             signal_group(process.pid, signal.SIGKILL)
             process.wait()
+
+
+# The launchers ``tuner run --launcher`` offers, by name: each made from the path of its log.
+# A new launcher is a class with ``launch`` and ``close`` (``Launcher``) and an entry here.
+LAUNCHERS: dict[str, Callable[[Path], Launcher]] = {
+    "process": lambda log: ProcessLauncher(),
+    "zygote": lambda log: ZygoteLauncher(log=log),
+}
+AUTO = "auto"
+
+
+def auto_launcher(cpu_build: bool) -> str:
+    """The launcher ``auto`` picks: the process launcher on vLLM's CPU build (a fork of a
+    process that imported it costs more there than it saves), the zygote elsewhere."""
+    return "process" if cpu_build else "zygote"
 
 
 def signal_group(pgid: int, sig: signal.Signals) -> None:
