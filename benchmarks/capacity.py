@@ -9,7 +9,7 @@ that a drift of the machine does not line up with the rate. Each scanned rate is
 ``measure_rate``, as the search measures its rates: the same window length, idle wait, prefix
 cache reset, early stop and SLOs. The scan's capacity is its highest passing rate. With
 ``--hinted``, searches 2, 4, ... start from the capacity the search before found, with the small
-first step of a re-measurement (``tuner.study.objective.start_hint``), so the plain and the
+first step of a re-measurement (``tuner.study.measure.objective.start_hint``), so the plain and the
 hinted searches alternate on one engine.
 
 Part 2, windows per engine start: ``tuner run`` on the same spec with ``--objective capacity``
@@ -49,9 +49,9 @@ from tuner.engine.dummy_model import write_model
 from tuner.engine.process import Engine
 from tuner.load.http import ReplaySettings
 from tuner.load.open_loop import replay
-from tuner.study.capacity import CapacitySettings, StartHint, measure_capacity, measure_rate
-from tuner.study.rates import CapacityFound, RatePoint
-from tuner.study.spec import StudySpec, load_spec
+from tuner.study.measure.capacity import CapacitySettings, StartHint, measure_capacity, measure_rate
+from tuner.study.measure.rates import CapacityFound, RatePoint
+from tuner.study.plan.spec import StudySpec, load_spec
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload, model_info
 

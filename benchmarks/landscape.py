@@ -26,8 +26,8 @@ import yaml
 from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import ProcessLauncher
 from tuner.load.http import ReplaySettings
-from tuner.study.spec import load_spec
-from tuner.study.trial import Objective, TrialSetup, run_trial
+from tuner.study.measure.trial import Objective, TrialSetup, run_trial
+from tuner.study.plan.spec import load_spec
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload, model_info
 

@@ -11,10 +11,10 @@ Part 2, the searches on that table (no engine): each search proposes configurati
 the table's capacity of each, as a study's trials would be. Counted: trials, vLLM's defaults
 (trial 0) included, until one within 5 % of the grid's best, and the best after 12 trials.
 
-- incumbent: ``tuner.study.incumbent.next_point`` with vLLM's defaults as the dimensions'
+- incumbent: ``tuner.study.trials.incumbent.next_point`` with vLLM's defaults as the dimensions'
   defaults, TPE after it has nothing left to propose (deterministic: one run);
-- tpe: Optuna's TPE sampler (multivariate, as ``tuner.study.search.open_study`` builds it) over
-  the same dimensions, drawn by ``tuner.study.search.suggest``, ``--seeds`` seeds.
+- tpe: Optuna's TPE sampler (multivariate, as ``tuner.study.trials.search.open_study`` builds
+  it) over the same dimensions, drawn by ``tuner.study.trials.search.suggest``, ``--seeds`` seeds.
 
 A configuration outside the table (TPE draws max-num-seqs as an integer on a log scale) reads the
 capacity of the nearest measured max-num-seqs (log distance). The table is one measurement per
@@ -44,10 +44,10 @@ from tuner.engine.dummy_model import write_model
 from tuner.engine.process import Engine
 from tuner.load.http import ReplaySettings
 from tuner.load.open_loop import replay
-from tuner.study.capacity import CapacitySettings, StartHint, measure_capacity
-from tuner.study.incumbent import Taken, levels, next_point
-from tuner.study.search import MAX_BATCHED_TOKENS, MAX_NUM_SEQS, suggest
-from tuner.study.spec import Dimension, load_spec
+from tuner.study.measure.capacity import CapacitySettings, StartHint, measure_capacity
+from tuner.study.plan.spec import Dimension, load_spec
+from tuner.study.trials.incumbent import Taken, levels, next_point
+from tuner.study.trials.search import MAX_BATCHED_TOKENS, MAX_NUM_SEQS, suggest
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload, model_info
 

@@ -26,7 +26,7 @@ import yaml
 from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import Launcher, ProcessLauncher, ZygoteLauncher
 from tuner.load.http import ReplaySettings
-from tuner.study.trial import Objective, TrialOutcome, TrialSetup, run_trial
+from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup, run_trial
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload, model_info
 

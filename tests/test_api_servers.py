@@ -25,7 +25,7 @@ from conftest import CPU_BASELINE, CPU_ENGINE_ARGS, MARKER, marked_processes, wa
 from tuner.engine.launchers import ZygoteLauncher
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import parse_scrape
-from tuner.study.trial import REPLAY, Objective, TrialProgress, TrialSetup, run_trial
+from tuner.study.measure.trial import REPLAY, Objective, TrialProgress, TrialSetup, run_trial
 from tuner.traces.model import Request
 
 TWO_API_SERVERS = {**CPU_ENGINE_ARGS, **CPU_BASELINE, "api-server-count": 2}

@@ -30,7 +30,7 @@ from conftest import REPO
 
 from tuner.engine.process import free_port
 from tuner.report.build import write_report
-from tuner.study.search import open_study
+from tuner.study.trials.search import open_study
 
 DEMO_DB = REPO / "benchmarks" / "results" / "cpu-demo.db"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -19,13 +19,13 @@ import pytest
 from conftest import SHIPPED_TRACE, run_tuner, write_small_trace, write_spec
 
 from tuner.engine.environment import HostMemory, host_memory
-from tuner.study import calibrate
-from tuner.study.capacity import CapacitySettings
-from tuner.study.objective import CAPACITY_ATTR
-from tuner.study.scoring import Score
-from tuner.study.space import cpu_kv_share, default_spec_text, runnable_baseline
-from tuner.study.spec import AUTO, SpecError, load_spec, parse_spec
-from tuner.study.trial import TrialOutcome
+from tuner.study.measure import calibrate
+from tuner.study.measure.capacity import CapacitySettings
+from tuner.study.measure.objective import CAPACITY_ATTR
+from tuner.study.measure.scoring import Score
+from tuner.study.measure.trial import TrialOutcome
+from tuner.study.plan.space import cpu_kv_share, default_spec_text, runnable_baseline
+from tuner.study.plan.spec import AUTO, SpecError, load_spec, parse_spec
 from tuner.traces.formats import load_trace
 from tuner.traces.model import Request
 from tuner.traces.workload import build_workload

@@ -36,8 +36,8 @@ from tuner.errors import InputError
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest
 from tuner.load.open_loop import replay
-from tuner.study.attrs import ARGS_ATTR
-from tuner.study.capacity import (
+from tuner.study.measure.attrs import ARGS_ATTR
+from tuner.study.measure.capacity import (
     CAPACITY_FAILED,
     MIN_WINDOW_REQUESTS,
     POINTS_ATTR,
@@ -48,13 +48,13 @@ from tuner.study.capacity import (
     measure_capacity,
     measure_rate,
 )
-from tuner.study.capacity_text import num
-from tuner.study.confirm import CONFIRMS_ATTR
-from tuner.study.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE, RateSearch, start_hint
-from tuner.study.rates import RatePoint, hinted_step, search_capacity
-from tuner.study.search import open_study, run_study
-from tuner.study.spec import parse_spec
-from tuner.study.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.capacity_text import num
+from tuner.study.measure.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE, RateSearch, start_hint
+from tuner.study.measure.rates import RatePoint, hinted_step, search_capacity
+from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.plan.spec import parse_spec
+from tuner.study.trials.confirm import CONFIRMS_ATTR
+from tuner.study.trials.search import open_study, run_study
 from tuner.traces.formats import load_trace
 from tuner.traces.model import Request, Trace
 from tuner.traces.workload import at_rate, build_workload
@@ -326,7 +326,7 @@ def test_the_search_finds_a_known_capacity(stand_in, caplog):
     )
     replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
     slos = {"ttft_p95_s": 0.5}
-    with caplog.at_level("INFO", logger="tuner.study.rates"):
+    with caplog.at_level("INFO", logger="tuner.study.measure.rates"):
         found = measure_capacity(stand_in.url, settings, replay, slos, {"ttft_p95_s": 1.0})
     rates = [round(p.rate_req_per_s, 2) for p in found.points]
     assert found.resolved, (rates, found.why_stopped)

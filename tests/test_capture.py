@@ -14,17 +14,17 @@ from conftest import CPU_ENGINE_ARGS, SHIPPED_TRACE, cpu_spec, run_tuner, write_
 from tuner.engine.startup import breakdown, compile_cache
 from tuner.flags import MAX_CAPTURE_SIZE, config_yaml, flag_name, nest, sets_capture_range
 from tuner.load.http import ReplaySettings
-from tuner.study.scoring import score
-from tuner.study.search import open_study, run_study
-from tuner.study.space import (
+from tuner.study.measure.scoring import score
+from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.plan.space import (
     CAPTURE_SIZE_CEILING,
     PINNED_CAPTURE_SIZE,
     capture_choices,
     capture_pin,
     default_spec_text,
 )
-from tuner.study.spec import parse_spec
-from tuner.study.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.plan.spec import parse_spec
+from tuner.study.trials.search import open_study, run_study
 
 H100_RESULTS = Path(__file__).parent.parent / "benchmarks/results"
 # Engine logs of vLLM 0.26.0 on the H100: a start that compiled, one served from the cache.

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from tuner.flags import MAX_CAPTURE_SIZE
-from tuner.study.compile_key import key_dependence, probe_values
-from tuner.study.spec import Dimension
+from tuner.study.plan.compile_key import key_dependence, probe_values
+from tuner.study.plan.spec import Dimension
 
 
 def test_probe_values_are_the_ends_or_every_choice():

@@ -22,14 +22,14 @@ from tuner.cli.main import main
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.http import ReplaySettings
 from tuner.report.build import read_report, write_report
-from tuner.study import picks
-from tuner.study.choice import choose
-from tuner.study.confirm import CONFIRMS_ATTR, confirm
-from tuner.study.groups import confirmed_winner, groups
-from tuner.study.scoring import Score, score
-from tuner.study.search import Measuring, open_study, run_study
-from tuner.study.spec import parse_spec
-from tuner.study.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.scoring import Score, score
+from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.plan.spec import parse_spec
+from tuner.study.result.choice import choose
+from tuner.study.trials import picks
+from tuner.study.trials.confirm import CONFIRMS_ATTR, confirm
+from tuner.study.trials.groups import confirmed_winner, groups
+from tuner.study.trials.search import Measuring, open_study, run_study
 
 SLO_S = 2.0
 

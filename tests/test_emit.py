@@ -10,8 +10,8 @@ import yaml
 from tuner.engine.launchers import ProcessLauncher
 from tuner.engine.process import Engine
 from tuner.flags import config_yaml, flag_name, normalize
-from tuner.study.emit import Provenance, render, served_config
-from tuner.study.scoring import Verdict, score, verdict
+from tuner.study.measure.scoring import Verdict, score, verdict
+from tuner.study.result.emit import Provenance, render, served_config
 
 PROVENANCE = Provenance(
     tuner_version="0.1.0",

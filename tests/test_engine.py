@@ -21,7 +21,7 @@ import pytest
 from tuner.engine.launchers import EngineFailed, ProcessLauncher
 from tuner.engine.process import Engine
 from tuner.load.http import ReplaySettings
-from tuner.study.trial import (
+from tuner.study.measure.trial import (
     REPLAY,
     STARTING,
     STOPPING,

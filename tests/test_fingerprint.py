@@ -22,11 +22,11 @@ from tuner.cli.exits import EXIT_BAD_INPUT, EXIT_MEETS_SLOS
 from tuner.cli.main import main
 from tuner.engine import environment
 from tuner.load.http import ReplaySettings
-from tuner.study.fingerprint import differences
-from tuner.study.scoring import score
-from tuner.study.search import open_study, run_study
-from tuner.study.spec import parse_spec
-from tuner.study.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.scoring import score
+from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.plan.spec import parse_spec
+from tuner.study.trials.fingerprint import differences
+from tuner.study.trials.search import open_study, run_study
 
 STUDY = "s"
 NEW_STUDY_HINT = "use --study NEWNAME (or delete the DB) to start a new study"

@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 from tuner.engine.environment import vllm_version
 from tuner.errors import SpecError
-from tuner.study.spec import DEFAULT_SPEC, StudySpec, parse_spec
-from tuner.study.spec_file import MAX_SPEC_BYTES
-from tuner.study.storage import CONNECT_TIMEOUT_S
+from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec, parse_spec
+from tuner.study.plan.spec_file import MAX_SPEC_BYTES
+from tuner.study.trials.storage import CONNECT_TIMEOUT_S
 
 VLLM = vllm_version()
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(

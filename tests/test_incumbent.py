@@ -1,5 +1,6 @@
-"""The incumbent search (tuner.study.incumbent): levels, the order of its proposals, and that it
-climbs a landscape to its best point in few trials, never proposing a configuration twice."""
+"""The incumbent search (tuner.study.trials.incumbent): levels, the order of its proposals, and
+that it climbs a landscape to its best point in few trials, never proposing a configuration
+twice."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import pytest
 
 from tuner.engine.environment import Gpu
 from tuner.flags import MAX_CAPTURE_SIZE
-from tuner.study.incumbent import MAX_LEVELS, Taken, levels, next_point
-from tuner.study.space import gpu_search_space
-from tuner.study.spec import Dimension, parse_spec
+from tuner.study.plan.space import gpu_search_space
+from tuner.study.plan.spec import Dimension, parse_spec
+from tuner.study.trials.incumbent import MAX_LEVELS, Taken, levels, next_point
 
 SEQS = Dimension("max-num-seqs", "int", 1, 1024, log=True, default=1024, has_default=True)
 TOKENS = Dimension(

@@ -67,6 +67,35 @@ def test_imports_run_down_the_stages(module):
     assert not wrong, f"{module} ({here or 'root'}) imports {wrong}"
 
 
+# The study's sub-packages, likewise: its plan, one trial measured and judged, the study's
+# trials in Optuna, and what it answers. ``tuner.study`` itself holds no module.
+STUDY_FLOORS = {"result": 4, "trials": 3, "measure": 2, "plan": 1}
+
+
+def study_part(module: str) -> str:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "study" else ""
+
+
+def test_every_study_module_is_in_a_sub_package():
+    study = sorted(m for m in MODULES if stage(m) == "study")
+    assert {study_part(m) for m in study} == {"", *STUDY_FLOORS}
+    assert [m for m in study if study_part(m) == ""] == ["tuner.study"]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if study_part(m)))
+def test_imports_run_down_the_study_sub_packages(module):
+    here = study_part(module)
+    wrong = [
+        target
+        for target in GRAPH[module]
+        if study_part(target)
+        and study_part(target) != here
+        and STUDY_FLOORS[study_part(target)] >= STUDY_FLOORS[here]
+    ]
+    assert not wrong, f"{module} ({here}) imports {wrong}"
+
+
 def test_no_import_cycle():
     done: set[str] = set()
 

@@ -22,13 +22,13 @@ from optuna.trial import TrialState
 from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
 from tuner.cli.main import main
 from tuner.load.http import ReplaySettings
-from tuner.study.capacity_text import num, servers_for, servers_line
-from tuner.study.emit import served_config
-from tuner.study.outcome import Offered, next_steps, ratio_text, servers_needed
-from tuner.study.scoring import FAILED, Miss, score
-from tuner.study.search import open_study, pruner_for, run_study
-from tuner.study.spec import parse_spec
-from tuner.study.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.capacity_text import num, servers_for, servers_line
+from tuner.study.measure.outcome import Offered, next_steps, ratio_text, servers_needed
+from tuner.study.measure.scoring import FAILED, Miss, score
+from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.plan.spec import parse_spec
+from tuner.study.result.emit import served_config
+from tuner.study.trials.search import open_study, pruner_for, run_study
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload
 

@@ -27,7 +27,7 @@ from conftest import (
 )
 from optuna.trial import TrialState
 
-from tuner.study.picks import best_trial
+from tuner.study.trials.picks import best_trial
 
 pytest.importorskip("psycopg")
 

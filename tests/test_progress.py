@@ -9,7 +9,7 @@ import pytest
 
 from tuner.cli.progress import ERASE_LINE, StatusLine, describe
 from tuner.load.metrics import LiveRequest
-from tuner.study.trial import (
+from tuner.study.measure.trial import (
     PRUNE_INTERVAL_S,
     REPLAY,
     STARTING,

@@ -34,11 +34,11 @@ from tuner.report.data import (
     searched_parameters,
     slo_limits,
 )
-from tuner.study import scoring
-from tuner.study.objective import SCORE_NAME
-from tuner.study.search import load_existing, open_study, run_study
-from tuner.study.spec import parse_spec
-from tuner.study.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure import scoring
+from tuner.study.measure.objective import SCORE_NAME
+from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.plan.spec import parse_spec
+from tuner.study.trials.search import load_existing, open_study, run_study
 
 DEMO_DB = REPO / "benchmarks" / "results" / "cpu-demo.db"
 CAPTURE = "compilation-config.max_cudagraph_capture_size"

@@ -45,13 +45,13 @@ from tuner.report.data import (
 )
 from tuner.report.page import fmt, rates_caption
 from tuner.report.rate_plot import plot_rates
-from tuner.study import fingerprint
-from tuner.study.capacity import CAPACITY_FAILED, POINTS_ATTR, capacity_score
-from tuner.study.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE
-from tuner.study.rates import RatePoint, search_capacity
-from tuner.study.search import open_study, run_study
-from tuner.study.spec import parse_spec
-from tuner.study.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.capacity import CAPACITY_FAILED, POINTS_ATTR, capacity_score
+from tuner.study.measure.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE
+from tuner.study.measure.rates import RatePoint, search_capacity
+from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.plan.spec import parse_spec
+from tuner.study.trials import fingerprint
+from tuner.study.trials.search import open_study, run_study
 
 SEQS = "max-num-seqs"
 CAPTURE = "compilation-config.max_cudagraph_capture_size"

@@ -40,11 +40,11 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.engine.dummy_model import write_model_with_weights
 from tuner.engine.process import free_port
 from tuner.load.http import ReplaySettings
-from tuner.study.picks import best_trial
-from tuner.study.scoring import FAILED, score
-from tuner.study.search import open_study, run_study
-from tuner.study.spec import parse_spec
-from tuner.study.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.scoring import FAILED, score
+from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.plan.spec import parse_spec
+from tuner.study.trials.picks import best_trial
+from tuner.study.trials.search import open_study, run_study
 
 STUDY = "azure-slice"
 # A secret in the environment of the shared run: no file it writes may hold it.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tuner.load.metrics import RequestResult, summarize_client
-from tuner.study.scoring import FAILED, FAILED_SCORE, Miss, Verdict, score, verdict
+from tuner.study.measure.scoring import FAILED, FAILED_SCORE, Miss, Verdict, score, verdict
 
 SLOS = {"ttft_p95_s": 2.0, "e2e_p99_s": 20.0}
 WEIGHTS = {"ttft_p95_s": 1.0, "e2e_p99_s": 2.0}

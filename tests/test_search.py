@@ -23,12 +23,12 @@ from optuna.trial import TrialState
 from tuner.cli.report import trial_line
 from tuner.errors import TunerError
 from tuner.load.http import ReplaySettings
-from tuner.study.capacity import BELOW_ATTR, CapacitySettings, capacity_score
-from tuner.study.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE, RateSearch
-from tuner.study.scoring import score
-from tuner.study.search import FarOffPruner, open_study, pruner_for, run_study
-from tuner.study.spec import parse_spec
-from tuner.study.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.capacity import BELOW_ATTR, CapacitySettings, capacity_score
+from tuner.study.measure.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE, RateSearch
+from tuner.study.measure.scoring import score
+from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.plan.spec import parse_spec
+from tuner.study.trials.search import FarOffPruner, open_study, pruner_for, run_study
 
 SLOS = {"e2e_p99_s": 10.0}
 WEIGHTS = {"e2e_p99_s": 1.0}

@@ -14,8 +14,8 @@ import yaml
 
 from tuner.engine.environment import visible_gpus
 from tuner.flags import MAX_CAPTURE_SIZE
-from tuner.study.space import GPU_CAPACITY_WARMUP_REQUESTS, capture_choices, default_spec_text
-from tuner.study.spec import Dimension, parse_spec
+from tuner.study.plan.space import GPU_CAPACITY_WARMUP_REQUESTS, capture_choices, default_spec_text
+from tuner.study.plan.spec import Dimension, parse_spec
 
 PROMPTS = list(range(10, 201))
 DEMO = Path(__file__).parent.parent / "studies/demo.yaml"

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from tuner.errors import SpecError
-from tuner.study.space import default_spec_text
-from tuner.study.spec import DEFAULT_SPEC, StudySpec, load_spec, parse_spec
+from tuner.study.plan.space import default_spec_text
+from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec, load_spec, parse_spec
 
 
 def test_default_spec_text_parses_to_the_defaults():

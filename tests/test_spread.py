@@ -23,7 +23,7 @@ from tuner.load.http import ReplaySettings, request_body
 from tuner.load.spread import procs_for, replay
 from tuner.load.standin import body_key
 from tuner.load.window import replay_figures
-from tuner.study.rates import RatePoint, search_capacity
+from tuner.study.measure.rates import RatePoint, search_capacity
 from tuner.traces.model import Request
 
 SETTINGS = ReplaySettings(model="standin", vocab_size=1000, request_timeout_s=30)

@@ -25,11 +25,11 @@ import sqlalchemy
 from optuna.trial import TrialState
 
 from tuner.errors import TunerError
-from tuner.study.attrs import REASON_ATTR
-from tuner.study.objective import SCORE_NAME
-from tuner.study.search import open_study
-from tuner.study.storage import PG_OPEN_LOCK, SQLITE_LOCK_SUFFIX
-from tuner.study.workers import WORKER_ATTR, this_worker
+from tuner.study.measure.attrs import REASON_ATTR
+from tuner.study.measure.objective import SCORE_NAME
+from tuner.study.trials.search import open_study
+from tuner.study.trials.storage import PG_OPEN_LOCK, SQLITE_LOCK_SUFFIX
+from tuner.study.trials.workers import WORKER_ATTR, this_worker
 
 WORKERS = 4
 ROUNDS = 10
@@ -38,8 +38,8 @@ ORPHAN_ROUNDS = 3
 # argv: the study's name, then a read end and a storage URL for each round.
 WORKER = """
 import os, sys
-from tuner.study.search import open_study
-from tuner.study.workers import fail_orphans
+from tuner.study.trials.search import open_study
+from tuner.study.trials.workers import fail_orphans
 
 name, rounds = sys.argv[1], sys.argv[2:]
 for i, (fd, url) in enumerate(zip(rounds[::2], rounds[1::2])):

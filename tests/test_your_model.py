@@ -26,7 +26,7 @@ import yaml
 from conftest import HUB_MODEL_ID, run_tuner, write_small_trace, write_spec
 
 from tuner.engine.process import free_port
-from tuner.study.attrs import ARGS_ATTR
+from tuner.study.measure.attrs import ARGS_ATTR
 
 # Lenient SLOs: the point is that a configuration is written (exit 0 or 3), not that two shared
 # CPU cores meet them.

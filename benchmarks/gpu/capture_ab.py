@@ -31,8 +31,8 @@ from tuner.flags import MAX_CAPTURE_SIZE
 from tuner.load.http import ReplaySettings
 from tuner.load.open_loop import replay
 from tuner.load.window import replay_figures
-from tuner.study.space import PINNED_CAPTURE_SIZE
-from tuner.study.spec import load_spec
+from tuner.study.plan.space import PINNED_CAPTURE_SIZE
+from tuner.study.plan.spec import load_spec
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload, model_info
 

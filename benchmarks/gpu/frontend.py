@@ -19,9 +19,9 @@ tokens per step (``vllm:iteration_tokens_total``), the running and waiting gauge
 the kernels vLLM's JIT monitor saw compiled, a per-second TTFT timeline, and each request's
 times (``requests-LABEL.json``).
 
-``ab``: tuner's own trials and confirm step (``tuner.study.search.run_study``, then
-``tuner.study.confirm.confirm``) on a capacity spec whose baseline is vLLM's defaults and whose
-candidates are the front-end arguments under test, every server started as ``vllm serve``
+``ab``: tuner's own trials and confirm step (``tuner.study.trials.search.run_study``,
+then ``tuner.study.trials.confirm.confirm``) on a capacity spec whose baseline is vLLM's defaults
+and whose candidates are the front-end arguments under test, every server started as ``vllm serve``
 (``frontend_serve``). tuner's launchers run vLLM's ``api_server`` module, which ignores
 ``api-server-count``; ``vllm serve`` is what reads it.
 """
@@ -54,18 +54,19 @@ from tuner.engine.process import Engine
 from tuner.load.metrics import RequestResult, parse_scrape, summarize_client
 from tuner.load.spread import replay
 from tuner.load.window import replay_figures
-from tuner.study import confirm, fingerprint, groups, search
-from tuner.study.capacity import reset_prefix_cache, wait_idle
-from tuner.study.objective import CAPACITY_OBJECTIVE, RateSearch
-from tuner.study.scoring import score
-from tuner.study.spec import StudySpec, load_spec
-from tuner.study.trial import TrialSetup
+from tuner.study.measure.capacity import reset_prefix_cache, wait_idle
+from tuner.study.measure.objective import CAPACITY_OBJECTIVE, RateSearch
+from tuner.study.measure.scoring import score
+from tuner.study.measure.trial import TrialSetup
+from tuner.study.plan.spec import StudySpec, load_spec
+from tuner.study.trials import confirm, fingerprint, groups, search
 from tuner.traces.formats import load_trace
 from tuner.traces.model import Request
 from tuner.traces.workload import at_rate, model_info
 
 SERVE_MODULE = "frontend_serve"
-# Far from tuner's capacity windows' seeds (tuner.study.capacity.SEED_STRIDE) and each other.
+# Far from tuner's capacity windows' seeds (tuner.study.measure.capacity.SEED_STRIDE) and from
+# each other.
 SEED_STRIDE = 104729
 # A kernel vLLM's JIT monitor saw compiled while serving (tuner.engine.startup.LATE_JIT).
 LATE_JIT = re.compile(rb"during inference: (\S+)")

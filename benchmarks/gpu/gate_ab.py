@@ -30,10 +30,10 @@ from typing import Any
 from tuner.cli.run import launcher_for
 from tuner.cli.workload import open_loop_replay, trial_setup
 from tuner.engine.dummy_model import write_model
-from tuner.study.objective import RateSearch
-from tuner.study.space import capture_pin
-from tuner.study.spec import load_spec
-from tuner.study.trial import run_trial
+from tuner.study.measure.objective import RateSearch
+from tuner.study.measure.trial import run_trial
+from tuner.study.plan.space import capture_pin
+from tuner.study.plan.spec import load_spec
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import model_info
 

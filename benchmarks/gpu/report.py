@@ -26,8 +26,8 @@ from tuner.report.build import read_report
 from tuner.report.capacity import MOST_CURVES, curves
 from tuner.report.data import CAPACITY_GOAL, StudyReport, rows_of, searched_parameters, slo_limits
 from tuner.report.rate_plot import plot_rates
-from tuner.study.capacity_text import servers_for
-from tuner.study.confirm import CONFIRMS_ATTR
+from tuner.study.measure.capacity_text import servers_for
+from tuner.study.trials.confirm import CONFIRMS_ATTR
 
 SPACE = ("max-num-seqs", "max-num-batched-tokens", "gpu-memory-utilization")
 
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     loop = args.dir / "loop.jsonl"
     if loop.exists():
         walls = [json.loads(line) for line in loop.read_text().splitlines() if line.strip()]
-    # The trial tuner writes (tuner.study.choice.choose, through tuner report's reading): the
+    # The trial tuner writes (tuner.study.result.choice.choose, through tuner report's reading): the
     # median measurement of the feasible configuration with the best median.
     report = read_report(args.name, storage, args.dir / "configs")
     capacity = report.goal == CAPACITY_GOAL
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     slos: dict[str, float] | None = None
     if args.spec:
-        from tuner.study.spec import load_spec
+        from tuner.study.plan.spec import load_spec
 
         slos = dict(load_spec(args.spec).slos)
     lines = []

@@ -38,8 +38,8 @@ from tuner.engine.launchers import ZygoteLauncher
 from tuner.engine.startup import STEPS
 from tuner.flags import CAPTURE_SIZES, MAX_CAPTURE_SIZE
 from tuner.load.http import ReplaySettings
-from tuner.study.space import PINNED_CAPTURE_SIZE
-from tuner.study.spec import load_spec
+from tuner.study.plan.space import PINNED_CAPTURE_SIZE
+from tuner.study.plan.spec import load_spec
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload, model_info
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from tuner.engine import environment
 from tuner.engine.dummy_model import write_model
-from tuner.study import compile_key
-from tuner.study.space import capture_pin
-from tuner.study.spec import load_spec
+from tuner.study.plan import compile_key
+from tuner.study.plan.space import capture_pin
+from tuner.study.plan.spec import load_spec
 
 
 def cmd_compile_key(args: argparse.Namespace) -> int:

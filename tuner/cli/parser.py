@@ -10,7 +10,7 @@ from typing import Any
 import tuner
 from tuner.engine.launchers import AUTO as AUTO_LAUNCHER
 from tuner.engine.launchers import LAUNCHERS
-from tuner.study.spec import OBJECTIVE_MODES, SCORED_METRICS
+from tuner.study.plan.spec import OBJECTIVE_MODES, SCORED_METRICS
 from tuner.traces.formats import FORMATS, parse_column_mapping
 from tuner.traces.parsers import TIME_UNITS_PER_S
 from tuner.traces.prometheus_http import parse_header

@@ -11,7 +11,7 @@ import logging
 import shutil
 from typing import TextIO
 
-from tuner.study.trial import RATE, REPLAY, STARTING, WARMUP, TrialProgress
+from tuner.study.measure.trial import RATE, REPLAY, STARTING, WARMUP, TrialProgress
 
 # Back to the start of the line, and erase it.
 ERASE_LINE = "\r\x1b[2K"

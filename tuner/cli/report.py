@@ -14,11 +14,12 @@ from tuner.cli.workload import Replay, spec_path
 from tuner.errors import TunerError
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.window import LOOP_LAG_WARNING_S
-from tuner.study import confirm, fingerprint, picks, scoring, search
-from tuner.study.choice import choose
-from tuner.study.emit import HEADLINE, Provenance, format_figure, render, verdict_lines
-from tuner.study.objective import of_study, of_trial
-from tuner.study.spec import StudySpec
+from tuner.study.measure import scoring
+from tuner.study.measure.objective import of_study, of_trial
+from tuner.study.plan.spec import StudySpec
+from tuner.study.result.choice import choose
+from tuner.study.result.emit import HEADLINE, Provenance, format_figure, render, verdict_lines
+from tuner.study.trials import confirm, fingerprint, picks, search
 
 
 def fmt_params(args: Mapping[str, Any], space_names: Sequence[str]) -> str:
@@ -122,7 +123,7 @@ def comparison_table(
 def write_result(
     args: argparse.Namespace, study: Any, spec: StudySpec, name: str, sha: str, replay: Replay
 ) -> int:
-    """Write the configuration ``tuner.study.choice.choose`` picks (the feasible one with the
+    """Write the configuration ``tuner.study.result.choice.choose`` picks (the feasible one with the
     best median over its measurements, else the closest that served); say which.
 
     Exit 0 (meets the SLOs), 3 (written, misses them) or 1 (no trial served: nothing written).

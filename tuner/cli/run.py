@@ -31,13 +31,14 @@ from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import AUTO as AUTO_LAUNCHER
 from tuner.engine.launchers import LAUNCHERS, Launcher, auto_launcher
 from tuner.errors import InputError, TunerError
-from tuner.study import calibrate, confirm, fingerprint, search
-from tuner.study.emit import LOAD_FORMAT, RANDOM_WEIGHTS, random_weights
-from tuner.study.objective import of_spec
-from tuner.study.space import capture_pin, default_spec_text, runnable_baseline
-from tuner.study.spec import AUTO, StudySpec, load_spec, parse_spec
-from tuner.study.spec_file import read_spec_document
-from tuner.study.workers import fail_orphans
+from tuner.study.measure import calibrate
+from tuner.study.measure.objective import of_spec
+from tuner.study.plan.space import capture_pin, default_spec_text, runnable_baseline
+from tuner.study.plan.spec import AUTO, StudySpec, load_spec, parse_spec
+from tuner.study.plan.spec_file import read_spec_document
+from tuner.study.result.emit import LOAD_FORMAT, RANDOM_WEIGHTS, random_weights
+from tuner.study.trials import confirm, fingerprint, search
+from tuner.study.trials.workers import fail_orphans
 from tuner.traces.concurrency import ConcurrencyTrace, LengthSource, load_concurrency
 from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
 from tuner.traces.model import Trace

@@ -12,11 +12,11 @@ from typing import Any
 from tuner.engine.launchers import Launcher
 from tuner.errors import InputError
 from tuner.load.http import ReplaySettings
-from tuner.study.fingerprint import WORKLOAD_ATTR, differences
-from tuner.study.objective import of_spec
-from tuner.study.outcome import Offered
-from tuner.study.spec import AUTO, StudySpec
-from tuner.study.trial import Objective, OnProgress, TrialSetup
+from tuner.study.measure.objective import of_spec
+from tuner.study.measure.outcome import Offered
+from tuner.study.measure.trial import Objective, OnProgress, TrialSetup
+from tuner.study.plan.spec import AUTO, StudySpec
+from tuner.study.trials.fingerprint import WORKLOAD_ATTR, differences
 from tuner.traces import concurrency
 from tuner.traces.concurrency import ClosedLoop, ConcurrencyTrace, LengthSource
 from tuner.traces.formats import load_trace

@@ -2,5 +2,6 @@
 (``plots``, shared with the GPU runner in ``benchmarks/gpu``) and one HTML page (``page``); a
 capacity study's latency against offered rate per configuration (``capacity``, ``rate_plot``).
 
-Reads a study that ``tuner run`` wrote, through ``tuner.study.search``; writes nothing into it.
+Reads a study that ``tuner run`` wrote, through ``tuner.study.trials.search``; writes nothing
+into it.
 """

@@ -2,7 +2,7 @@
 
 The page does not need the network: every figure is embedded in it (a ``data:`` URI) and also
 written beside it as a PNG. The trial it puts first is the one ``tuner run`` writes, chosen by
-``tuner.study.choice.choose``: the feasible configuration with the best median over its
+``tuner.study.result.choice.choose``: the feasible configuration with the best median over its
 measurements (the lowest score; in a capacity study the highest capacity), else the closest.
 """
 
@@ -28,10 +28,10 @@ from tuner.report.data import (
 )
 from tuner.report.page import render
 from tuner.report.rate_plot import plot_rates
-from tuner.study import picks, search
-from tuner.study.choice import choose
-from tuner.study.confirm import summary
-from tuner.study.groups import groups
+from tuner.study.result.choice import choose
+from tuner.study.trials import picks, search
+from tuner.study.trials.confirm import summary
+from tuner.study.trials.groups import groups
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial

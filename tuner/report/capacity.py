@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.report.data import SLO_ORDER, Parameter, TrialRow, value_of
-from tuner.study.capacity import POINTS_ATTR
+from tuner.study.measure.capacity import POINTS_ATTR
 
 PASSED, MISSED, STOPPED = "passed", "missed", "stopped"
 # The kinds of point, in drawing order.

@@ -23,9 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuner.study import picks, search
-from tuner.study.fingerprint import WORKLOAD_ATTR
-from tuner.study.objective import CAPACITY_OBJECTIVE, LATENCY_OBJECTIVE, OBJECTIVES, of_study
+from tuner.study.measure.objective import (
+    CAPACITY_OBJECTIVE,
+    LATENCY_OBJECTIVE,
+    OBJECTIVES,
+    of_study,
+)
+from tuner.study.trials import picks, search
+from tuner.study.trials.fingerprint import WORKLOAD_ATTR
 
 if TYPE_CHECKING:
     from optuna.study import Study
@@ -312,7 +317,7 @@ class StudyReport:
     rows: tuple[TrialRow, ...]
     parameters: tuple[Parameter, ...]
     slos: dict[str, float]
-    # The trial ``tuner.study.choice.choose`` stands for the chosen configuration (the median
+    # The trial ``tuner.study.result.choice.choose`` stands for the chosen configuration (the median
     # measurement of the best feasible one, else of the closest); None if none served.
     chosen: int | None
     meets_slos: bool

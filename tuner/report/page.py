@@ -28,7 +28,7 @@ from tuner.report.data import (
 )
 from tuner.report.plots import label_of
 from tuner.report.verdict import chosen_is_baseline, confirmation_part, listed, said
-from tuner.study.capacity_text import num
+from tuner.study.measure.capacity_text import num
 
 # Figures in the verdict after the SLOs: user attribute, label, scale, digits, unit.
 THROUGHPUT = (

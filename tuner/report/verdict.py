@@ -1,4 +1,4 @@
-"""The verdict in words: which trial tuner chose (``tuner.study.choice``), what it is best
+"""The verdict in words: which trial tuner chose (``tuner.study.result.choice``), what it is best
 among, and what the confirm step found. Pure: text from a ``StudyReport``, escaped for HTML.
 
 Where the study was confirmed, configurations are ranked by the median of their measurements,
@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from html import escape
 
 from tuner.report.data import CAPACITY, FEASIBLE, StudyReport, TrialRow
-from tuner.study.capacity_text import num
-from tuner.study.emit import verdict_lines
-from tuner.study.scoring import verdict
+from tuner.study.measure.capacity_text import num
+from tuner.study.measure.scoring import verdict
+from tuner.study.result.emit import verdict_lines
 
 
 def listed(items: Sequence[str]) -> str:

@@ -1,2 +1,4 @@
-"""The study: its spec and search space, one measured trial, scoring against the SLOs, the
-search (the only Optuna code), and the configuration written out."""
+"""The study, in four floors, each importing only from those below it: its plan (``plan``: the
+spec and the search space), one trial measured and judged (``measure``: the trial, the capacity
+search, scoring, the objective), the study's trials in Optuna (``trials``: storage, the
+search, confirmation) and what it answers (``result``: the configuration chosen and written)."""

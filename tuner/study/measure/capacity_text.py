@@ -1,6 +1,6 @@
 """What a capacity study says in the user's terms: req/s per server, as a multiple of the
 trace's peak rate, and the servers that peak needs. Pure: builds text from rates (a capacity
-study's lines from a trial's attributes are ``tuner.study.objective``'s)."""
+study's lines from a trial's attributes are ``tuner.study.measure.objective``'s)."""
 
 from __future__ import annotations
 

@@ -3,11 +3,11 @@
 A study whose spec says ``time_scale: auto`` does not replay the trace at a speed written for
 some other machine. Before its first trial, tuner starts vLLM's defaults (the study's baseline)
 once and searches the highest rate of the window they carry within the SLOs (the capacity
-search of ``tuner.study.capacity``, coarser: ``RESOLUTION``, at most ``MAX_WINDOWS`` rates of
-``replay_s`` seconds each). Every trial then replays the window at ``load`` times that rate, for
-at most ``replay_s`` seconds (longer where that would hold fewer than ``MIN_REPLAY_REQUESTS``):
-a load the defaults carry with room to spare on this machine, slow or fast, where
-configurations that serve worse than the defaults are seen to queue.
+search of ``tuner.study.measure.capacity``, coarser: ``RESOLUTION``, at most ``MAX_WINDOWS``
+rates of ``replay_s`` seconds each). Every trial then replays the window at ``load`` times that
+rate, for at most ``replay_s`` seconds (longer where that would hold fewer than
+``MIN_REPLAY_REQUESTS``): a load the defaults carry with room to spare on this machine, slow or
+fast, where configurations that serve worse than the defaults are seen to queue.
 
 The calibration is kept in the study (``CALIBRATION_ATTR``), so a resumed study replays what
 its first trials replayed; the time scale it sets is part of the study's fingerprint.
@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tuner.study.capacity import CapacitySettings
-from tuner.study.objective import RateSearch
-from tuner.study.spec import StudySpec
-from tuner.study.trial import TrialOutcome, TrialSetup, run_trial
+from tuner.study.measure.capacity import CapacitySettings
+from tuner.study.measure.objective import RateSearch
+from tuner.study.measure.trial import TrialOutcome, TrialSetup, run_trial
+from tuner.study.plan.spec import StudySpec
 from tuner.traces.model import Request
 
 # The study user attribute that holds the calibration.

@@ -2,14 +2,15 @@
 carries within every SLO, with no request failing.
 
 ``measure_capacity`` runs on a server that is already up (started once per trial by
-``tuner.study.trial``): for each rate the search asks for (``tuner.study.rates``), it waits for
-the server to be idle, resets vLLM's prefix cache where the server allows it, and replays the
-window time-scaled to that rate for ``CapacitySettings.rate_window_s`` seconds. Each window draws
-its prompts from its own seed, so no window reuses another's prompts from the prefix cache.
+``tuner.study.measure.trial``): for each rate the search asks for
+(``tuner.study.measure.rates``), it waits for the server to be idle, resets vLLM's prefix cache
+where the server allows it, and replays the window time-scaled to that rate for
+``CapacitySettings.rate_window_s`` seconds. Each window draws its prompts from its own seed, so
+no window reuses another's prompts from the prefix cache.
 ``measure_rate`` is one such rate alone, for a caller that picks its own rates (a brute-force
 scan, as ``benchmarks/capacity.py`` does to check the search). Where a trial's search starts,
 from a capacity the study already measured for the same configuration or its nearest neighbour
-rather than the window's rate, is ``tuner.study.objective.start_hint``'s.
+rather than the window's rate, is ``tuner.study.measure.objective.start_hint``'s.
 
 A rate is stopped early once its SLOs are lost for certain: more of the window's requests
 have already waited past a TTFT or end-to-end SLO (a request still waiting counting with its
@@ -32,9 +33,9 @@ from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, parse_scrape, provisional
 from tuner.load.spread import replay
 from tuner.load.window import client_figures, replay_figures
-from tuner.study.rates import GROWTH, CapacityFound, RatePoint, hinted_step, search_capacity
-from tuner.study.scoring import Score, score
-from tuner.study.spec import CAPACITY_WINDOW_S
+from tuner.study.measure.rates import GROWTH, CapacityFound, RatePoint, hinted_step, search_capacity
+from tuner.study.measure.scoring import Score, score
+from tuner.study.plan.spec import CAPACITY_WINDOW_S
 from tuner.traces.model import Request
 from tuner.traces.workload import at_rate
 

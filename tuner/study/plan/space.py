@@ -1,6 +1,6 @@
 """The search space tuner offers when a study names none, and the capture range it pins.
 
-On vLLM's CPU build, the defaults of ``tuner.study.spec``. On a GPU, max-num-seqs reaches
+On vLLM's CPU build, the defaults of ``tuner.study.plan.spec``. On a GPU, max-num-seqs reaches
 vLLM's own default for that GPU (log scale), max-num-batched-tokens is offered as a few levels
 (each compiles once), one or two API server processes are offered, and the CUDA-graph capture
 range is searched over values that cover the trace's prompt lengths; where the range is not
@@ -19,7 +19,7 @@ import yaml
 from tuner.engine.environment import Gpu, HostMemory
 from tuner.engine.process import API_SERVER_COUNT
 from tuner.flags import MAX_CAPTURE_SIZE, sets_capture_range
-from tuner.study.spec import DEFAULT_SPEC, StudySpec
+from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec
 
 # max-num-batched-tokens as a few levels on a GPU: vLLM's compile key covers it, so each level
 # compiles once (the GPU README's measurements: 55 to 80 s) and every later trial at that level
@@ -187,7 +187,7 @@ def gpu_search_space(prompt_tokens: list[int] | None, device: Gpu | None) -> dic
     capture range, and the KV-cache share.
 
     The order is the order in which the search moves each dimension from vLLM's defaults
-    (``tuner.study.incumbent``): what measured the largest effect first. On one H100 the API
+    (``tuner.study.trials.incumbent``): what measured the largest effect first. On one H100 the API
     server bound vLLM's defaults on short streamed requests (``GPU_API_SERVER_COUNTS``); the
     capture range comes next (the comment there says why), while a share of memory above
     vLLM's 0.9 only adds KV cache that a large GPU's defaults do not fill. The capture range's

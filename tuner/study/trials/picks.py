@@ -1,6 +1,7 @@
 """Which of a study's trials to show: the best single one (the pruner's reference), the
 baseline, the first failure. Read-only over a study's trials; the search itself is
-``tuner.study.search``, and the configuration tuner writes is ``tuner.study.choice``'s."""
+``tuner.study.trials.search``, and the configuration tuner writes is
+``tuner.study.result.choice``'s."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.study.attrs import ARGS_ATTR, BASELINE_ATTR, FEASIBLE_ATTR
-from tuner.study.objective import of_trial
+from tuner.study.measure.attrs import ARGS_ATTR, BASELINE_ATTR, FEASIBLE_ATTR
+from tuner.study.measure.objective import of_trial
 
 
 def engine_args_of(trial: FrozenTrial) -> dict[str, Any]:

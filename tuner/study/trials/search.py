@@ -21,8 +21,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tuner.errors import InputError, TunerError
 from tuner.flags import flag_name
-from tuner.study import fingerprint, groups, incumbent, references
-from tuner.study.attrs import (
+from tuner.study.measure.attrs import (
     ARGS_ATTR,
     BASELINE_ATTR,
     CANDIDATE_ATTR,
@@ -32,11 +31,13 @@ from tuner.study.attrs import (
     MOVE_ATTR,
     REASON_ATTR,
 )
-from tuner.study.capacity import POINTS_ATTR
-from tuner.study.objective import LATENCY_OBJECTIVE, StudyObjective, of_spec, of_study
-from tuner.study.picks import best_trial
-from tuner.study.spec import INCUMBENT, Dimension, StudySpec
-from tuner.study.storage import (
+from tuner.study.measure.capacity import POINTS_ATTR
+from tuner.study.measure.objective import LATENCY_OBJECTIVE, StudyObjective, of_spec, of_study
+from tuner.study.measure.trial import TrialOutcome, TrialSetup, run_trial
+from tuner.study.plan.spec import INCUMBENT, Dimension, StudySpec
+from tuner.study.trials import fingerprint, groups, incumbent, references
+from tuner.study.trials.picks import best_trial
+from tuner.study.trials.storage import (
     OPEN_ERRORS,
     OPEN_WAIT_S,
     STORAGE_ERRORS,
@@ -46,8 +47,7 @@ from tuner.study.storage import (
     opening,
     rdb_storage,
 )
-from tuner.study.trial import TrialOutcome, TrialSetup, run_trial
-from tuner.study.workers import WORKER_ATTR, this_worker
+from tuner.study.trials.workers import WORKER_ATTR, this_worker
 
 logger = logging.getLogger(__name__)
 
@@ -381,7 +381,7 @@ def measure(
 
 
 def queue_move(study: optuna.Study, spec: StudySpec) -> None:
-    """Queue the incumbent search's next configuration (``tuner.study.incumbent``), if it has
+    """Queue the incumbent search's next configuration (``tuner.study.trials.incumbent``), if it has
     one; else the study's sampler draws the trial."""
     names = {d.name for d in spec.space}
     defaults = {d.name: d.default for d in spec.space if d.has_default}

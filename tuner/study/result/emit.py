@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from tuner.flags import SERVER_ONLY, config_yaml, flag_name
-from tuner.study.capacity import NO_RATE
-from tuner.study.scoring import Miss, Verdict
+from tuner.study.measure.capacity import NO_RATE
+from tuner.study.measure.scoring import Miss, Verdict
 
 # The measured figures quoted in the header, with how a person reads them.
 HEADLINE: tuple[tuple[str, str, float, str], ...] = (

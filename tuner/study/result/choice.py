@@ -3,8 +3,8 @@
 tables, so that they cannot name different winners.
 
 A configuration is its first trial and the confirm step's re-measurements of it
-(``tuner.study.groups.groups``). The winner is the feasible configuration with the best median
-over its measurements: the lowest score, in a capacity study the highest capacity, of equal
+(``tuner.study.trials.groups.groups``). The winner is the feasible configuration with the best
+median over its measurements: the lowest score, in a capacity study the highest capacity, of equal
 medians the earlier. Where none is feasible, the closest is the served configuration with the
 best median, one whose client kept up where any did. The trial that stands for it is its median
 measurement (``Group.median_trial``): a real one, whose engine arguments and figures are written.
@@ -19,7 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from tuner.load.health import CLIENT_BEHIND
-from tuner.study.groups import Confirmed, Group, any_confirms, confirmed_winner, groups
+from tuner.study.trials.groups import Confirmed, Group, any_confirms, confirmed_winner, groups
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import sqlalchemy
 from optuna.trial import Trial, TrialState
 
 from tuner.errors import TunerError
-from tuner.study.attrs import REASON_ATTR
+from tuner.study.measure.attrs import REASON_ATTR
 
 logger = logging.getLogger(__name__)
 

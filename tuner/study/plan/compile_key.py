@@ -7,8 +7,8 @@ H100). Which engine arguments enter that hash changes between versions (0.32 has
 max-num-seqs through its scheduler config; 0.26, measured on the H100, did not), so tuner asks
 the installed vLLM instead of keeping a list.
 
-vLLM is imported in a child process (``python -m tuner.study.compile_key``), never in tuner's own:
-the child reads ``{"model": ..., "configs": [...]}`` as JSON on stdin, parses each
+vLLM is imported in a child process (``python -m tuner.study.plan.compile_key``), never in
+tuner's own: the child reads ``{"model": ..., "configs": [...]}`` as JSON on stdin, parses each
 configuration as ``--config`` YAML with the server's own argument parser, builds its
 ``VllmConfig`` and prints the hashes as a JSON list.
 """
@@ -27,7 +27,7 @@ from typing import Any
 from tuner.engine.arguments import server_parser
 from tuner.errors import TunerError
 from tuner.flags import SERVER_ONLY, config_yaml
-from tuner.study.spec import Dimension
+from tuner.study.plan.spec import Dimension
 
 
 class CompileKeyError(TunerError):
@@ -47,7 +47,7 @@ def compile_keys(
     }
     try:
         done = subprocess.run(
-            [python, "-m", "tuner.study.compile_key"],
+            [python, "-m", "tuner.study.plan.compile_key"],
             input=json.dumps(request),
             capture_output=True,
             text=True,

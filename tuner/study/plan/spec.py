@@ -21,7 +21,7 @@ from tuner.flags import (
     normalize,
 )
 from tuner.load.health import CLIENT_TOLERANCE_S
-from tuner.study.spec_file import read_spec_document
+from tuner.study.plan.spec_file import read_spec_document
 
 LATENCY = "latency"
 CAPACITY = "capacity"
@@ -59,9 +59,9 @@ class Dimension:
 
 
 AUTO = "auto"
-# Seconds of replay per rate of a capacity search (tuner.study.capacity).
+# Seconds of replay per rate of a capacity search (tuner.study.measure.capacity).
 CAPACITY_WINDOW_S = 30.0
-# How a study picks configurations after its reference points (tuner.study.incumbent).
+# How a study picks configurations after its reference points (tuner.study.trials.incumbent).
 INCUMBENT = "incumbent"
 TPE = "tpe"
 SEARCHES = (INCUMBENT, TPE)
@@ -91,7 +91,7 @@ class StudySpec:
     window_s: float = 60.0
     # A factor on the trace's arrival times, or "auto": the window replayed at
     # ``calibrate_load`` times the rate vLLM's defaults carry on this machine, for at most
-    # ``calibrate_replay_s`` seconds (tuner.study.calibrate; latency studies).
+    # ``calibrate_replay_s`` seconds (tuner.study.measure.calibrate; latency studies).
     time_scale: float | str = 1.0
     calibrate_load: float = 0.5
     calibrate_replay_s: float = 30.0
@@ -103,19 +103,20 @@ class StudySpec:
     prune_factor: float = 3.0
     prune_after_s: float = 10.0
     # "latency" (minimise the score at the window's rate) or "capacity" (maximise the highest
-    # rate that meets every SLO; tuner.study.capacity), and how the capacity search runs.
+    # rate that meets every SLO; tuner.study.measure.capacity), and how the capacity search runs.
     objective_mode: str = LATENCY
     capacity_window_s: float = CAPACITY_WINDOW_S
     capacity_resolution: float = 0.1
     capacity_max_windows: int = 10
     # Before a winner is named: the top configurations and the baseline re-measured this many
-    # times each (tuner.study.confirm); 0 for either turns it off.
+    # times each (tuner.study.trials.confirm); 0 for either turns it off.
     confirm_top_k: int = 2
     confirm_repeats: int = 2
     # The spec's candidates (a hand-tuned configuration) re-measured with them, for the verdict.
     confirm_candidates: bool = False
     # "incumbent": from vLLM's defaults, one dimension at a time, moving with the best so far
-    # (tuner.study.incumbent), TPE once it has nothing left to propose; "tpe": TPE throughout.
+    # (tuner.study.trials.incumbent), TPE once it has nothing left to propose; "tpe": TPE
+    # throughout.
     search: str = INCUMBENT
     # Client processes the replay is spread over ("auto": as many as the window's peak needs,
     # tuner.load.spread.procs_for), and how far behind tuner's client may fall before a window's

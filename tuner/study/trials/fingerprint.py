@@ -17,8 +17,8 @@ from dataclasses import asdict
 from typing import Any
 
 from tuner.engine import environment
-from tuner.study.objective import of_spec
-from tuner.study.spec import StudySpec
+from tuner.study.measure.objective import of_spec
+from tuner.study.plan.spec import StudySpec
 
 # The study user attribute that holds the fingerprint.
 WORKLOAD_ATTR = "workload"

@@ -23,7 +23,7 @@ propose (every such configuration taken), ``next_point`` says so and the study's
 draws the rest. Random draws over a range like 1..1024 spend most trials where nothing can win;
 this spends them next to what already works.
 
-Pure: the caller (``tuner.study.search``) reads the study's trials into ``Taken`` points.
+Pure: the caller (``tuner.study.trials.search``) reads the study's trials into ``Taken`` points.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.study.spec import Dimension
+from tuner.study.plan.spec import Dimension
 
 # Levels of a linear dimension, at most (a log-scale one has a level per power of two).
 MAX_LEVELS = 9

@@ -33,8 +33,8 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.engine.launchers import EngineFailed, tail
 from tuner.errors import InputError
 from tuner.load.metrics import LiveRequest, so_far
-from tuner.study.attrs import ARGS_ATTR
-from tuner.study.capacity import (
+from tuner.study.measure.attrs import ARGS_ATTR
+from tuner.study.measure.capacity import (
     BELOW_ATTR,
     CAPACITY_FAILED,
     POINTS_ATTR,
@@ -43,12 +43,11 @@ from tuner.study.capacity import (
     capacity_score,
     measure_capacity,
 )
-from tuner.study.capacity_text import num, servers_for, servers_line
-from tuner.study.outcome import Offered, next_steps
-from tuner.study.rates import CapacityFound
-from tuner.study.scoring import FAILED_SCORE, Miss
-from tuner.study.spec import CAPACITY, LATENCY, OBJECTIVE_MODES, StudySpec
-from tuner.study.trial import (
+from tuner.study.measure.capacity_text import num, servers_for, servers_line
+from tuner.study.measure.outcome import Offered, next_steps
+from tuner.study.measure.rates import CapacityFound
+from tuner.study.measure.scoring import FAILED_SCORE, Miss
+from tuner.study.measure.trial import (
     RATE,
     Ended,
     Measure,
@@ -58,6 +57,7 @@ from tuner.study.trial import (
     TrialSetup,
     WindowReplay,
 )
+from tuner.study.plan.spec import CAPACITY, LATENCY, OBJECTIVE_MODES, StudySpec
 
 # The value of each objective, as the study names it (optuna-dashboard shows the name).
 SCORE_NAME = "score"
@@ -72,7 +72,7 @@ class StudyObjective:
     mode: ClassVar[str]
     direction: ClassVar[StudyDirection]
     metric: ClassVar[str]
-    # Whether a trial far off its SLOs is stopped early (``tuner.study.search.pruner_for``),
+    # Whether a trial far off its SLOs is stopped early (``tuner.study.trials.search.pruner_for``),
     # and whether ``time_scale: auto`` measures the replay's rate on this machine.
     prunes: ClassVar[bool] = True
     calibrates: ClassVar[bool] = True
@@ -134,7 +134,7 @@ class StudyObjective:
 
 
 class Latency(StudyObjective):
-    """The lowest score at the window's rate (``tuner.study.scoring``), minimised."""
+    """The lowest score at the window's rate (``tuner.study.measure.scoring``), minimised."""
 
     mode = LATENCY
     direction = StudyDirection.MINIMIZE
@@ -258,7 +258,7 @@ def of_trial(trial: FrozenTrial) -> StudyObjective:
 
 class RateSearch(Measure):
     """A capacity trial's measure: the highest rate the running server carries within the SLOs
-    (``tuner.study.capacity.measure_capacity``), from where ``settings`` says."""
+    (``tuner.study.measure.capacity.measure_capacity``), from where ``settings`` says."""
 
     def __init__(self, settings: CapacitySettings) -> None:
         self.settings = settings

@@ -19,7 +19,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.study.attrs import REASON_ATTR
+from tuner.study.measure.attrs import REASON_ATTR
 
 logger = logging.getLogger(__name__)
 

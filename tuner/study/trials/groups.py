@@ -1,10 +1,10 @@
 """A study's configurations and their measurements: each configuration is its first trial and
-the confirm step's re-measurements of it (``tuner.study.confirm``), ranked by the median.
+the confirm step's re-measurements of it (``tuner.study.trials.confirm``), ranked by the median.
 
 One configuration measured twice differs by 10 to 20 % (the H100; more on a shared CPU), so what
 a configuration carries is the median of its measurements, not its luckiest one: the winner is
-chosen by it (``tuner.study.choice``), and a searched capacity trial is gated at it
-(``tuner.study.search``).
+chosen by it (``tuner.study.result.choice``), and a searched capacity trial is gated at it
+(``tuner.study.trials.search``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from tuner.load.health import CLIENT_BEHIND
-from tuner.study.attrs import BASELINE_ATTR, CANDIDATE_ATTR, CONFIRMS_ATTR, FEASIBLE_ATTR
-from tuner.study.objective import of_study
-from tuner.study.picks import served
+from tuner.study.measure.attrs import BASELINE_ATTR, CANDIDATE_ATTR, CONFIRMS_ATTR, FEASIBLE_ATTR
+from tuner.study.measure.objective import of_study
+from tuner.study.trials.picks import served
 
 
 @dataclass(frozen=True)

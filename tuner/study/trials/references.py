@@ -11,8 +11,8 @@ from __future__ import annotations
 import optuna
 from optuna.trial import Trial, TrialState
 
-from tuner.study.attrs import BASELINE_ATTR, CANDIDATE_ATTR, REASON_ATTR
-from tuner.study.spec import StudySpec
+from tuner.study.measure.attrs import BASELINE_ATTR, CANDIDATE_ATTR, REASON_ATTR
+from tuner.study.plan.spec import StudySpec
 
 # A reference point is taken by a trial in one of these states (a FAIL one is measured again).
 TAKEN = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)

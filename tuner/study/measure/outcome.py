@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.study.scoring import Miss
+from tuner.study.measure.scoring import Miss
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def next_steps(
     misses: Sequence[Miss] = (),
 ) -> list[str]:
     """What a person can do next, with the rates that the servers figure rests on; ``misses``
-    are the SLOs the trial missed (``tuner.study.scoring.verdict``)."""
+    are the SLOs the trial missed (``tuner.study.measure.scoring.verdict``)."""
     lines = [
         f"next: relax the SLOs in {spec_path} and search again under a new --study (trials keep "
         "the verdict they were measured with), or add servers where they would help:"

@@ -23,7 +23,7 @@ from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, provisional, so_far
 from tuner.load.spread import replay
 from tuner.load.window import Monitor, ReplayResult, replay_figures
-from tuner.study.scoring import FAILED, Score, score, worst_slo_ratio
+from tuner.study.measure.scoring import FAILED, Score, score, worst_slo_ratio
 from tuner.traces.concurrency import ClosedLoop
 from tuner.traces.model import Request
 
@@ -84,7 +84,7 @@ class TrialSetup:
     # Told where the trial is: each phase as it begins, then about once a second.
     progress: OnProgress | None = None
     # How the trial measures on its running server: the window replayed once (the default),
-    # or a capacity study's search of rates (``tuner.study.objective.RateSearch``).
+    # or a capacity study's search of rates (``tuner.study.measure.objective.RateSearch``).
     measure: Measure = field(default_factory=lambda: WindowReplay())
     client_tolerance_s: float = CLIENT_TOLERANCE_S
 
@@ -131,8 +131,8 @@ class Measure:
     """How a trial measures on its running server, and the outcome it makes of that.
 
     ``WindowReplay`` replays the window once; a capacity study's trials search rates
-    (``tuner.study.objective.RateSearch``). ``run_trial`` starts the engine, hands it to ``run``
-    and builds the outcome with ``outcome``, or with ``failed`` where vLLM never served.
+    (``tuner.study.measure.objective.RateSearch``). ``run_trial`` starts the engine, hands it to
+    ``run`` and builds the outcome with ``outcome``, or with ``failed`` where vLLM never served.
     """
 
     @property

@@ -29,12 +29,12 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
-from tuner.study.attrs import (
+from tuner.study.measure.attrs import (
     ARGS_ATTR,
     CONFIRMS_ATTR,
 )
-from tuner.study.groups import Confirmed, Group, ranked
-from tuner.study.search import Measuring, measure
+from tuner.study.trials.groups import Confirmed, Group, ranked
+from tuner.study.trials.search import Measuring, measure
 
 logger = logging.getLogger(__name__)
 

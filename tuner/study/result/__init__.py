@@ -1,0 +1,2 @@
+"""What a study answers: the configuration it writes (``choice``) and the YAML file for ``vllm
+serve --config`` (``emit``)."""
