@@ -48,7 +48,7 @@ import yaml
 from tuner.engine.dummy_model import write_model
 from tuner.engine.process import Engine
 from tuner.load.http import ReplaySettings
-from tuner.load.open_loop import replay
+from tuner.load.open_loop import replay_in_process
 from tuner.study.measure.capacity import CapacitySettings, StartHint, measure_capacity, measure_rate
 from tuner.study.measure.rates import CapacityFound, RatePoint
 from tuner.study.plan.spec import StudySpec, load_spec
@@ -130,7 +130,7 @@ def search_vs_scan(spec: StudySpec, options: argparse.Namespace, work: Path) -> 
     with engine:
         healthy_s = engine.wait_healthy(options.health_timeout_s)
         warmup = requests[: spec.warmup_requests]
-        replay(engine.base_url, warmup, replay_settings)
+        replay_in_process(engine.base_url, warmup, replay_settings)
         print(f"engine healthy in {healthy_s:.1f} s, warmed up with {len(warmup)} requests")
         for n in range(options.searches):
             hinted = settings

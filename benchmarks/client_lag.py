@@ -38,7 +38,7 @@ from tuner.engine.launchers import ProcessLauncher, ServerProcess
 from tuner.engine.process import Engine
 from tuner.engine.zygote import die_with
 from tuner.load.http import ReplaySettings
-from tuner.load.open_loop import replay
+from tuner.load.open_loop import replay_in_process
 from tuner.load.window import replay_figures
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload
@@ -137,7 +137,9 @@ def main() -> None:
     launcher = OwnSessionLauncher() if own else ProcessLauncher()
     with Engine(model, args, work / "engine", launcher=launcher) as engine:
         engine.wait_healthy(900)
-        replay(engine.base_url, requests, settings)  # a fresh engine's first requests are slow
+        replay_in_process(
+            engine.base_url, requests, settings
+        )  # a fresh engine's first requests are slow
         print(
             f"{'busy':>4} {'ttft':>6} {'vllm':>6} {'e2e':>6} {'vllm':>6} "
             f"{'lag max':>8} {'lag p99':>8} {'sleeper':>8}   (seconds, means)"
@@ -146,7 +148,7 @@ def main() -> None:
             for busy in (0, options.busy):
                 sleeper_lag: dict[str, float] = {}
                 with beside(busy, options.busy_session == "own", sleeper_lag):
-                    result = replay(engine.base_url, requests, settings)
+                    result = replay_in_process(engine.base_url, requests, settings)
                 figures = replay_figures(result) | sleeper_lag
                 rows.append((busy, figures))
                 print(

@@ -43,7 +43,7 @@ import optuna
 from tuner.engine.dummy_model import write_model
 from tuner.engine.process import Engine
 from tuner.load.http import ReplaySettings
-from tuner.load.open_loop import replay
+from tuner.load.open_loop import replay_in_process
 from tuner.study.measure.capacity import CapacitySettings, StartHint, measure_capacity
 from tuner.study.plan.spec import Dimension, load_spec
 from tuner.study.trials.incumbent import Taken, levels, next_point
@@ -121,7 +121,7 @@ def measure(options: argparse.Namespace) -> None:
             engine = Engine(model, args, work / "engine", env={"VLLM_SERVER_DEV_MODE": "1"})
             with engine:
                 engine.wait_healthy(spec.health_timeout_s)
-                replay(engine.base_url, requests[:8], replay_settings)
+                replay_in_process(engine.base_url, requests[:8], replay_settings)
                 run = settings if hint is None else _hinted(settings, hint)
                 found = measure_capacity(
                     engine.base_url, run, replay_settings, spec.slos, spec.weights

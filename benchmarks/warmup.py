@@ -22,7 +22,7 @@ from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import ProcessLauncher
 from tuner.engine.process import Engine
 from tuner.load.http import ReplaySettings
-from tuner.load.open_loop import replay
+from tuner.load.open_loop import replay_in_process
 from tuner.traces.model import Request
 
 
@@ -75,7 +75,7 @@ def main() -> None:
             for i in range(options.requests):
                 # One at a time; distinct prompts (index i) so the prefix cache never helps.
                 request = Request(0.0, options.input_tokens, options.output_tokens)
-                result = replay(
+                result = replay_in_process(
                     engine.base_url,
                     [request],
                     dataclasses.replace(settings, seed=n * 1000 + i),

@@ -35,7 +35,7 @@ from tuner.engine.process import Engine
 from tuner.errors import InputError
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest
-from tuner.load.open_loop import replay
+from tuner.load.open_loop import replay_in_process
 from tuner.study.measure.attrs import ARGS_ATTR
 from tuner.study.measure.capacity import (
     CAPACITY_FAILED,
@@ -411,7 +411,9 @@ def served_alone(model: Path, engine_args: dict, shape: Request, workdir: Path) 
         settings = ReplaySettings(model=str(model), vocab_size=SHAPES["cpu-tiny"].vocab_size)
         e2e_s, lag_s = [], []
         for seed in range(WARMUP + TIMED):  # a prompt of its own each: no prefix-cache hit
-            result = replay(engine.base_url, [shape], dataclasses.replace(settings, seed=seed))
+            result = replay_in_process(
+                engine.base_url, [shape], dataclasses.replace(settings, seed=seed)
+            )
             (served,) = result.results
             assert served.ok and served.e2e_s is not None, served.error
             if seed >= WARMUP:

@@ -24,7 +24,7 @@ from tuner.errors import InputError, TraceError
 from tuner.load.closed_loop import replay_closed_loop
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import measured_in_flight
-from tuner.load.open_loop import replay
+from tuner.load.open_loop import replay_in_process
 from tuner.traces.concurrency import (
     LengthSource,
     busiest_window_start,
@@ -295,7 +295,7 @@ def test_closed_loop_stops_when_the_monitor_says_so(server):
 def test_open_loop_stops_when_the_monitor_says_so(server):
     """Finished requests keep their results; in flight ones are cancelled, later ones unsent."""
     requests = [Request(0.25 * i, 4, 50) for i in range(20)]  # 5 s of arrivals, 0.5 s each
-    result = replay(
+    result = replay_in_process(
         f"http://127.0.0.1:{server.server_port}",
         requests,
         settings(monitor_interval_s=0.25),
@@ -315,7 +315,7 @@ def test_a_wall_clock_step_during_the_window_is_reported(server, monkeypatch):
     """vLLM times requests with the wall clock; a clock set mid-window is measured and kept."""
     requests = [Request(0.1 * i, 4, 10) for i in range(5)]
     url = f"http://127.0.0.1:{server.server_port}"
-    steady = replay(url, requests, settings())
+    steady = replay_in_process(url, requests, settings())
     assert all(r.ok for r in steady.results)
     assert abs(steady.wall_clock_step_s) < 0.05
 
@@ -323,7 +323,7 @@ def test_a_wall_clock_step_during_the_window_is_reported(server, monkeypatch):
     offset = [0.0]
     monkeypatch.setattr(time, "time", lambda: real_time() + offset[0])
     server.on_request = lambda: offset.__setitem__(0, -3.0)  # set back once the window runs
-    stepped = replay(url, requests, settings())
+    stepped = replay_in_process(url, requests, settings())
     assert all(r.ok for r in stepped.results)
     assert stepped.wall_clock_step_s == pytest.approx(-3.0, abs=0.05)
 
@@ -340,7 +340,7 @@ def test_tuner_s_own_delays_are_measured(server, caplog):
         return False
 
     url = f"http://127.0.0.1:{server.server_port}"
-    result = replay(url, requests, settings(monitor_interval_s=0.1), monitor=stall_once)
+    result = replay_in_process(url, requests, settings(monitor_interval_s=0.1), monitor=stall_once)
     assert stalls and all(r.ok for r in result.results)
     assert 0.38 <= result.client_lag_max_s < 5.0
     assert result.client_lag_p99_s <= result.client_lag_max_s
@@ -363,7 +363,9 @@ def test_closed_loop_against_vllm(tmp_path, cpu_model):
         # (3.3 s against 0.56 s on 2 cores), which a fall from 4 waits for; then as long again.
         alone_s = []
         for seed in range(3):
-            once = replay(engine.base_url, [Request(0.0, 100, 30)], replace(settings, seed=seed))
+            once = replay_in_process(
+                engine.base_url, [Request(0.0, 100, 30)], replace(settings, seed=seed)
+            )
             alone_s.append(once.results[0].e2e_s)
         phase_s = max(8.0, 12 * float(np.median(alone_s)))
         schedule = from_samples([0.0, phase_s, 2 * phase_s], [1, 4, 2])

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tuner.flags import MAX_CAPTURE_SIZE
-from tuner.study.plan.compile_key import key_dependence, probe_values
+from tuner.study.plan.key_dependence import key_dependence, probe_values
 from tuner.study.plan.spec import Dimension
 
 

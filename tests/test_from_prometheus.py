@@ -59,7 +59,7 @@ from tuner.engine.process import Engine, free_port
 from tuner.errors import InputError, TunerError
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import parse_scrape
-from tuner.load.open_loop import replay
+from tuner.load.open_loop import replay_in_process
 from tuner.traces.formats import load_trace
 from tuner.traces.from_prometheus import (
     FIRST_TOKENS,
@@ -270,12 +270,12 @@ def scraped_run(tmp_path_factory, cpu_model):
         engine.wait_healthy(300)
         settings = ReplaySettings(model=str(cpu_model), vocab_size=8192)
         # A production server is warm: the CPU build's first requests take seconds longer.
-        replay(engine.base_url, known_trace(seed=1).take(0, 4).requests(), settings)
+        replay_in_process(engine.base_url, known_trace(seed=1).take(0, 4).requests(), settings)
         prometheus, url = _start_prometheus(workdir, engine.base_url.removeprefix("http://"))
         time.sleep(3)  # a few scrapes before the load
         known = known_trace()
         start_s = time.time()
-        result = replay(engine.base_url, known.requests(), settings)
+        result = replay_in_process(engine.base_url, known.requests(), settings)
         time.sleep(3)  # the last completions scraped
         end_s = time.time()
         engine.stop()

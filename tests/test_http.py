@@ -19,7 +19,7 @@ import pytest
 
 from tuner.load.http import ReplaySettings, send
 from tuner.load.metrics import LiveRequest, RequestResult, provisional, summarize_client
-from tuner.load.open_loop import replay
+from tuner.load.open_loop import replay_in_process
 from tuner.traces.model import Request
 
 OUTPUT_TOKENS = 3
@@ -96,7 +96,7 @@ REQUESTS = [Request(0.0, 4, OUTPUT_TOKENS), Request(0.05, 4, OUTPUT_TOKENS)]
 
 
 def test_a_well_formed_stream_is_measured(server):
-    result = replay(server.url, REQUESTS, SETTINGS)
+    result = replay_in_process(server.url, REQUESTS, SETTINGS)
     assert server.posts == 2
     assert all(r.ok and r.tokens_received == OUTPUT_TOKENS for r in result.results)
 
@@ -148,7 +148,7 @@ MALFORMED = {
 def test_a_malformed_stream_is_a_failed_request(server, body, error):
     """However the stream is broken, the replay finishes and records each request as failed."""
     server.responses = [HEADERS[:30] if body is None else HEADERS + body]
-    result = replay(server.url, REQUESTS, SETTINGS)
+    result = replay_in_process(server.url, REQUESTS, SETTINGS)
     assert server.posts == 2
     assert len(result.results) == 2
     for r in result.results:
@@ -160,7 +160,7 @@ def test_a_malformed_stream_is_a_failed_request(server, body, error):
 def test_a_failure_mid_stream_keeps_what_the_request_reached(server):
     """A stream that breaks after its first token keeps that token's time and the count."""
     server.responses = [HEADERS + events(TOKEN, TOKEN, '{"usage": 5}')]
-    result = replay(server.url, REQUESTS[:1], SETTINGS)
+    result = replay_in_process(server.url, REQUESTS[:1], SETTINGS)
     (r,) = result.results
     assert r.error and "usage" in r.error
     assert r.ttft_s is not None and r.tokens_received == 2
@@ -178,7 +178,7 @@ def test_the_pruner_s_figures_end_where_the_final_ones_begin(server):
     figures: a failed request counts as still waiting in the one, as a miss in the other."""
     server.responses = [WELL_FORMED, SHORT, ERROR_500, BROKEN]
     requests = [Request(0.02 * i, 4, OUTPUT_TOKENS) for i in range(12)]
-    result = replay(server.url, requests, SETTINGS)
+    result = replay_in_process(server.url, requests, SETTINGS)
     assert [r.ok for r in result.results].count(True) == 3
     final = summarize_client(result.results, result.duration_s)
     live = provisional(result.duration_s, result.live)

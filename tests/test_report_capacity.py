@@ -22,17 +22,6 @@ from test_report import SCRIPT, fill
 from tuner.cli.main import main
 from tuner.load.http import ReplaySettings
 from tuner.report.build import read_report, write_report
-from tuner.report.capacity import (
-    MISSED,
-    MOST_CURVES,
-    PASSED,
-    STOPPED,
-    curve_of,
-    curves,
-    label,
-    points_of,
-    rate_metrics,
-)
 from tuner.report.data import (
     CAPACITY,
     CAPACITY_GOAL,
@@ -44,6 +33,17 @@ from tuner.report.data import (
     recorded_slos,
 )
 from tuner.report.page import fmt, rates_caption
+from tuner.report.rate_curves import (
+    MISSED,
+    MOST_CURVES,
+    PASSED,
+    STOPPED,
+    curve_of,
+    curves,
+    label,
+    points_of,
+    rate_metrics,
+)
 from tuner.report.rate_plot import plot_rates
 from tuner.study.measure.capacity import CAPACITY_FAILED, POINTS_ATTR, capacity_score
 from tuner.study.measure.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE

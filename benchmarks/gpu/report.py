@@ -23,8 +23,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.report import plots as figures
 from tuner.report.build import read_report
-from tuner.report.capacity import MOST_CURVES, curves
 from tuner.report.data import CAPACITY_GOAL, StudyReport, rows_of, searched_parameters, slo_limits
+from tuner.report.rate_curves import MOST_CURVES, curves
 from tuner.report.rate_plot import plot_rates
 from tuner.study.measure.capacity_text import servers_for
 from tuner.study.trials.confirm import CONFIRMS_ATTR

@@ -30,7 +30,7 @@ from tuner.engine.launchers import EngineFailed
 from tuner.engine.process import Engine
 from tuner.flags import SERVER_ONLY, normalize
 from tuner.load.http import ReplaySettings
-from tuner.load.open_loop import replay
+from tuner.load.open_loop import replay_in_process
 from tuner.load.window import replay_figures
 from tuner.study.plan.spec import load_spec
 from tuner.traces.formats import load_trace
@@ -74,7 +74,7 @@ def measure(
     engine: Engine, requests: list[Any], settings: ReplaySettings
 ) -> tuple[dict[str, float], float]:
     began = time.monotonic()
-    result = replay(engine.base_url, requests, settings)
+    result = replay_in_process(engine.base_url, requests, settings)
     window_s = time.monotonic() - began
     return replay_figures(result), window_s
 
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                     timings["engine_healthy_s"] = engine.wait_healthy(spec.health_timeout_s)
                     if warmup:
                         began = time.monotonic()
-                        replay(engine.base_url, warmup, settings)
+                        replay_in_process(engine.base_url, warmup, settings)
                         timings["warmup_s"] = time.monotonic() - began
                 record["metrics"], timings["window_s"] = measure(engine, requests, settings)
             except EngineFailed as exc:

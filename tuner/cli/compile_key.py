@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tuner.engine import environment
 from tuner.engine.dummy_model import write_model
-from tuner.study.plan import compile_key
+from tuner.study.plan import key_dependence
 from tuner.study.plan.space import capture_pin
 from tuner.study.plan.spec import load_spec
 
@@ -24,7 +24,7 @@ def cmd_compile_key(args: argparse.Namespace) -> int:
         pins = ", ".join(f"{k}={v}" for k, v in pinned.items())
         variants = {f"searched trials ({pins})": variants["searched trials"]}
         variants["without the pin"] = dict(spec.engine_args)
-    found = compile_key.key_dependence(spec.model, list(variants.values()), spec.space)
+    found = key_dependence.key_dependence(spec.model, list(variants.values()), spec.space)
     print(f"vLLM {environment.vllm_version()}: VllmConfig.compute_hash() at each dimension's ends")
     for label, dependences in zip(variants, found, strict=True):
         print(f"{label}:")

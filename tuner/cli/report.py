@@ -1,208 +1,46 @@
-"""What ``tuner run`` prints about trials, and the configuration file it writes."""
+"""``tuner report``: one HTML page of what a study found; and the line ``tuner run`` ends with."""
 
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Mapping, Sequence
-from typing import Any
+from pathlib import Path
 
-import tuner
-from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
-from tuner.cli.output import write_whole
-from tuner.cli.workload import Replay, spec_path
-from tuner.errors import TunerError
-from tuner.load.health import CLIENT_BEHIND
-from tuner.load.window import LOOP_LAG_WARNING_S
-from tuner.study.measure import scoring
-from tuner.study.measure.objective import of_study, of_trial
-from tuner.study.plan.spec import StudySpec
-from tuner.study.result.choice import choose
-from tuner.study.result.emit import HEADLINE, Provenance, format_figure, render, verdict_lines
-from tuner.study.trials import confirm, fingerprint, picks, search
+from tuner.report.build import write_report
 
 
-def fmt_params(args: Mapping[str, Any], space_names: Sequence[str]) -> str:
-    """A trial's searched arguments as NAME=VALUE words; "(vLLM defaults)" where none is set."""
-    shown = {k: v for k, v in args.items() if k in space_names} or {"(vLLM defaults)": ""}
-    # None: left to vLLM's default (a field of a nested config such as the capture range).
-    return " ".join(
-        f"{k}={'default' if v is None else v}" if v != "" else k for k, v in shown.items()
-    )
+def default_storage(name: str) -> str:
+    """Where ``tuner run`` keeps study NAME unless ``--storage`` says otherwise."""
+    return f"sqlite:///studies/{name}.db"
 
 
-# What a trial's progress line shows: label, user attribute, scale, decimals, unit.
-LINE_FIGURES = (
-    ("ttft p95", "ttft_p95_s", 1000, 0, " ms"),
-    ("tpot p95", "tpot_p95_s", 1000, 1, " ms"),
-    ("e2e p99", "e2e_p99_s", 1, 2, " s"),
-    ("throughput", "throughput_req_per_s", 1, 2, " req/s"),
-    ("queue peak", "waiting_peak", 1, 0, ""),
-)
+def default_out(name: str) -> Path:
+    """Where ``tuner report`` writes study NAME's page unless ``--out`` says otherwise."""
+    return Path("reports") / name
 
 
-def trial_line(trial: Any, space_names: Sequence[str]) -> str:
-    """One finished trial as ``tuner run`` prints it: its arguments, state, figures and why."""
-    attrs = trial.user_attrs
-    args = attrs.get(search.ARGS_ATTR, {})
-    state = "feasible" if attrs.get(search.FEASIBLE_ATTR) else "infeasible"
-    if trial.state.name == "PRUNED":
-        state = "pruned"
-    if search.BASELINE_ATTR in attrs:
-        state += ", baseline"
-    if isinstance(attrs.get(search.MOVE_ATTR), str):
-        state += f", {attrs[search.MOVE_ATTR]}"
-    if isinstance(attrs.get(confirm.CONFIRMS_ATTR), int):
-        state += f", repeats trial {attrs[confirm.CONFIRMS_ATTR]}"
-    parts = [f"trial {trial.number:>3}", fmt_params(args, space_names), f"[{state}]"]
-    shown = [
-        f"{label} {attrs[key] * scale:.{digits}f}{unit}"
-        for label, key, scale, digits, unit in LINE_FIGURES
-        if isinstance(attrs.get(key), int | float)
-    ]
-    if shown:
-        prefix = ">= " if trial.state.name == "PRUNED" else ""
-        parts.append(prefix + ", ".join(shown))
-    if (value := of_trial(trial).value_words(trial)) is not None:
-        parts.append(value)
-    if attrs.get(CLIENT_BEHIND):
-        parts.append("[tuner's client fell behind: not ranked]")
-    if attrs.get(search.REASON_ATTR):
-        parts.append(f"({attrs[search.REASON_ATTR][:160]})")
-    lag_s = attrs.get("client_lag_max_s", 0.0)
-    if lag_s > LOOP_LAG_WARNING_S:
-        parts.append(f"(tuner's client ran up to {lag_s:.2f} s late: latencies include that)")
-    engine_s = attrs.get("time_engine_healthy_s")
-    if engine_s is not None:
-        parts.append(f"start {engine_s:.0f} s")
-    return "  ".join(parts)
+def report_command(name: str, storage: str, configs: Path) -> str:
+    """The ``tuner report`` command for a study, naming only what is not the default."""
+    command = f"tuner report {name}"
+    if storage != default_storage(name):
+        command += f" --storage {storage}"
+    if configs != Path("configs"):
+        command += f" --configs {configs}"
+    return command
 
 
-def overhead_summary(study: Any, first: int) -> str:
-    """How much of this run's trial time was not measurement, and the engine start-up times."""
-    trials = [t for t in study.get_trials(deepcopy=False)[first:] if "time_trial_s" in t.user_attrs]
-    if not trials:
-        return "no trial timings recorded"
-    total_s = sum(t.user_attrs["time_trial_s"] for t in trials)
-    window_s = sum(t.user_attrs.get("time_window_s", 0.0) for t in trials)
-    starts = sorted(
-        t.user_attrs["time_engine_healthy_s"]
-        for t in trials
-        if "time_engine_healthy_s" in t.user_attrs
-    )
-    text = (
-        f"trial time {total_s:.0f} s, of which measurement {window_s:.0f} s: "
-        f"overhead {1 - window_s / total_s:.0%}"
-    )
-    if starts:
-        text += f"; engine start median {starts[len(starts) // 2]:.1f} s (min {starts[0]:.1f} s)"
-    hits = [t.user_attrs.get("compile_cache_hit") for t in trials]
-    hits = [hit for hit in hits if hit is not None]
-    if hits:
-        text += f"; vLLM's compile cache hit in {sum(hits)} of {len(hits)} starts"
-    return text
+def cmd_report(args: argparse.Namespace) -> int:
+    """``tuner report``: write the study's HTML page (no network needed to open it)."""
+    storage = args.storage or default_storage(args.study)
+    page = write_report(args.study, storage, args.out or default_out(args.study), args.configs)
+    print(f"wrote {page} (open it in a browser; it needs no network)")
+    return 0
 
 
-def comparison_table(
-    chosen: Mapping[str, Any],
-    baseline: Mapping[str, Any] | None,
-    label: str = "best",
-    capacity_rows: Sequence[tuple[str, str, str]] = (),
-) -> str:
-    """The chosen trial's headline figures beside the baseline's, as printed after a run."""
-    rows = [f"{'':<16} {label:>14} {'baseline':>14}"]
-    rows += [f"{name:<16} {mine:>14} {base:>14}" for name, mine, base in capacity_rows]
-    if capacity_rows:
-        rows.append("at each one's capacity (else at the lowest rate it tried):")
-    for name, key, scale, unit in HEADLINE:
-        base = format_figure(baseline, key, scale, unit) if baseline else "n/a"
-        rows.append(f"{name:<16} {format_figure(chosen, key, scale, unit):>14} {base:>14}")
-    return "\n".join(rows)
-
-
-def write_result(
-    args: argparse.Namespace, study: Any, spec: StudySpec, name: str, sha: str, replay: Replay
-) -> int:
-    """Write the configuration ``tuner.study.result.choice.choose`` picks (the feasible one with the
-    best median over its measurements, else the closest that served); say which.
-
-    Exit 0 (meets the SLOs), 3 (written, misses them) or 1 (no trial served: nothing written).
-    """
-    choice = choose(study)
-    if choice is None:
-        return _nothing_served(study)
-    chosen, confirmed = choice.trial, choice.confirmed
-    verdict = scoring.verdict(picks.constraints_of(chosen), chosen.user_attrs)
-    baseline = picks.baseline_trial(study)
-    baseline_attrs = baseline.user_attrs if baseline else None
-    label = "best" if verdict.meets_slos else "closest"
-    objective = of_study(study)
-    rows, extra, measured = objective.result_lines(chosen, baseline_attrs, replay.peak_req_per_s)
-    print(comparison_table(chosen.user_attrs, baseline_attrs, label, rows))
-    if confirmed is not None:
-        extra += confirm.summary(confirmed)
-    if extra:
-        print("\n".join(extra))
-    provenance = _provenance(chosen, args, name, sha, replay)
-    text = render(
-        spec.model,
-        picks.engine_args_of(chosen),
-        provenance,
-        verdict,
-        chosen.user_attrs,
-        baseline_attrs,
-        extra,
-        measured,
-    )
-    out = args.configs / f"{name}.yaml"
-    try:
-        write_whole(out, text)
-    except TunerError as exc:
-        raise TunerError(
-            f"{exc}; the study keeps every trial: --n-trials 0 writes the file again"
-        ) from None
-    if verdict.meets_slos:
-        print(f"best: trial {chosen.number}; wrote {out} (serve: vllm serve --config {out})")
-        return EXIT_MEETS_SLOS
-    print(f"\nno trial met the SLOs; wrote the closest, trial {chosen.number}, to {out}:")
-    print("\n".join(f"  {line}" for line in verdict_lines(verdict)))
-    capacity_run = f"tuner run --trace {args.trace} --study {name}-capacity --objective capacity"
-    steps = objective.what_next(
-        chosen, replay.offered, spec_path(args, name), verdict.misses, capacity_run
-    )
-    print("\n".join(steps))
-    return EXIT_MISSES_SLOS
-
-
-def _nothing_served(study: Any) -> int:
-    """Say why nothing is written: the first trial that failed, and its reason."""
-    failed = picks.first_failure(study)
-    why = (
-        f"trial {failed.number}: {failed.user_attrs.get(search.REASON_ATTR, 'no reason kept')}"
-        if failed is not None
-        else "none; no trial has finished its window"
-    )
-    print(
-        f"tuner: no trial served the window; nothing written. First failure: {why}", file=sys.stderr
-    )
-    return EXIT_FAILED
-
-
-def _provenance(
-    chosen: Any, args: argparse.Namespace, name: str, sha: str, replay: Replay
-) -> Provenance:
-    """What the trial ran on; this machine's only for a trial recorded before tuner kept that."""
-    attrs = chosen.user_attrs
-    recorded = all(isinstance(attrs.get(key), str) for key in fingerprint.MEASURED_ON)
-    ran_on: Mapping[str, str] = attrs if recorded else fingerprint.measured_on()
-    return Provenance(
-        tuner_version=tuner.__version__,
-        vllm_version=ran_on[fingerprint.VLLM_VERSION],
-        device=ran_on[fingerprint.DEVICE],
-        study=name,
-        trace_path=str(args.trace),
-        trace_sha256=sha,
-        window=replay.text,
-        trial_number=chosen.number,
-        machine_of_writer=not recorded,
-    )
+def after_run(args: argparse.Namespace, name: str, storage: str, code: int) -> int:
+    """``tuner run``'s last words: the report command, or the report itself with ``--report``."""
+    if getattr(args, "report", False):
+        page = write_report(name, storage, default_out(name), args.configs)
+        print(f"report: {page}")
+    else:
+        print(f"report: {report_command(name, storage, args.configs)}")
+    return code

@@ -14,8 +14,8 @@ from typing import Any
 from tuner.cli.output import check_writable, write_whole
 from tuner.cli.parser import trace_options
 from tuner.cli.progress import StatusLine
-from tuner.cli.report import fmt_params, overhead_summary, trial_line, write_result
-from tuner.cli.show_report import after_run
+from tuner.cli.report import after_run
+from tuner.cli.result import fmt_params, overhead_summary, trial_line, write_result
 from tuner.cli.workload import (
     Replay,
     check_workload,

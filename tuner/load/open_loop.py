@@ -106,13 +106,14 @@ async def replay_async(
     return observed.result(results, duration_s, stopped_at_s, live)
 
 
-def replay(
+def replay_in_process(
     base_url: str,
     requests: Sequence[Request],
     settings: ReplaySettings,
     clock: Clock = time.perf_counter,
     monitor: Monitor | None = None,
 ) -> ReplayResult:
-    """Blocking wrapper around ``replay_async``: one client process (``tuner.load.spread``
-    spreads a replay over several)."""
+    """Blocking wrapper around ``replay_async``, in this one process: for benchmarks and tests
+    that drive a server directly. A trial's replay is ``tuner.load.spread.replay``, over as
+    many client processes as the window needs."""
     return run(replay_async(base_url, requests, settings, clock, monitor))

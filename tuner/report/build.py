@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from tuner.flags import SERVER_ONLY, config_yaml
 from tuner.report import plots
-from tuner.report.capacity import curves
 from tuner.report.data import (
     CAPACITY_GOAL,
     Configuration,
@@ -27,6 +26,7 @@ from tuner.report.data import (
     slo_limits,
 )
 from tuner.report.page import render
+from tuner.report.rate_curves import curves
 from tuner.report.rate_plot import plot_rates
 from tuner.study.result.choice import choose
 from tuner.study.trials import picks, search

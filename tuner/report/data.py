@@ -13,7 +13,7 @@ plotting code, so that it can be tested without drawing anything:
 - the landscape and the per-trial figures show feasible, infeasible and pruned trials; the
   value only the first two; failed, interrupted and running trials only the table.
 
-A capacity study's rates, per configuration, are ``tuner.report.capacity``'s.
+A capacity study's rates, per configuration, are ``tuner.report.rate_curves``'s.
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ import base64
 from collections.abc import Mapping, Sequence
 from html import escape
 
-from tuner.report.capacity import MOST_CURVES, CurveSet, curves
 from tuner.report.data import (
     CAPACITY,
     FEASIBLE,
@@ -27,6 +26,7 @@ from tuner.report.data import (
     value_of,
 )
 from tuner.report.plots import label_of
+from tuner.report.rate_curves import MOST_CURVES, CurveSet, curves
 from tuner.report.verdict import chosen_is_baseline, confirmation_part, listed, said
 from tuner.study.measure.capacity_text import num
 

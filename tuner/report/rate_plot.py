@@ -1,6 +1,6 @@
 """A capacity study's figure: latency against offered rate, one line per configuration.
 
-Draws the curves ``tuner.report.capacity`` chose, one panel per metric (TTFT p95 first), with
+Draws the curves ``tuner.report.rate_curves`` chose, one panel per metric (TTFT p95 first), with
 the helpers and conventions of ``tuner.report.plots``: a rate that passed is a filled circle,
 one that missed an SLO a cross, one stopped early a hollow triangle (its figures are lower
 bounds, as a pruned trial's are); the star is the configuration's capacity; SLOs are dashed.
@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tuner.report.capacity import MISSED, PASSED, STOPPED, Curve, CurveSet
 from tuner.report.plots import label_of, new_figure, plain_log_axis, save, scale_of
+from tuner.report.rate_curves import MISSED, PASSED, STOPPED, Curve, CurveSet
 
 # How each kind of point is drawn, in the curve's colour; and its entry in the key.
 MARKERS: dict[str, tuple[dict[str, Any], str]] = {

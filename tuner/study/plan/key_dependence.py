@@ -7,7 +7,7 @@ H100). Which engine arguments enter that hash changes between versions (0.32 has
 max-num-seqs through its scheduler config; 0.26, measured on the H100, did not), so tuner asks
 the installed vLLM instead of keeping a list.
 
-vLLM is imported in a child process (``python -m tuner.study.plan.compile_key``), never in
+vLLM is imported in a child process (``python -m tuner.study.plan.key_dependence``), never in
 tuner's own: the child reads ``{"model": ..., "configs": [...]}`` as JSON on stdin, parses each
 configuration as ``--config`` YAML with the server's own argument parser, builds its
 ``VllmConfig`` and prints the hashes as a JSON list.
@@ -47,7 +47,7 @@ def compile_keys(
     }
     try:
         done = subprocess.run(
-            [python, "-m", "tuner.study.plan.compile_key"],
+            [python, "-m", "tuner.study.plan.key_dependence"],
             input=json.dumps(request),
             capture_output=True,
             text=True,
