@@ -24,17 +24,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import EngineFailed, ZygoteLauncher
 from tuner.engine.process import Engine
 from tuner.flags import MAX_CAPTURE_SIZE
 from tuner.load.http import ReplaySettings
 from tuner.load.open_loop import replay_in_process
 from tuner.load.window import replay_figures
+from tuner.study.measure.prepare import model_of, write_dummy_model
 from tuner.study.plan.space import PINNED_CAPTURE_SIZE
 from tuner.study.plan.spec import load_spec
 from tuner.traces.formats import load_trace
-from tuner.traces.workload import build_workload, model_info
+from tuner.traces.workload import build_workload
 
 KEPT = (
     "ttft_p50_s",
@@ -91,10 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     spec = load_spec(args.spec)
-    if spec.dummy_model and not Path(spec.model, "config.json").exists():
-        write_model(spec.model, spec.dummy_model)
-    max_len = spec.engine_args.get("max-model-len")
-    info = model_info(spec.model, int(max_len) if max_len else None)
+    write_dummy_model(spec)
+    info = model_of(spec)
     trace = load_trace(args.trace)
     # Each load replays for --window-s: the busiest window_s / scale seconds of the trace.
     loads = [

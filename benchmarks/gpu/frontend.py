@@ -47,8 +47,6 @@ import numpy as np
 import psutil
 import yaml
 
-from tuner.cli.workload import open_loop_replay, trial_setup
-from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import ServerProcess, ZygoteLauncher
 from tuner.engine.process import Engine
 from tuner.load.metrics import RequestResult, parse_scrape, summarize_client
@@ -56,13 +54,14 @@ from tuner.load.spread import replay
 from tuner.load.window import replay_figures
 from tuner.study.measure.capacity import reset_prefix_cache, wait_idle
 from tuner.study.measure.objective import CAPACITY_OBJECTIVE, RateSearch
+from tuner.study.measure.prepare import prepare
 from tuner.study.measure.scoring import score
 from tuner.study.measure.trial import TrialSetup
 from tuner.study.plan.spec import StudySpec, load_spec
 from tuner.study.trials import confirm, fingerprint, groups, search
 from tuner.traces.formats import load_trace
 from tuner.traces.model import Request
-from tuner.traces.workload import at_rate, model_info
+from tuner.traces.workload import at_rate
 
 SERVE_MODULE = "frontend_serve"
 # Far from tuner's capacity windows' seeds (tuner.study.measure.capacity.SEED_STRIDE) and from
@@ -98,18 +97,10 @@ def build(
     """The spec and a trial setup as ``tuner run`` builds them (``tuner.cli.run``), with the
     ``vllm serve`` launcher."""
     spec = load_spec(spec_path)
-    if spec.dummy_model and not Path(spec.model, "config.json").exists():
-        write_model(spec.model, spec.dummy_model)
-    trace = load_trace(trace_path)
-    max_len = spec.engine_args.get("max-model-len")
-    info = model_info(spec.model, int(max_len) if max_len else None)
-    workload = open_loop_replay(trace, spec.window_s, spec.time_scale, info.max_model_len)
-    print(f"window: {workload.text}", flush=True)
+    prepared = prepare(spec, load_trace(trace_path), launcher)
+    print(f"window: {prepared.replay.text}", flush=True)
     # tuner run's own setup; every server here serves /reset_prefix_cache, latency study or not.
-    setup = dataclasses.replace(
-        trial_setup(spec, workload, info.vocab_size, launcher),
-        env={"VLLM_SERVER_DEV_MODE": "1"},
-    )
+    setup = dataclasses.replace(prepared.setup, env={"VLLM_SERVER_DEV_MODE": "1"})
     return spec, setup
 
 

@@ -28,14 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from tuner.cli.run import launcher_for
-from tuner.cli.workload import open_loop_replay, trial_setup
-from tuner.engine.dummy_model import write_model
 from tuner.study.measure.objective import RateSearch
+from tuner.study.measure.prepare import prepare
 from tuner.study.measure.trial import run_trial
 from tuner.study.plan.space import capture_pin
 from tuner.study.plan.spec import load_spec
 from tuner.traces.formats import load_trace
-from tuner.traces.workload import model_info
 
 SHOWN = ("ttft_p95_s", "tpot_p95_s", "e2e_p99_s", "client_lag_max_s")
 
@@ -81,17 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     spec = load_spec(options.spec)
-    if spec.dummy_model and not Path(spec.model, "config.json").exists():
-        write_model(spec.model, spec.dummy_model)
-    max_len = spec.engine_args.get("max-model-len")
-    info = model_info(spec.model, int(max_len) if max_len else None)
-    replay = open_loop_replay(
-        load_trace(options.trace), spec.window_s, spec.time_scale, info.max_model_len
-    )
     options.out.mkdir(parents=True, exist_ok=True)
-    setup = trial_setup(
-        spec, replay, info.vocab_size, launcher_for("auto", options.out / "launcher.log")
-    )
+    launcher = launcher_for("auto", options.out / "launcher.log")
+    prepared = prepare(spec, load_trace(options.trace), launcher)
+    replay, setup = prepared.replay, prepared.setup
     assert isinstance(setup.measure, RateSearch), "the spec is not a capacity study's"
     settings = replace(setup.measure.settings, gate_req_per_s=options.gate, max_windows=1)
     setup = replace(setup, measure=RateSearch(settings))

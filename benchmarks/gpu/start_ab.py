@@ -33,15 +33,15 @@ from typing import Any
 
 from capture_ab import measure
 
-from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import ZygoteLauncher
 from tuner.engine.startup import STEPS
 from tuner.flags import CAPTURE_SIZES, MAX_CAPTURE_SIZE
 from tuner.load.http import ReplaySettings
+from tuner.study.measure.prepare import model_of, write_dummy_model
 from tuner.study.plan.space import PINNED_CAPTURE_SIZE
 from tuner.study.plan.spec import load_spec
 from tuner.traces.formats import load_trace
-from tuner.traces.workload import build_workload, model_info
+from tuner.traces.workload import build_workload
 
 SHOWN = ("ttft_p50_s", "ttft_p95_s", "tpot_p50_s", "tpot_p95_s")
 BATCHED = "max-num-batched-tokens"
@@ -110,10 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     arms = dict(args.arm) or {"vllm": {}}
 
     spec = load_spec(args.spec)
-    if spec.dummy_model and not Path(spec.model, "config.json").exists():
-        write_model(spec.model, spec.dummy_model)
-    max_len = spec.engine_args.get("max-model-len")
-    info = model_info(spec.model, int(max_len) if max_len else None)
+    write_dummy_model(spec)
+    info = model_of(spec)
     load = build_workload(load_trace(args.trace), args.window_s, 1.0, info.max_model_len)
     settings = ReplaySettings(
         model=str(spec.engine_args.get("served-model-name", spec.model)),

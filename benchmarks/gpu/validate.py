@@ -25,16 +25,16 @@ from typing import Any
 
 import yaml
 
-from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import EngineFailed
 from tuner.engine.process import Engine
 from tuner.flags import SERVER_ONLY, normalize
 from tuner.load.http import ReplaySettings
 from tuner.load.open_loop import replay_in_process
 from tuner.load.window import replay_figures
+from tuner.study.measure.prepare import model_of, write_dummy_model
 from tuner.study.plan.spec import load_spec
 from tuner.traces.formats import load_trace
-from tuner.traces.workload import build_workload, model_info
+from tuner.traces.workload import build_workload
 
 SHOWN = (
     ("ttft_p50_s", 1000, "TTFT p50 ms"),
@@ -106,10 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     spec = load_spec(args.spec)
-    if spec.dummy_model and not Path(spec.model, "config.json").exists():
-        write_model(spec.model, spec.dummy_model)
-    max_len = spec.engine_args.get("max-model-len")
-    info = model_info(spec.model, int(max_len) if max_len else None)
+    write_dummy_model(spec)
+    info = model_of(spec)
     workload = build_workload(
         load_trace(args.trace), spec.window_s, spec.time_scale, info.max_model_len
     )

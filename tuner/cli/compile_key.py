@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from tuner.engine import environment
-from tuner.engine.dummy_model import write_model
+from tuner.study.measure.prepare import write_dummy_model
 from tuner.study.plan import key_dependence
 from tuner.study.plan.space import capture_pin
 from tuner.study.plan.spec import load_spec
@@ -16,8 +15,7 @@ def cmd_compile_key(args: argparse.Namespace) -> int:
     """Hash each searched dimension's values with vLLM's own config hashing, as the searched
     trials run them (with the pinned capture range, if any), and without the pin."""
     spec = load_spec(args.spec)
-    if spec.dummy_model and not Path(spec.model, "config.json").exists():
-        write_model(spec.model, spec.dummy_model)
+    write_dummy_model(spec)
     pinned = capture_pin(spec, environment.is_cpu_build())
     variants = {"searched trials": {**spec.engine_args, **pinned}}
     if pinned:

@@ -9,13 +9,14 @@ from typing import Any
 
 import tuner
 from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
+from tuner.cli.inputs import spec_path
 from tuner.cli.output import write_whole
-from tuner.cli.workload import Replay, spec_path
 from tuner.errors import TunerError
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.window import LOOP_LAG_WARNING_S
 from tuner.study.measure import scoring
 from tuner.study.measure.objective import of_study, of_trial
+from tuner.study.measure.prepare import Replay
 from tuner.study.plan.spec import StudySpec
 from tuner.study.result.choice import choose
 from tuner.study.result.emit import HEADLINE, Provenance, format_figure, render, verdict_lines

@@ -11,28 +11,26 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tuner.cli.inputs import check_workload, length_source, sha256_of, spec_path
 from tuner.cli.output import check_writable, write_whole
 from tuner.cli.parser import trace_options
 from tuner.cli.progress import StatusLine
 from tuner.cli.report import after_run
 from tuner.cli.result import fmt_params, overhead_summary, trial_line, write_result
-from tuner.cli.workload import (
-    Replay,
-    check_workload,
-    closed_loop_replay,
-    length_source,
-    open_loop_replay,
-    sha256_of,
-    spec_path,
-    trial_setup,
-)
 from tuner.engine import arguments, environment
-from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import AUTO as AUTO_LAUNCHER
 from tuner.engine.launchers import LAUNCHERS, Launcher, auto_launcher
 from tuner.errors import InputError, TunerError
 from tuner.study.measure import calibrate
 from tuner.study.measure.objective import of_spec
+from tuner.study.measure.prepare import (
+    Replay,
+    closed_loop_replay,
+    model_of,
+    open_loop_replay,
+    trial_setup,
+    write_dummy_model,
+)
 from tuner.study.plan.space import capture_pin, default_spec_text, runnable_baseline
 from tuner.study.plan.spec import AUTO, StudySpec, load_spec, parse_spec
 from tuner.study.plan.spec_file import read_spec_document
@@ -105,8 +103,7 @@ def load_study_spec(args: argparse.Namespace, name: str, trace: Trace | None) ->
             "measuring on random weights (load-format dummy); the configuration written "
             "loads the model's real weights"
         )
-    if spec.dummy_model and not Path(spec.model, "config.json").exists():
-        write_model(spec.model, spec.dummy_model)
+    if write_dummy_model(spec):
         print(f"wrote a {spec.dummy_model} dummy model to {spec.model}")
     return spec
 
@@ -207,13 +204,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Whether this run starts engines: to add trials, or to finish a confirmation.
     measures = bool(n_trials or args.confirm_only)
     spec = _checked_spec(args, name, spec, trace is not None, measures)
-    max_len = spec.engine_args.get("max-model-len")
-    info = model_info(
-        spec.model,
-        int(max_len) if max_len else None,
-        spec.engine_args.get("revision"),
-        bool(spec.engine_args.get("trust-remote-code", False)),
-    )
+    info = model_of(spec)
     # The parser took only positive numbers: an option given is never dropped for the spec's.
     window_s = spec.window_s if args.window_s is None else args.window_s
     # "auto": a latency study of a request trace replays at a rate calibrated on this machine,
@@ -236,8 +227,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             calibration = _calibration(args, study, spec, name, info.vocab_size, replay, launcher)
             print(calibration.describe())
             time_scale = calibration.time_scale
-            replay = open_loop_replay(
-                trace, window_s, time_scale, info.max_model_len, calibration.replay_s
+            replay = _said(
+                open_loop_replay(
+                    trace, window_s, time_scale, info.max_model_len, calibration.replay_s
+                )
             )
             print(f"window: {replay.text}")
         workload = {"trace_sha256": sha, "window_s": window_s, "time_scale": time_scale}
@@ -300,15 +293,27 @@ def _replay(
     trace, schedule, lengths = read
     if trace is None:
         assert schedule is not None and lengths is not None
+        lengths_from = (
+            sha256_of(args.lengths_trace)
+            if args.lengths_trace
+            else f"{args.input_lengths} {args.output_lengths}"
+        )
         replay = closed_loop_replay(
-            args, schedule, lengths, window_s, time_scale, info.max_model_len
+            schedule, lengths, lengths_from, window_s, time_scale, info.max_model_len
         )
     else:
-        replay = open_loop_replay(trace, window_s, time_scale, info.max_model_len)
+        replay = _said(open_loop_replay(trace, window_s, time_scale, info.max_model_len))
     print(f"window: {replay.text}")
     said = of_spec(spec).measure(spec, replay.requests, replay.offered).describe()
     if said:
         print(said)
+    return replay
+
+
+def _said(replay: Replay) -> Replay:
+    """The replay, once what was clipped to the model's context is said."""
+    if replay.clipped:
+        print(replay.clipped)
     return replay
 
 

@@ -1,0 +1,165 @@
+"""What every trial of a run shares, built from the spec and the trace: the model made ready,
+the window replayed (``Replay``), and the ``TrialSetup``. ``tuner run`` builds its trials with
+these, and so do the benchmarks that measure as tuner does (``prepare``); the command line only
+says what they built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner.engine.dummy_model import write_model
+from tuner.engine.launchers import Launcher
+from tuner.load.http import ReplaySettings
+from tuner.study.measure.objective import of_spec
+from tuner.study.measure.outcome import Offered
+from tuner.study.measure.trial import Objective, OnProgress, TrialSetup
+from tuner.study.plan.spec import AUTO, StudySpec
+from tuner.traces import concurrency
+from tuner.traces.concurrency import ClosedLoop, ConcurrencyTrace, LengthSource
+from tuner.traces.model import Request, Trace
+from tuner.traces.workload import ModelInfo, build_workload, model_info
+
+
+@dataclass
+class Replay:
+    """What every trial of a run replays: an open-loop window or a closed-loop schedule, what
+    identifies it in the study's fingerprint, and how to say it."""
+
+    requests: list[Request]
+    closed_loop: ClosedLoop | None
+    block_tokens: int
+    fingerprint: dict[str, Any]
+    text: str
+    # What an open-loop window asks of a server; None for a closed loop.
+    offered: Offered | None = None
+    # The window's rate in the trace's own time (its busiest ``window_s`` seconds, unscaled):
+    # the peak a capacity is compared with. None for a closed loop.
+    peak_req_per_s: float | None = None
+    # Where prompts or outputs were cut to the model's context: what to say of it, else None.
+    clipped: str | None = None
+
+
+def write_dummy_model(spec: StudySpec) -> bool:
+    """Write the spec's dummy model (``dummy_model``) where its folder has none; whether it did."""
+    if not spec.dummy_model or Path(spec.model, "config.json").exists():
+        return False
+    write_model(spec.model, spec.dummy_model)
+    return True
+
+
+def model_of(spec: StudySpec) -> ModelInfo:
+    """The spec's model as vLLM resolves it (``model_info``), with the spec's context length,
+    revision and remote-code setting."""
+    max_len = spec.engine_args.get("max-model-len")
+    return model_info(
+        spec.model,
+        int(max_len) if max_len else None,
+        spec.engine_args.get("revision"),
+        bool(spec.engine_args.get("trust-remote-code", False)),
+    )
+
+
+def open_loop_replay(
+    trace: Trace,
+    window_s: float,
+    time_scale: float,
+    max_model_len: int,
+    longest_replay_s: float | None = None,
+) -> Replay:
+    """A request trace's busiest window, time-scaled and fitted to the model's context."""
+    workload = build_workload(trace, window_s, time_scale, max_model_len, longest_replay_s)
+    clip = workload.clipping
+    clipped = None
+    if clip.inputs_clipped or clip.outputs_clipped:
+        clipped = (
+            f"clipped to the model's {max_model_len}-token context: "
+            f"{clip.inputs_clipped} prompts, {clip.outputs_clipped} outputs"
+        )
+    return Replay(
+        requests=workload.trace.requests(),
+        closed_loop=None,
+        block_tokens=trace.block_tokens,
+        fingerprint={"window_start_s": workload.start_s, "requests": len(workload.trace)},
+        text=workload.describe(),
+        offered=Offered(len(workload.trace), workload.replay_s),
+        peak_req_per_s=workload.peak_req_per_s,
+        clipped=clipped,
+    )
+
+
+def closed_loop_replay(
+    schedule: ConcurrencyTrace,
+    lengths: LengthSource,
+    lengths_from: str,
+    window_s: float,
+    time_scale: float,
+    max_model_len: int,
+) -> Replay:
+    """A concurrency trace's busiest window, replayed closed-loop with lengths from ``lengths``
+    (``lengths_from`` says where they come from, for the fingerprint)."""
+    start_s = concurrency.busiest_window_start(schedule, window_s)
+    window = schedule.window(start_s, window_s).scaled(time_scale)
+    return Replay(
+        requests=[],
+        closed_loop=ClosedLoop(window, lengths, max_model_len),
+        block_tokens=0,
+        fingerprint={"window_start_s": start_s, "closed_loop": True, "lengths": lengths_from},
+        text=(
+            f"closed loop from {start_s:.1f} s of the concurrency trace, {window.span_s:.1f} s, "
+            f"up to {int(window.concurrency.max(initial=0))} in flight (time scale {time_scale:g})"
+        ),
+    )
+
+
+def trial_setup(
+    spec: StudySpec,
+    replay: Replay,
+    vocab_size: int,
+    launcher: Launcher,
+    progress: OnProgress | None = None,
+) -> TrialSetup:
+    """What every trial of this run shares: the window, the client, the SLOs, the launcher, and
+    how a trial measures (the spec's objective's)."""
+    return TrialSetup(
+        model=spec.model,
+        requests=replay.requests,
+        replay=ReplaySettings(
+            model=str(spec.engine_args.get("served-model-name", spec.model)),
+            vocab_size=vocab_size,
+            block_tokens=replay.block_tokens,
+            seed=spec.seed,
+            client_procs=0 if spec.client_procs == AUTO else int(spec.client_procs),
+            request_timeout_s=spec.stall_timeout_s,
+        ),
+        objective=Objective(spec.slos, spec.weights, spec.max_error_rate),
+        health_timeout_s=spec.health_timeout_s,
+        warmup_requests=replay.requests[: spec.warmup_requests],
+        launcher=launcher,
+        closed_loop=replay.closed_loop,
+        progress=progress,
+        measure=of_spec(spec).measure(spec, replay.requests, replay.offered),
+        client_tolerance_s=spec.client_tolerance_s,
+    )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A run's shared setup as ``prepare`` builds it."""
+
+    model: ModelInfo
+    replay: Replay
+    setup: TrialSetup
+
+
+def prepare(spec: StudySpec, trace: Trace, launcher: Launcher) -> Prepared:
+    """What ``tuner run`` builds for a request trace at the spec's own window and time scale:
+    the dummy model written if the spec has one, the model read, the busiest window, and the
+    trials' setup."""
+    write_dummy_model(spec)
+    info = model_of(spec)
+    time_scale = 1.0 if spec.time_scale == AUTO else float(spec.time_scale)
+    replay = open_loop_replay(trace, spec.window_s, time_scale, info.max_model_len)
+    return Prepared(info, replay, trial_setup(spec, replay, info.vocab_size, launcher))
