@@ -280,14 +280,14 @@ class RateSearch(Measure):
 
     def for_trial(
         self,
-        trials: Sequence[FrozenTrial],
+        trials: Callable[[], Sequence[FrozenTrial]],
         args: Mapping[str, Any],
         params: Mapping[str, Any],
         gate: Callable[[], float | None],
     ) -> RateSearch:
         """Start where this configuration, or its nearest neighbour, already measured its
         capacity (fewer windows than from the trace's rate), gated at ``gate()``."""
-        hint = start_hint(trials, args, params)
+        hint = start_hint(trials(), args, params)
         return RateSearch(replace(self.settings, hint=hint, gate_req_per_s=gate()))
 
     def run(

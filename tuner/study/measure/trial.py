@@ -146,14 +146,15 @@ class Measure:
 
     def for_trial(
         self,
-        trials: Sequence[Any],
+        trials: Callable[[], Sequence[Any]],
         args: Mapping[str, Any],
         params: Mapping[str, Any],
         gate: Callable[[], float | None],
     ) -> Measure:
-        """This measure for one trial of a study (``trials``: those so far; ``args`` and
-        ``params``: the trial's engine arguments and searched values; ``gate``: the bar a
-        searched configuration must pass, if the measure uses one)."""
+        """This measure for one trial of a study (``trials()``: those so far; ``args`` and
+        ``params``: the trial's engine arguments and searched values; ``gate()``: the bar a
+        searched configuration must pass). Both are read only by a measure that uses them, so
+        a window replay costs the study's storage nothing."""
         return self
 
     def run(self, base_url: str, setup: TrialSetup, should_stop: ShouldStop | None) -> Any:

@@ -357,7 +357,7 @@ def measure(
             how.on_start(trial.number, args)
         setup = how.setup
         measure = setup.measure.for_trial(
-            study.get_trials(deepcopy=False),
+            lambda: study.get_trials(deepcopy=False),
             args,
             trial.params,
             gate=lambda: _gate(study) if gated else None,
