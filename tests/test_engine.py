@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.engine.launchers import EngineFailed, ProcessLauncher
+from tuner.engine.launchers import EngineFailed, ProcessLauncher, first_error
 from tuner.engine.process import Engine
 from tuner.load.http import ReplaySettings
 from tuner.study.measure.trial import (
@@ -49,6 +49,13 @@ FAKE_SERVER = textwrap.dedent(
     if mode == "exit":
         print("error: argument --bogus: invalid choice", flush=True)
         sys.exit(2)
+    if mode == "crash":
+        # As vLLM's processes log a failure that travels up from its worker.
+        print("(Worker pid=2) ERROR [executor.py:1063] Traceback (most recent call last):")
+        print("(Worker pid=2) ERROR [executor.py:1063] ValueError: no memory for kv")
+        print("(EngineCore pid=1) ERROR [core.py:1510] RuntimeError: Worker failed with error")
+        print("RuntimeError: Engine core initialization failed. See root cause above.", flush=True)
+        sys.exit(1)
     if os.environ.get("FAKE_STUBBORN"):
         # Ignores SIGTERM, and so does a worker it starts (as vLLM's engine core might).
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -197,6 +204,38 @@ def test_rejected_argument_fails_with_the_log_tail(tmp_path, fake):
         engine.wait_healthy(timeout_s=30, poll_s=0.05)
     assert "exited with status 2" in caught.value.reason
     assert "invalid choice" in caught.value.log_tail
+
+
+def test_a_crash_before_healthy_names_the_first_error_in_the_log(tmp_path, fake):
+    engine = Engine("m", {}, tmp_path / "t", launcher=LAUNCHER, env={**fake, "FAKE_MODE": "crash"})
+    with engine, pytest.raises(EngineFailed) as caught:
+        engine.wait_healthy(timeout_s=30, poll_s=0.05)
+    assert caught.value.reason == (
+        "vLLM exited with status 1 before it was healthy (ValueError: no memory for kv)"
+    )
+    assert "Engine core initialization failed" in caught.value.log_tail
+
+
+@pytest.mark.parametrize(
+    ("log", "first"),
+    [
+        ("INFO started\nWARNING slow\n", None),
+        (
+            "Traceback:\ntorch.OutOfMemoryError: CUDA out of memory\nRuntimeError: x\n",
+            "torch.OutOfMemoryError: CUDA out of memory",
+        ),
+        (
+            "(APIServer pid=1) ERROR [x.py:1] OSError: models/m is not a folder\n",
+            "OSError: models/m is not a folder",
+        ),
+        ("UserWarning: not an error\nKeyError: 'x'\n", "KeyError: 'x'"),
+    ],
+)
+def test_first_error(tmp_path, log, first):
+    path = tmp_path / "engine.log"
+    path.write_text(log)
+    assert first_error(path) == first
+    assert first_error(tmp_path / "absent.log") is None
 
 
 def test_never_healthy_fails_after_the_timeout(tmp_path, fake):

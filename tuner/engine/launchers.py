@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import select
 import signal
 import socket
@@ -60,6 +61,33 @@ def tail(path: Path, lines: int = 40) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+# An exception's last line as Python prints it, after whatever prefix a log line carries
+# (vLLM's "(Worker pid=...) ERROR ... [file.py:123] "): "ValueError: Available memory ...".
+_EXCEPTION_LINE = re.compile(
+    r"(?:^|[\s\]])((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): \S.*)$"
+)
+
+
+def first_error(path: Path, limit_bytes: int = 1 << 20) -> str | None:
+    """The first exception line in a log (read from its last ``limit_bytes``), or None.
+
+    vLLM's processes each print their traceback as the failure travels up (worker, engine core,
+    API server), so the last lines of the log say "Engine core initialization failed. See root
+    cause above"; the first exception line is the root cause."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - limit_bytes))
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        found = _EXCEPTION_LINE.search(line)
+        if found:
+            return found.group(1).strip()
+    return None
 
 
 def ended(code: int) -> str:

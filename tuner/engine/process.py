@@ -27,6 +27,7 @@ from tuner.engine.launchers import (
     Launcher,
     ProcessLauncher,
     ServerProcess,
+    first_error,
     signal_group,
     tail,
 )
@@ -143,8 +144,10 @@ class Engine:
                 self._note_markers(seen_at_s)
                 code = self._server.poll()
                 if code is not None:
+                    cause = first_error(self.log_path)
                     raise EngineFailed(
-                        f"vLLM exited with status {code} before it was healthy",
+                        f"vLLM exited with status {code} before it was healthy"
+                        + (f" ({cause})" if cause else ""),
                         tail(self.log_path),
                     )
                 lost = self._server.lost()
