@@ -45,6 +45,7 @@ from tuner.engine.process import Engine
 from tuner.load.http import ReplaySettings
 from tuner.load.open_loop import replay_in_process
 from tuner.study.measure.capacity import CapacitySettings, StartHint, measure_capacity
+from tuner.study.plan.space import KV_ARGUMENTS
 from tuner.study.plan.spec import Dimension, load_spec
 from tuner.study.trials.incumbent import Taken, levels, next_point
 from tuner.study.trials.search import MAX_BATCHED_TOKENS, MAX_NUM_SEQS, suggest
@@ -100,12 +101,16 @@ def measure(options: argparse.Namespace) -> None:
         replay_settings = ReplaySettings(
             model=model, vocab_size=info.vocab_size, block_tokens=trace.block_tokens
         )
+        # The spec's KV-cache size where it sets one (the demo's kv-cache-memory-bytes), else
+        # --share: the same for every configuration.
+        sized = any(name in spec.engine_args for name in KV_ARGUMENTS)
+        kv_size = {} if sized else {"gpu-memory-utilization": options.share}
         table["setup"] = {
             "spec": str(options.spec),
             "trace": str(options.trace),
             "window": workload.describe(),
             "engine_args": dict(spec.engine_args),
-            "gpu_memory_utilization": options.share,
+            "kv_cache": kv_size or "the spec's",
             "slos": dict(spec.slos),
             "capacity_window_s": options.window_s,
             "resolution": options.resolution,
@@ -116,7 +121,7 @@ def measure(options: argparse.Namespace) -> None:
             name = key({**DEFAULTS, **params}) if params else "defaults"
             if name in table["configurations"]:
                 continue
-            args = {**spec.engine_args, "gpu-memory-utilization": options.share, **params}
+            args = {**spec.engine_args, **kv_size, **params}
             began = time.monotonic()
             engine = Engine(model, args, work / "engine", env={"VLLM_SERVER_DEV_MODE": "1"})
             with engine:
@@ -257,7 +262,9 @@ def main() -> None:
     parser.add_argument("--window-s", type=float, default=10.0, help="seconds a rate")
     parser.add_argument("--resolution", type=float, default=0.15)
     parser.add_argument("--max-windows", type=int, default=6)
-    parser.add_argument("--share", type=float, default=0.2, help="gpu-memory-utilization")
+    parser.add_argument(
+        "--share", type=float, default=0.2, help="gpu-memory-utilization, where the spec sizes none"
+    )
     parser.add_argument("--seeds", type=int, default=50, help="TPE seeds (part 2)")
     options = parser.parse_args()
     if options.measure:

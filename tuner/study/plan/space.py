@@ -212,7 +212,9 @@ def gpu_search_space(prompt_tokens: list[int] | None, device: Gpu | None) -> dic
         # api-server-count 2 with the range up to 1024 204.5 and 185.9 (TPOT p95 14 to 18 ms there,
         # losing TTFT first). The range alone measured 103.8 and 94.4 against the defaults' 80 to 95
         # on other H100s. Searched next to each other, whichever of the two becomes the incumbent,
-        # the next move tries the pair.
+        # the next move tries the pair. On one H100, in a study of this space run as a user runs
+        # it (benchmarks/results/h100-user-study/, 2026-11-27, tuner 9440a9a), that was trial 3,
+        # and the pair won: median 125.9 req/s over 3 engines against the defaults' 90.3.
         MAX_CAPTURE_SIZE: {
             "type": "categorical",
             "choices": sorted({*captures, vllm_range}),
