@@ -163,13 +163,29 @@ def test_candidates_that_leave_the_kv_cache_to_vllm_are_sized_like_the_baseline(
     assert both is not None and "trial 0 runs vLLM's defaults and the spec's candidates" in both
 
 
-def test_the_default_cpu_space_offers_only_shares_that_start(tmp_path):
-    text = default_spec_text("m", gpu=False, cpu_memory=HostMemory(10 * GIB, 5 * GIB))
+@pytest.mark.parametrize(
+    ("total_gib", "available_gib", "low", "high"),
+    [
+        # At most half of what is available; at least 1.5 GiB, more than vLLM's CPU worker holds
+        # before its KV cache.
+        (10, 5, 0.15, 0.25),
+        (11.6, 9.9, 0.15, 0.4),
+        (64, 60, 0.05, 0.45),
+        # Little available: still two levels, from the least that starts.
+        (10, 1, 0.15, 0.2),
+    ],
+)
+def test_the_default_cpu_space_offers_only_shares_that_start(
+    tmp_path, total_gib, available_gib, low, high
+):
+    memory = HostMemory(int(total_gib * GIB), int(available_gib * GIB))
+    text = default_spec_text("m", gpu=False, cpu_memory=memory)
     path = tmp_path / "spec.yaml"
     path.write_text(text)
     spec = load_spec(path)
     share = next(d for d in spec.space if d.name == "gpu-memory-utilization")
-    assert (share.low, share.high) == (0.05, 0.25)
+    assert (share.low, share.high) == (low, high)
+    assert share.low * total_gib >= 1.5
     # Two cores hold tuner's client for tenths of a second: a window is trusted up to 1 s late
     # there (the GPU default, 5 ms, ranked nothing on two cores).
     assert spec.client_tolerance_s == 1.0

