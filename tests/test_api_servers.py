@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -48,16 +51,26 @@ def api_servers(processes: list[str]) -> list[str]:
     return [line for line in processes if line.split(" ", 1)[1].startswith(API_SERVER_TITLE)]
 
 
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A folder for vLLM's TMPDIR whose path is short: ``vllm serve`` with several API servers
+    binds its ZMQ sockets there (a 36-character name each), and a Unix socket's path holds at
+    most 107 bytes, fewer than ``tmp_path`` leaves under pytest-xdist
+    (``/tmp/pytest-of-root/pytest-30/popen-gw1/test_a_trial_with_two_api_ser0/tmp/...``)."""
+    folder = Path(tempfile.mkdtemp(prefix="tuner-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.mark.vllm
 def test_a_trial_with_two_api_servers_serves_and_leaves_no_process(
-    tmp_path: Path, cpu_model: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, short_tmp: Path, cpu_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     marker = f"api-servers-trial-{os.getpid()}-{time.time_ns()}"
     # The zygote, and so every server it forks, carries them.
     monkeypatch.setenv(MARKER, marker)
     monkeypatch.setenv("SPT_NOENV", KEEP_ENVIRON["SPT_NOENV"])
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = short_tmp
     monkeypatch.setenv("TMPDIR", str(tmp))
     running: list[str] = []
 
@@ -113,10 +126,11 @@ TUNER_THAT_DIES = textwrap.dedent(
 
 
 @pytest.mark.vllm
-def test_two_api_servers_do_not_outlive_a_killed_tuner(tmp_path: Path, cpu_model: Path) -> None:
+def test_two_api_servers_do_not_outlive_a_killed_tuner(
+    tmp_path: Path, short_tmp: Path, cpu_model: Path
+) -> None:
     marker = f"api-servers-killed-{os.getpid()}-{time.time_ns()}"
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = short_tmp
     tuner = subprocess.Popen(
         [sys.executable, "-c", TUNER_THAT_DIES, tmp_path, cpu_model, json.dumps(TWO_API_SERVERS)],
         stdout=subprocess.PIPE,
