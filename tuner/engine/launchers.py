@@ -51,16 +51,21 @@ class EngineFailed(Exception):
         self.log_tail = log_tail
 
 
-def tail(path: Path, lines: int = 40) -> str:
-    """The last ``lines`` lines of a log (read from its last 64 KiB); "" if it cannot be read."""
+def _read_end(path: Path, limit_bytes: int) -> str | None:
+    """A log's last ``limit_bytes``, decoded; None if it cannot be read."""
     try:
         with path.open("rb") as handle:
             handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - 64 * 1024))
-            text = handle.read().decode(errors="replace")
+            handle.seek(max(0, handle.tell() - limit_bytes))
+            return handle.read().decode(errors="replace")
     except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
+        return None
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a log (read from its last 64 KiB); "" if it cannot be read."""
+    text = _read_end(path, 64 * 1024)
+    return "" if text is None else "\n".join(text.splitlines()[-lines:])
 
 
 # An exception's last line as Python prints it, after whatever prefix a log line carries
@@ -76,14 +81,8 @@ def first_error(path: Path, limit_bytes: int = 1 << 20) -> str | None:
     vLLM's processes each print their traceback as the failure travels up (worker, engine core,
     API server), so the last lines of the log say "Engine core initialization failed. See root
     cause above"; the first exception line is the root cause."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - limit_bytes))
-            text = handle.read().decode(errors="replace")
-    except OSError:
-        return None
-    for line in text.splitlines():
+    text = _read_end(path, limit_bytes)
+    for line in (text or "").splitlines():
         found = _EXCEPTION_LINE.search(line)
         if found:
             return found.group(1).strip()
