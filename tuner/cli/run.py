@@ -36,6 +36,7 @@ from tuner.study.plan.spec import AUTO, StudySpec, load_spec, parse_spec
 from tuner.study.plan.spec_file import read_spec_document
 from tuner.study.result.emit import LOAD_FORMAT, RANDOM_WEIGHTS, random_weights
 from tuner.study.trials import confirm, fingerprint, search
+from tuner.study.trials.groups import confirmed_winner
 from tuner.study.trials.workers import fail_orphans
 from tuner.traces.concurrency import ConcurrencyTrace, LengthSource, load_concurrency
 from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
@@ -366,6 +367,12 @@ def _confirm(
     deadline: float | None,
 ) -> None:
     """The confirm step: the top configurations and the baseline measured again, in turns."""
+    if confirmed_winner(study) is None:
+        print(
+            "not confirming: no configuration met the SLOs, and measuring vLLM's defaults "
+            "again would not give one"
+        )
+        return
     also = " and the spec's candidates" if spec.confirm_candidates else ""
     print(
         f"confirming: the top {spec.confirm_top_k} and the baseline{also}, measured "

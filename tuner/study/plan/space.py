@@ -127,11 +127,13 @@ def runnable_baseline(spec: StudySpec, memory: HostMemory | None) -> tuple[Study
         return spec, None
     gib = 1 << 30
     note = (
-        "vLLM's CPU build reads gpu-memory-utilization as the share of host memory for its KV "
-        "cache and does not start where that is more than is available; its default "
-        f"{VLLM_DEFAULT_SHARE} asks {VLLM_DEFAULT_SHARE * memory.total_bytes / gib:.1f} GiB and "
-        f"{memory.available_bytes / gib:.1f} GiB are available now, so {' and '.join(which)} "
-        f"with gpu-memory-utilization {share:g}, at most half of what is available"
+        f"{' and '.join(which)} with gpu-memory-utilization {share:g}, at most half of the "
+        f"{memory.available_bytes / gib:.1f} GiB available now: vLLM's CPU build reads that "
+        f"argument as the share of host memory ({memory.total_bytes / gib:.1f} GiB) for its KV "
+        f"cache; its default, {VLLM_DEFAULT_SHARE}, would take "
+        f"{VLLM_DEFAULT_SHARE * memory.total_bytes / gib:.1f} GiB beside vLLM's own worker, "
+        "tuner's client and whatever else runs here, and does not start where that is more "
+        "than is free"
     )
     return replace(spec, baseline=baseline, candidates=candidates), note
 

@@ -11,7 +11,9 @@ the dashboard shows it and the sampler learns from it.
 The winner is the feasible configuration with the best median (a configuration is feasible if
 most of its measurements were); its figures are those of its median measurement, a real one.
 It beats the baseline only beyond the measured spread: its worst measurement better than the
-baseline's best. Otherwise tuner says it is within noise of vLLM's defaults.
+baseline's best. Otherwise tuner says it is within noise of vLLM's defaults. Where no
+configuration met the SLOs there is no winner to hold against anything, and nothing is measured
+again: the closest configuration is written as it was measured.
 """
 
 from __future__ import annotations
@@ -41,10 +43,12 @@ logger = logging.getLogger(__name__)
 
 def to_confirm(study: optuna.Study, top_k: int, candidates: bool = False) -> list[Group]:
     """The top ``top_k`` feasible configurations by median, then the baseline if not among them,
-    then (``candidates``) the spec's candidates not among them."""
-    if top_k <= 0:
-        return []
+    then (``candidates``) the spec's candidates not among them; nothing where no configuration
+    is feasible (the baseline and the candidates are measured again only to be held against a
+    winner)."""
     ranked_groups, baseline, spec_candidates = ranked(study)
+    if top_k <= 0 or not ranked_groups:
+        return []
     top = ranked_groups[:top_k]
     for extra in [baseline, *(spec_candidates if candidates else [])]:
         if extra is not None and all(g.number != extra.number for g in top):
