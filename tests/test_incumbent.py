@@ -122,6 +122,29 @@ def test_climbs_to_the_best_without_repeating() -> None:
     assert len(proposed) >= 10
 
 
+def test_a_direction_that_lost_twice_in_a_row_waits_for_the_rest() -> None:
+    # The CPU landscape's order: max-num-seqs 16 leads, 8 and 4 lost to it; 2 and 1 are passed
+    # over for the two-dimension moves and the refinements, then proposed, so nothing is lost.
+    seqs = Dimension("max-num-seqs", "int", 1, 32, log=True)
+    tokens = Dimension("max-num-batched-tokens", "categorical", choices=(512, 2048, 8192))
+    space = [seqs, tokens]
+    measured = {(16, 2048): 4.8, (32, 2048): 3.7, (8, 2048): 3.7, (16, 8192): 4.4, (16, 512): 4.7}
+    taken = [
+        Taken({"max-num-seqs": s, "max-num-batched-tokens": t}, rank=-capacity)
+        for (s, t), capacity in measured.items()
+    ]
+    proposal = next_point(space, taken, {}, RULE)
+    assert proposal is not None and proposal.move == "max-num-seqs down 2"  # one loss: go on
+    taken.append(Taken(proposal.params, rank=-2.2))
+    moves = []
+    while (proposal := next_point(space, taken, {}, RULE)) is not None:
+        moves.append(proposal.move)
+        taken.append(Taken(proposal.params, rank=0.0))
+    assert moves[:4] == ["max-num-seqs and max-num-batched-tokens together"] * 4
+    assert moves[-2:] == ["max-num-seqs down 3", "max-num-seqs down 4"], moves
+    assert all(not m.startswith("max-num-seqs down") for m in moves[:-2]), moves
+
+
 @pytest.mark.parametrize("rank", [None, 5.0])
 def test_nothing_left(rank: float | None) -> None:
     space = [SERVERS]

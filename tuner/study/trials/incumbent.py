@@ -13,10 +13,16 @@ level.
 1. the incumbent's own levels, where they are not a configuration already measured (the
    baseline is, when every dimension has a default);
 2. one dimension moved: one level up, one down, each dimension in the spec's order, then two
-   levels, and so on to the ends of every dimension;
+   levels, and so on to the ends of every dimension; a direction whose last two levels were
+   both taken and lost to the incumbent goes no further here;
 3. two dimensions moved one level each;
 4. refining: halfway (geometrically on a log scale) between the incumbent's value and each
-   neighbouring level of a numeric dimension.
+   neighbouring level of a numeric dimension;
+5. the levels beyond two losses in a row that step 2 passed over.
+
+Step 2's rule: on the measured CPU landscape (``benchmarks/results/cpu-search-landscape.md``)
+max-num-seqs 8 and 4 lost to 16, and 2 and 1 could only lose more; the trials they would take
+go to the move that combines two dimensions.
 
 After a trial beats the incumbent, the next proposals move from it. When nothing is left to
 propose (every such configuration taken), ``next_point`` says so and the study's sampler (TPE)
@@ -31,7 +37,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,29 +176,57 @@ def next_point(
             return None
         return Proposal(params, move)
 
+    incumbent_point = point_of(incumbent.values) if incumbent is not None else None
+
+    def lost(index: Sequence[int]) -> bool:
+        """Whether the configuration at ``index`` was taken and is not the incumbent."""
+        point = tuple(ladder[i] for ladder, i in zip(ladders, index, strict=True))
+        return point in seen and point != incumbent_point
+
     sizes = [len(ladder) for ladder in ladders]
+    passed: list[tuple[list[int], str]] = []
     here = [(list(anchor), "the incumbent's levels")]
-    moves = itertools.chain(here, _moves(names, sizes, anchor))
+    moves = itertools.chain(here, _moves(names, sizes, anchor, lost, passed))
     for index, move in moves:
         found = proposal(index, move)
         if found is not None:
             return found
-    return _refine(space, ladders, anchor, seen, at_least)
+    refined = _refine(space, ladders, anchor, seen, at_least)
+    if refined is not None:
+        return refined
+    return next((p for p in itertools.starmap(proposal, passed) if p is not None), None)
 
 
 def _moves(
-    names: Sequence[str], sizes: Sequence[int], anchor: Sequence[int]
+    names: Sequence[str],
+    sizes: Sequence[int],
+    anchor: Sequence[int],
+    lost: Callable[[Sequence[int]], bool],
+    passed: list[tuple[list[int], str]],
 ) -> Iterator[tuple[list[int], str]]:
     """Level indexes around ``anchor``, in the order proposed: one dimension moved one level up,
     one down, each dimension in turn, then two levels, and so on to the ends of every dimension;
-    then two dimensions moved one level each."""
+    then two dimensions moved one level each. A one-dimension move whose two levels before it,
+    in its direction, both ``lost`` is appended to ``passed`` instead of proposed, and so is
+    every move further that way."""
+    stopped: set[tuple[int, int]] = set()
     for distance in range(1, max(sizes)):
         for axis, name in enumerate(names):
             for sign in (1, -1):
                 moved = list(anchor)
                 moved[axis] += sign * distance
-                if 0 <= moved[axis] < sizes[axis]:
-                    yield moved, f"{name} {'up' if sign > 0 else 'down'} {distance}"
+                if not 0 <= moved[axis] < sizes[axis]:
+                    continue
+                move = (moved, f"{name} {'up' if sign > 0 else 'down'} {distance}")
+                if distance > 2 and all(
+                    lost([*anchor[:axis], anchor[axis] + sign * d, *anchor[axis + 1 :]])
+                    for d in (distance - 1, distance - 2)
+                ):
+                    stopped.add((axis, sign))
+                if (axis, sign) in stopped:
+                    passed.append(move)
+                else:
+                    yield move
     for a, b in itertools.combinations(range(len(names)), 2):
         for sa, sb in itertools.product((1, -1), repeat=2):
             moved = list(anchor)
