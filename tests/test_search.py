@@ -12,6 +12,7 @@ import math
 import sqlite3
 import subprocess
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -388,6 +389,28 @@ def test_the_study_moves_from_vllms_defaults_with_the_incumbent(tmp_path: Path) 
     best = min(trials, key=lambda t: t.value)
     assert best.params == {"max-num-seqs": 8, "max-num-batched-tokens": 8192}
     assert len(seen) == 8
+
+
+@pytest.mark.parametrize(("budget_s", "ran"), [(-1.0, 1), (3600.0, 3)])
+def test_a_time_budget_ends_the_trials_but_never_before_the_first(
+    tmp_path: Path, budget_s: float, ran: int
+) -> None:
+    # A budget spent before the first trial (a slow machine's calibration took it all): the
+    # baseline still runs, so the run has an answer; no other trial starts.
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    seen: list[dict] = []
+    done = run_study(
+        open_study("s", storage, 0),
+        parse_spec(LANDSCAPE_SPEC),
+        stand_in_setup(),
+        tmp_path,
+        3,
+        runner=landscape_runner(seen),
+        deadline=time.monotonic() + budget_s,
+    )
+    assert done == ran and len(seen) == ran
+    trials = optuna.load_study(study_name="s", storage=storage).trials
+    assert trials[0].user_attrs["baseline"] is True
 
 
 def test_tpe_draws_when_the_spec_asks(tmp_path: Path) -> None:

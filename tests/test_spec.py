@@ -96,6 +96,8 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"n_trials": 0}, "n_trials"),
     ({"n_trials": True}, "n_trials"),
     ({"window_s": -5}, "window_s"),
+    ({"time_budget_s": 0}, "time_budget_s"),
+    ({"time_budget_s": "10m"}, "time_budget_s"),
     ({"time_scale": "fast"}, "time_scale"),
     ({"seed": 1.5}, "seed"),
     ({"max_error_rate": 2}, "max_error_rate"),
@@ -178,3 +180,8 @@ def test_the_default_spec_takes_every_setting_from_studyspec():
     for f in dataclasses.fields(StudySpec):
         if f.default is not dataclasses.MISSING and f.name not in ("dummy_model", "candidates"):
             assert DEFAULT_SPEC[f.name] == f.default == getattr(parsed, f.name), f.name
+
+
+def test_a_time_budget_is_seconds_or_none():
+    assert parse_spec({}).time_budget_s is None
+    assert parse_spec({"time_budget_s": 450}).time_budget_s == 450.0

@@ -59,7 +59,8 @@ def add_run_command(commands: Any) -> None:
     run.add_argument(
         "--time-budget-s",
         type=positive_number,
-        help="start no trial that would end later than this many seconds from now",
+        help="seconds the whole run may take, calibration included: no trial starts that "
+        "would end after them (overrides the spec's time_budget_s)",
     )
     run.add_argument("--window-s", type=positive_number, help="replay window in trace seconds")
     run.add_argument(

@@ -197,6 +197,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``tuner run``: read the trace and the spec (writing one if there is none), calibrate where
     asked, add the trials, confirm the winner and write its configuration; the exit status says
     whether it meets the SLOs."""
+    began = time.monotonic()
     name = args.study or args.trace.stem
     # Bad input stops here, before anything is written.
     trace, schedule, lengths = _read_trace(args)
@@ -222,6 +223,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Asked once a run, and only to add trials: a report may be written on another machine.
     machine = fingerprint.measured_on() if measures else {}
     launcher = launcher_for(args.launcher, args.runs / name / "launcher.log") if measures else None
+    deadline = _deadline(args, spec, began) if measures else None
     try:
         if calibrating:
             assert trace is not None
@@ -239,13 +241,30 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"study {name!r} in {storage}: {len(study.trials)} trials so far, adding {n_trials}")
         if launcher is not None:
             _run_trials(
-                args, study, spec, name, info.vocab_size, replay, n_trials, machine, launcher
-            )
+                args, study, spec, name, info.vocab_size, replay, n_trials, machine, launcher,
+                deadline,
+            )  # fmt: skip
     finally:
         if launcher is not None:
             launcher.close()
     print(f"\ndashboard: optuna-dashboard {storage}")
     return after_run(args, name, storage, write_result(args, study, spec, name, sha, replay))
+
+
+def _deadline(args: argparse.Namespace, spec: StudySpec, began: float) -> float | None:
+    """When the run's time budget (``--time-budget-s``, else the spec's ``time_budget_s``),
+    counted from ``began``, ends (``time.monotonic()`` seconds); None without one. Said in the
+    output."""
+    budget_s = spec.time_budget_s if args.time_budget_s is None else args.time_budget_s
+    if budget_s is None:
+        return None
+    where = "--time-budget-s" if args.time_budget_s is not None else "the spec's time_budget_s"
+    print(
+        f"time budget: {budget_s:g} s for the whole run ({where}); no trial starts that would "
+        "end after it, going by the longest so far; the first always runs (in a new study, "
+        "vLLM's defaults)"
+    )
+    return began + budget_s
 
 
 def _read_trace(
@@ -399,12 +418,12 @@ def _run_trials(
     n_trials: int,
     machine: Mapping[str, str],
     launcher: Launcher,
+    deadline: float | None,
 ) -> None:
     lines = _TrialLines(spec)
     status = lines.status
     setup = trial_setup(spec, replay, vocab_size, launcher, status.show if status.live else None)
     first_new = len(study.trials)
-    deadline = None if args.time_budget_s is None else time.monotonic() + args.time_budget_s
     pinned = capture_pin(spec, environment.is_cpu_build())
     for key, value in pinned.items():
         print(f"pinned after trial 0, so that trials share vLLM's compiles: {key}={value}")

@@ -126,6 +126,10 @@ class StudySpec:
     # A stream silent this long (no byte from the server) fails its request: a server that
     # stops answering mid-window costs its trial at most this much more.
     stall_timeout_s: float = 300.0
+    # Seconds the whole run may take, calibration included: no trial or re-measurement starts
+    # that would end after it (going by the longest trial so far); the baseline always runs.
+    # ``tuner run --time-budget-s`` overrides it; None: no limit.
+    time_budget_s: float | None = None
 
 
 DEFAULT_SPEC: dict[str, Any] = {
@@ -289,6 +293,10 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
     seconds: dict[str, Any] = {
         key: _number(path, key, merged[key], most=MOST_S) for key in _SECONDS
     }
+    budget = merged["time_budget_s"]
+    seconds["time_budget_s"] = (
+        None if budget is None else _number(path, "time_budget_s", budget, most=MOST_S)
+    )
     return StudySpec(
         model=model,
         engine_args=engine_args,
