@@ -176,13 +176,7 @@ def next_point(
             return None
         return Proposal(params, move)
 
-    incumbent_point = point_of(incumbent.values) if incumbent is not None else None
-
-    def lost(index: Sequence[int]) -> bool:
-        """Whether the configuration at ``index`` was taken and is not the incumbent."""
-        point = tuple(ladder[i] for ladder, i in zip(ladders, index, strict=True))
-        return point in seen and point != incumbent_point
-
+    lost = _lost(ladders, seen, point_of(incumbent.values) if incumbent is not None else None)
     sizes = [len(ladder) for ladder in ladders]
     passed: list[tuple[list[int], str]] = []
     here = [(list(anchor), "the incumbent's levels")]
@@ -195,6 +189,18 @@ def next_point(
     if refined is not None:
         return refined
     return next((p for p in itertools.starmap(proposal, passed) if p is not None), None)
+
+
+def _lost(
+    ladders: Sequence[Sequence[Any]], seen: set[Point], incumbent: Point | None
+) -> Callable[[Sequence[int]], bool]:
+    """Whether the configuration at a level index was taken and is not the ``incumbent``."""
+
+    def lost(index: Sequence[int]) -> bool:
+        point = tuple(ladder[i] for ladder, i in zip(ladders, index, strict=True))
+        return point in seen and point != incumbent
+
+    return lost
 
 
 def _moves(
