@@ -18,6 +18,7 @@ import optuna
 import pytest
 from conftest import REPO, cpu_spec, run_tuner, write_small_trace, write_spec
 
+from tuner.cli.exits import EXIT_DEFAULTS_KEPT, MEETS_SLOS_EXITS
 from tuner.cli.main import main
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.http import ReplaySettings
@@ -25,10 +26,10 @@ from tuner.report.build import read_report, write_report
 from tuner.study.measure.scoring import Score, score
 from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
-from tuner.study.result.choice import choose
+from tuner.study.result.choice import DEFAULTS, MISSES, TUNED, choose
 from tuner.study.trials import picks
 from tuner.study.trials.confirm import CONFIRMS_ATTR, confirm
-from tuner.study.trials.groups import confirmed_winner, groups
+from tuner.study.trials.groups import groups, ranked
 from tuner.study.trials.search import Measuring, open_study, run_study
 
 SLO_S = 2.0
@@ -120,11 +121,10 @@ def test_a_lucky_first_measurement_loses_to_the_median(tmp_path, cpu_model, caps
     trials = study.get_trials()
     assert [t.user_attrs.get(CONFIRMS_ATTR) for t in trials] == [None] * 3 + [1, 2, 0, 2, 1, 0]
     assert all(t.params == trials[t.user_attrs.get(CONFIRMS_ATTR, t.number)].params for t in trials)
-    result = confirmed_winner(study)
-    assert result is not None
-    assert result.winner.number == 2 and result.winner.median == pytest.approx(0.6)
-    assert result.winner.median_trial.number == 2  # 0.6: its first measurement
-    assert not result.within_noise
+    result = choose(study)
+    assert result is not None and result.outcome == TUNED
+    assert result.group.number == 2 and result.group.median == pytest.approx(0.6)
+    assert result.trial.number == 2  # 0.6: its first measurement
     # Before the confirmation, trial 1 led: the winner changed.
     assert min(trials[:3], key=lambda t: t.value).number == 1
 
@@ -133,20 +133,30 @@ def test_a_lucky_first_measurement_loses_to_the_median(tmp_path, cpu_model, caps
     header = (tmp_path / "configs" / "s.yaml").read_text()
     assert "# Study 's', trial 2." in header and "max-num-seqs: 8" in header
     assert "# winner trial 2: score median 0.6 of 3 (0.58 to 0.62; trials 2, 4, 6)" in header
-    assert "# baseline trial 0: score median 1 of 3 (0.98 to 1.05; trials 0, 5, 8)" in header
-    assert "beats vLLM's defaults beyond the measured spread" in header
+    assert "#   it sets max-num-seqs=8" in header
+    assert "# defaults trial 0: score median 1 of 3 (0.98 to 1.05; trials 0, 5, 8)" in header
+    assert "# beats vLLM's defaults beyond the measured spread: 40% better by the median" in header
     assert "winner trial 2" in out
 
 
-def test_a_lead_inside_the_spread_is_called_noise(tmp_path, cpu_model, capsys):
+def test_a_lead_inside_the_spread_keeps_the_defaults(tmp_path, cpu_model, capsys):
     scripted = Scripted({None: [1.0, 0.7, 1.1], 4: [0.8, 0.85, 0.75], 8: [3.0]})
     study, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
     assert scripted.order == [None, 4, 8, 4, None, 4, None]  # 8 missed the SLO: not confirmed
-    result = confirmed_winner(study)
-    assert result is not None and result.winner.number == 1 and result.within_noise
-    assert main(args) == 0
+    result = choose(study)
+    assert result is not None and result.outcome == DEFAULTS
+    assert result.closest is not None and result.closest.number == 1
+    assert result.trial.number in (0, 4, 6) and result.group.number == 0
+    assert main(args) == EXIT_DEFAULTS_KEPT
     header = (tmp_path / "configs" / "s.yaml").read_text()
-    assert "# within noise of vLLM's defaults" in header
+    assert "max-num-seqs" not in header.split("# Serve with")[1]  # vLLM's defaults, as measured
+    assert (
+        "# vLLM's defaults kept: no searched configuration beats them beyond the measured "
+        "spread: the closest, trial 1, is 20% better by the median, within the spread"
+    ) in header
+    assert "# closest searched trial 1: score median 0.8 of 3" in header
+    assert "#   it sets max-num-seqs=4" in header
+    assert "vLLM's defaults kept (trial" in capsys.readouterr().out
 
 
 def test_the_baseline_winning_says_so_and_an_earlier_confirmation_is_kept(tmp_path, cpu_model):
@@ -154,8 +164,10 @@ def test_the_baseline_winning_says_so_and_an_earlier_confirmation_is_kept(tmp_pa
     study, ran, _ = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
     # The top one is the baseline itself: only it is re-measured.
     assert scripted.order == [None, 4, 8, None, None] and ran == 2
-    result = confirmed_winner(study)
-    assert result is not None and result.is_baseline and not result.within_noise
+    result = choose(study)
+    assert result is not None and result.outcome == DEFAULTS and result.group.number == 0
+    assert result.closest is not None and result.closest.number == 1
+    assert "was measured once, the defaults 3 times" in result.why
     # Run again: every configuration it would confirm has its measurements already.
     setup = TrialSetup(
         model="m", requests=(), replay=ReplaySettings(model="m", vocab_size=100),
@@ -170,7 +182,8 @@ def test_nothing_is_measured_again_where_no_configuration_met_the_slos(tmp_path,
     scripted = Scripted({None: [1.5], 4: [1.2], 8: [3.0]})
     study, ran, _ = run_scripted(tmp_path, cpu_model, scripted, top_k=2, repeats=2)
     assert ran == 0 and scripted.order == [None, 4, 8] and len(study.trials) == 3
-    assert confirmed_winner(study) is None
+    result = choose(study)
+    assert result is not None and result.outcome == MISSES and result.group.number == 1
 
 
 def test_capacity_groups_take_the_highest_median(tmp_path):
@@ -184,8 +197,11 @@ def test_capacity_groups_take_the_highest_median(tmp_path):
         )
     found = {g.number: g for g in groups(study)}
     assert found[1].median == pytest.approx(1.5) and found[1].worst == 1.4
-    result = confirmed_winner(study)
-    assert result is not None and result.winner.number == 0  # 2.0 once beats a median of 1.5
+    assert [g.number for g in ranked(study)[0]] == [0, 1]  # 2.0 once ranks above a median of 1.5
+    # With no baseline to hold them against, a configuration measured three times is chosen
+    # over one measured once, however lucky: like against like.
+    result = choose(study)
+    assert result is not None and result.outcome == TUNED and result.group.number == 1
 
 
 def test_a_re_measurement_whose_client_fell_behind_is_not_in_the_median():
@@ -209,8 +225,9 @@ def test_re_measurements_whose_client_fell_behind_count_as_taken(tmp_path, cpu_m
     scripted = Scripted({None: [0.9, 0.8, 0.8, 0.8, 0.8], 4: [0.5, 0.5, 0.5], 8: [0.7]}, [None])
     study, ran, _ = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
     assert ran == 4 and scripted.order == [None, 4, 8, 4, None, 4, None]
-    result = confirmed_winner(study)
-    assert result is not None and result.winner.number == 1 and len(result.winner.values) == 3
+    result = choose(study)
+    assert result is not None and result.outcome == TUNED
+    assert result.group.number == 1 and len(result.group.values) == 3
     baseline = result.baseline
     assert baseline is not None and baseline.values == [0.9] and baseline.measured == 3
     assert [t.user_attrs[CLIENT_BEHIND] for t in baseline.left_out] == [1.0, 1.0]
@@ -222,14 +239,15 @@ def test_a_leader_that_falls_back_hands_its_turns_to_the_next(tmp_path, cpu_mode
     scripted = Scripted({None: [0.52, 0.69, 0.71], 4: [0.9], 8: [0.57, 0.6, 0.55]})
     study, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
     assert scripted.order == [None, 4, 8, None, 8, 8, None]
-    result = confirmed_winner(study)
-    assert result is not None and result.winner.number == 2 and result.confirmed
-    assert result.winner.median == pytest.approx(0.57) and len(result.baseline.values) == 3
-    # Its worst (0.6) is not better than the baseline's best (0.52): noise, said so.
-    assert result.within_noise
-    assert main(args) == 0
+    result = choose(study)
+    assert result is not None and result.closest is not None and result.closest.number == 2
+    assert result.closest.median == pytest.approx(0.57)
+    assert result.baseline is not None and len(result.baseline.values) == 3
+    # Its worst (0.6) is not better than the baseline's best (0.52): noise, so the defaults stay.
+    assert result.outcome == DEFAULTS
+    assert main(args) == EXIT_DEFAULTS_KEPT
     header = (tmp_path / "configs" / "s.yaml").read_text()
-    assert "# within noise of vLLM's defaults" in header
+    assert "within the spread" in header and "# vLLM's defaults kept: " in header
 
 
 def test_the_spec_candidates_are_re_measured_and_held_against_the_winner(
@@ -241,8 +259,8 @@ def test_the_spec_candidates_are_re_measured_and_held_against_the_winner(
     study, ran, args = run_scripted(tmp_path, cpu_model, scripted, 1, 2, candidates=True)
     # The top one (8, a candidate itself), the baseline, then candidate 4, in turns.
     assert scripted.order == [None, 4, 8, 8, None, 4, 8, None, 4] and ran == 6
-    result = confirmed_winner(study)
-    assert result is not None and result.winner.number == 2
+    result = choose(study)
+    assert result is not None and result.outcome == TUNED and result.group.number == 2
     assert [g.number for g in result.candidates] == [1, 2]
     assert main(args) == 0
     header = (tmp_path / "configs" / "s.yaml").read_text()
@@ -265,9 +283,9 @@ def test_candidates_are_held_against_a_baseline_that_wins(tmp_path, cpu_model):
     scripted = Scripted({None: [0.5, 0.55, 0.52], 4: [0.9, 0.85, 0.95], 8: [0.7, 0.72, 0.75]})
     _, _, args = run_scripted(tmp_path, cpu_model, scripted, 1, 2, candidates=True)
     assert scripted.order == [None, 4, 8] * 3
-    assert main(args) == 0
+    assert main(args) == EXIT_DEFAULTS_KEPT
     header = (tmp_path / "configs" / "s.yaml").read_text()
-    assert "# the winner is vLLM's defaults (the baseline) themselves" in header
+    assert "# vLLM's defaults kept: nothing searched beat them: the closest, trial 2, is " in header
     assert "# candidate trial 2: score median 0.72 of 3 (0.7 to 0.75; trials 2, 5, 8)" in header
     assert "# beats candidate trial 1 beyond" in header
     assert "# beats candidate trial 2 beyond" in header
@@ -292,17 +310,17 @@ def test_confirm_only_finishes_a_confirmation_and_adds_no_trial(tmp_path, cpu_mo
     args = ["run", "--trace", trace, "--study", "s", "--spec", tmp_path / "spec.yaml"]
     args += ["--storage", storage]
     done = run_tuner(*args, cwd=tmp_path, env=stand_in_vllm, timeout_s=180)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode in MEETS_SLOS_EXITS, done.stdout + done.stderr
     assert "confirming" not in done.stdout  # confirm_top_k 0: as if cut short
     write_spec(tmp_path / "spec.yaml", spec | {"confirm_top_k": 1, "confirm_repeats": 1})
     done = run_tuner(*args, "--confirm-only", cwd=tmp_path, env=stand_in_vllm, timeout_s=180)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode in MEETS_SLOS_EXITS, done.stdout + done.stderr
     assert "adding 0" in done.stdout and "confirming: the top 1 and the baseline" in done.stdout
     trials = optuna.load_study(study_name="s", storage=storage).trials
     repeats = sorted(t.user_attrs[CONFIRMS_ATTR] for t in trials if CONFIRMS_ATTR in t.user_attrs)
     assert len(trials) == 2 + len(repeats) and 0 in repeats and len(repeats) <= 2, repeats
     done = run_tuner(*args, "--confirm-only", cwd=tmp_path, env=stand_in_vllm, timeout_s=180)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode in MEETS_SLOS_EXITS, done.stdout + done.stderr
     assert len(optuna.load_study(study_name="s", storage=storage).trials) == len(trials)
 
 

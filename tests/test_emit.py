@@ -121,7 +121,10 @@ def test_header_quotes_best_and_baseline():
     text = render("m", ARGS, PROVENANCE, MET, best, baseline)
     lines = text.splitlines()
     ttft = next(line for line in lines if "p95 TTFT" in line)
-    assert ttft.split() == ["#", "p95", "TTFT", "best", "250.0", "ms", "baseline", "500.0", "ms"]
+    assert ttft.split() == ["#", "p95", "TTFT", "best", "250.0", "ms", "defaults", "500.0", "ms"]
+    kept = render("m", ARGS, PROVENANCE, MET, baseline, best, labels=("defaults", "trial 4"))
+    ttft = next(line for line in kept.splitlines() if "p95 TTFT" in line)
+    assert ttft.split()[3:] == ["defaults", "500.0", "ms", "trial", "4", "250.0", "ms"]
     assert "n/a" in next(line for line in lines if "p95 TPOT" in line)
     assert "# Study 's', trial 3." in lines
     assert f"# Trace: traces/t.csv (sha256 {'ab' * 32})" in lines

@@ -58,7 +58,9 @@ from tuner.study.measure.prepare import prepare
 from tuner.study.measure.scoring import score
 from tuner.study.measure.trial import TrialSetup
 from tuner.study.plan.spec import StudySpec, load_spec
+from tuner.study.result import choice
 from tuner.study.trials import confirm, fingerprint, groups, search
+from tuner.study.trials.budget import Budget
 from tuner.traces.formats import load_trace
 from tuner.traces.model import Request
 from tuner.traces.workload import at_rate
@@ -456,6 +458,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
     storage = f"sqlite:///{root / 'study.db'}"
     study = search.open_study(args.study, storage, spec.seed, None, objective=CAPACITY_OBJECTIVE)
     deadline = time.monotonic() + (args.deadline_epoch - time.time()) - args.margin_s
+    # An A/B, not a search: every measurement runs while the longest so far still fits.
+    budget = Budget(ends=deadline, confirm_trials=0, estimate_s=0.0)
     machine = fingerprint.measured_on()
     firsts = [
         t
@@ -476,17 +480,17 @@ def cmd_ab(args: argparse.Namespace) -> int:
         if len(firsts) < wanted:
             search.run_study(
                 study, spec, setup, root / "runs", wanted - len(firsts), on_trial=done,
-                deadline=deadline, pinned={}, measured_on=machine,
+                budget=budget, pinned={}, measured_on=machine,
             )  # fmt: skip
         how = search.Measuring(setup, root / "runs", machine=machine)
         confirm.confirm(
             study, how, spec.confirm_top_k, spec.confirm_repeats, on_trial=done,
-            deadline=deadline, candidates=spec.confirm_candidates,
+            budget=budget, candidates=spec.confirm_candidates,
         )  # fmt: skip
     finally:
         launcher.close()
-    result = groups.confirmed_winner(study)
-    lines = confirm.summary(result) if result is not None else ["no feasible configuration"]
+    chosen = choice.choose(study)
+    lines = choice.summary(chosen) if chosen is not None else ["no configuration served"]
     for group in groups.groups(study):
         values = group.values
         args_text = {

@@ -1,12 +1,18 @@
 """Exit codes of the ``tuner`` command line.
 
-``tuner run``: a configuration was written that meets the SLOs (0), or one that misses them, the
-closest trial (3), or nothing was written (1). Then bad input or usage (2), and Ctrl-C or
-SIGTERM (130). The other commands exit 0, 1 or 2 alike.
+``tuner run``: what the configuration written is (``tuner.study.result.choice``): a searched one
+that meets the SLOs and beats vLLM's defaults beyond the measured spread, or that meets them
+where the defaults do not (0); vLLM's defaults, kept because they meet the SLOs and nothing
+searched beat them beyond the spread (4); the closest configuration, where none met the SLOs
+(3); nothing, as no trial served (1). Then bad input or usage (2), and Ctrl-C or SIGTERM (130).
+The other commands exit 0, 1 or 2 alike.
 """
 
 EXIT_MEETS_SLOS = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_MISSES_SLOS = 3
+EXIT_DEFAULTS_KEPT = 4
+# A configuration that meets the SLOs was written: a tuned one, or vLLM's defaults kept.
+MEETS_SLOS_EXITS = (EXIT_MEETS_SLOS, EXIT_DEFAULTS_KEPT)
 EXIT_INTERRUPTED = 130

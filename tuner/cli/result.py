@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tuner
-from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
+from tuner.cli.exits import EXIT_DEFAULTS_KEPT, EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
 from tuner.cli.inputs import spec_path
 from tuner.cli.output import write_whole
 from tuner.errors import TunerError
@@ -18,7 +18,7 @@ from tuner.study.measure import scoring
 from tuner.study.measure.objective import of_study, of_trial
 from tuner.study.measure.prepare import Replay
 from tuner.study.plan.spec import StudySpec
-from tuner.study.result.choice import choose
+from tuner.study.result.choice import DEFAULTS, TUNED, Choice, choose, summary
 from tuner.study.result.emit import HEADLINE, Provenance, format_figure, render, verdict_lines
 from tuner.study.trials import confirm, fingerprint, picks, search
 
@@ -106,42 +106,54 @@ def overhead_summary(study: Any, first: int) -> str:
 
 def comparison_table(
     chosen: Mapping[str, Any],
-    baseline: Mapping[str, Any] | None,
-    label: str = "best",
+    other: Mapping[str, Any] | None,
+    labels: tuple[str, str] = ("best", "baseline"),
     capacity_rows: Sequence[tuple[str, str, str]] = (),
 ) -> str:
-    """The chosen trial's headline figures beside the baseline's, as printed after a run."""
-    rows = [f"{'':<16} {label:>14} {'baseline':>14}"]
-    rows += [f"{name:<16} {mine:>14} {base:>14}" for name, mine, base in capacity_rows]
+    """The chosen trial's headline figures beside another's (the baseline's, or where the
+    defaults are kept, the closest searched configuration's), as printed after a run."""
+    mine, theirs = labels
+    rows = [f"{'':<16} {mine:>16} {theirs:>16}"]
+    rows += [f"{name:<16} {a:>16} {b:>16}" for name, a, b in capacity_rows]
     if capacity_rows:
         rows.append("at each one's capacity (else at the lowest rate it tried):")
     for name, key, scale, unit in HEADLINE:
-        base = format_figure(baseline, key, scale, unit) if baseline else "n/a"
-        rows.append(f"{name:<16} {format_figure(chosen, key, scale, unit):>14} {base:>14}")
+        base = format_figure(other, key, scale, unit) if other else "n/a"
+        rows.append(f"{name:<16} {format_figure(chosen, key, scale, unit):>16} {base:>16}")
     return "\n".join(rows)
+
+
+def _labels(choice: Choice) -> tuple[str, str]:
+    """The end table's and the header's two columns: what was written, and what beside it."""
+    if choice.keeps_defaults:
+        closest = choice.closest
+        return "defaults", "n/a" if closest is None else f"trial {closest.number}"
+    return ("best" if choice.meets_slos else "closest"), "defaults"
 
 
 def write_result(
     args: argparse.Namespace, study: Any, spec: StudySpec, name: str, sha: str, replay: Replay
 ) -> int:
-    """Write the configuration ``tuner.study.result.choice.choose`` picks (the feasible one with the
-    best median over its measurements, else the closest that served); say which.
+    """Write the configuration ``tuner.study.result.choice.choose`` picks; say which, and why.
 
-    Exit 0 (meets the SLOs), 3 (written, misses them) or 1 (no trial served: nothing written).
+    Exit 0 (a tuned configuration: it beats vLLM's defaults beyond the spread, or meets the
+    SLOs where they do not), 4 (vLLM's defaults kept), 3 (nothing met the SLOs: the closest is
+    written) or 1 (no trial served: nothing written).
     """
     choice = choose(study)
     if choice is None:
         return _nothing_served(study)
-    chosen, confirmed = choice.trial, choice.confirmed
+    chosen = choice.trial
     verdict = scoring.verdict(picks.constraints_of(chosen), chosen.user_attrs)
-    baseline = picks.baseline_trial(study)
-    baseline_attrs = baseline.user_attrs if baseline else None
-    label = "best" if verdict.meets_slos else "closest"
+    other = choice.other.median_trial if choice.other is not None else None
+    other_attrs = other.user_attrs if other is not None else None
+    labels = _labels(choice)
     objective = of_study(study)
-    rows, extra, measured = objective.result_lines(chosen, baseline_attrs, replay.peak_req_per_s)
-    print(comparison_table(chosen.user_attrs, baseline_attrs, label, rows))
-    if confirmed is not None:
-        extra += confirm.summary(confirmed)
+    rows, extra, measured = objective.result_lines(
+        chosen, other_attrs, replay.peak_req_per_s, labels[1]
+    )
+    print(comparison_table(chosen.user_attrs, other_attrs, labels, rows))
+    extra += summary(choice)
     if extra:
         print("\n".join(extra))
     provenance = _provenance(chosen, args, name, sha, replay)
@@ -151,9 +163,10 @@ def write_result(
         provenance,
         verdict,
         chosen.user_attrs,
-        baseline_attrs,
+        other_attrs,
         extra,
         measured,
+        labels,
     )
     out = args.configs / f"{name}.yaml"
     try:
@@ -162,9 +175,13 @@ def write_result(
         raise TunerError(
             f"{exc}; the study keeps every trial: --n-trials 0 writes the file again"
         ) from None
-    if verdict.meets_slos:
-        print(f"best: trial {chosen.number}; wrote {out} (serve: vllm serve --config {out})")
+    serve = f"(serve: vllm serve --config {out})"
+    if choice.outcome == TUNED:
+        print(f"tuned: trial {chosen.number}; wrote {out} {serve}")
         return EXIT_MEETS_SLOS
+    if choice.outcome == DEFAULTS:
+        print(f"vLLM's defaults kept (trial {chosen.number}); wrote them to {out} {serve}")
+        return EXIT_DEFAULTS_KEPT
     print(f"\nno trial met the SLOs; wrote the closest, trial {chosen.number}, to {out}:")
     print("\n".join(f"  {line}" for line in verdict_lines(verdict)))
     capacity_run = f"tuner run --trace {args.trace} --study {name}-capacity --objective capacity"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import logging
 import sys
 import time
@@ -36,7 +37,8 @@ from tuner.study.plan.spec import AUTO, StudySpec, load_spec, parse_spec
 from tuner.study.plan.spec_file import read_spec_document
 from tuner.study.result.emit import LOAD_FORMAT, RANDOM_WEIGHTS, random_weights
 from tuner.study.trials import confirm, fingerprint, search
-from tuner.study.trials.groups import confirmed_winner
+from tuner.study.trials.budget import ENGINE_START_GUESS_S, Budget, confirm_trials
+from tuner.study.trials.groups import any_feasible, groups
 from tuner.study.trials.workers import fail_orphans
 from tuner.traces.concurrency import ConcurrencyTrace, LengthSource, load_concurrency
 from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
@@ -223,7 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Asked once a run, and only to add trials: a report may be written on another machine.
     machine = fingerprint.measured_on() if measures else {}
     launcher = launcher_for(args.launcher, args.runs / name / "launcher.log") if measures else None
-    deadline = _deadline(args, spec, began) if measures else None
+    budget = _budget(args, spec, began, replay) if measures else None
     try:
         if calibrating:
             assert trace is not None
@@ -242,7 +244,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if launcher is not None:
             _run_trials(
                 args, study, spec, name, info.vocab_size, replay, n_trials, machine, launcher,
-                deadline,
+                budget,
             )  # fmt: skip
     finally:
         if launcher is not None:
@@ -251,20 +253,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     return after_run(args, name, storage, write_result(args, study, spec, name, sha, replay))
 
 
-def _deadline(args: argparse.Namespace, spec: StudySpec, began: float) -> float | None:
-    """When the run's time budget (``--time-budget-s``, else the spec's ``time_budget_s``),
-    counted from ``began``, ends (``time.monotonic()`` seconds); None without one. Said in the
-    output."""
+def _budget(
+    args: argparse.Namespace, spec: StudySpec, began: float, replay: Replay
+) -> Budget | None:
+    """The run's time budget (``--time-budget-s``, else the spec's ``time_budget_s``), counted
+    from ``began`` (``time.monotonic()``), with the confirm step's measurements held back; None
+    without one. Said in the output."""
     budget_s = spec.time_budget_s if args.time_budget_s is None else args.time_budget_s
     if budget_s is None:
         return None
     where = "--time-budget-s" if args.time_budget_s is not None else "the spec's time_budget_s"
+    replay_s = replay.offered.replay_s if replay.offered is not None else spec.window_s
+    estimate_s = ENGINE_START_GUESS_S + of_spec(spec).measure_s(spec, replay_s)
+    candidates = len(spec.candidates) if spec.confirm_candidates else 0
+    held = confirm_trials(spec.confirm_top_k, spec.confirm_repeats, candidates)
     print(
-        f"time budget: {budget_s:g} s for the whole run ({where}); no trial starts that would "
-        "end after it, going by the longest so far; the first always runs (in a new study, "
-        "vLLM's defaults)"
+        f"time budget: {budget_s:g} s for the whole run ({where}); the search stops where one "
+        "more trial would leave too little for the confirmation; the first trial always runs "
+        "(in a new study, vLLM's defaults)"
     )
-    return began + budget_s
+    return Budget(ends=began + budget_s, confirm_trials=held, estimate_s=estimate_s)
 
 
 def _read_trace(
@@ -383,14 +391,17 @@ def _confirm(
     spec: StudySpec,
     how: search.Measuring,
     lines: _TrialLines,
-    deadline: float | None,
+    budget: Budget | None,
 ) -> None:
     """The confirm step: the top configurations and the baseline measured again, in turns."""
-    if confirmed_winner(study) is None:
+    if not any_feasible(study):
         print(
             "not confirming: no configuration met the SLOs, and measuring vLLM's defaults "
             "again would not give one"
         )
+        return
+    if len(groups(study)) < 2:
+        print("not confirming: no searched configuration served to hold against vLLM's defaults")
         return
     also = " and the spec's candidates" if spec.confirm_candidates else ""
     print(
@@ -403,9 +414,15 @@ def _confirm(
         spec.confirm_top_k,
         spec.confirm_repeats,
         on_trial=lines.finished,
-        deadline=deadline,
+        budget=budget,
         candidates=spec.confirm_candidates,
     )
+
+
+def _plan(budget: Budget | None, spec: StudySpec, n_trials: int) -> None:
+    """Say what the budget buys (nothing without one)."""
+    if budget is not None:
+        print(budget.plan(n_trials, spec.confirm_top_k, spec.confirm_repeats), flush=True)
 
 
 def _run_trials(
@@ -418,7 +435,7 @@ def _run_trials(
     n_trials: int,
     machine: Mapping[str, str],
     launcher: Launcher,
-    deadline: float | None,
+    budget: Budget | None,
 ) -> None:
     lines = _TrialLines(spec)
     status = lines.status
@@ -430,6 +447,14 @@ def _run_trials(
     log_handlers = logging.getLogger().handlers
     for handler in log_handlers:
         handler.addFilter(status.before_log)
+    plan = functools.partial(_plan, budget, spec, n_trials)
+    plan()
+
+    def finished(trial: Any) -> None:
+        lines.finished(trial)
+        if budget is not None and len(budget.costs) == 1:
+            plan()  # from the first trial's measured cost
+
     try:
         ran = search.run_study(
             study,
@@ -437,17 +462,20 @@ def _run_trials(
             setup,
             args.runs / name,
             n_trials,
-            on_trial=lines.finished,
+            on_trial=finished,
             on_start=lines.started,
-            deadline=deadline,
+            budget=budget,
             pinned=pinned,
             measured_on=machine,
         )
         if ran < n_trials:
-            print(f"time budget reached: ran {ran} of {n_trials} trials")
-        elif spec.confirm_top_k and spec.confirm_repeats:
+            print(
+                f"time budget: ran {ran} of {n_trials} trials, keeping the rest of it for the "
+                "confirmation"
+            )
+        if spec.confirm_top_k and spec.confirm_repeats:
             how = search.Measuring(setup, args.runs / name, machine=machine, on_start=lines.started)
-            _confirm(study, spec, how, lines, deadline)
+            _confirm(study, spec, how, lines, budget)
     finally:
         # Interrupted: the line stays, showing where the trial was.
         status.keep()

@@ -28,9 +28,8 @@ from tuner.report.data import (
 from tuner.report.page import render
 from tuner.report.rate_curves import curves
 from tuner.report.rate_plot import plot_rates
-from tuner.study.result.choice import choose
+from tuner.study.result.choice import choose, summary
 from tuner.study.trials import picks, search
-from tuner.study.trials.confirm import summary
 from tuner.study.trials.groups import groups
 
 if TYPE_CHECKING:
@@ -51,7 +50,8 @@ def read_report(name: str, storage: str, configs: Path) -> StudyReport:
     configuration = None
     if choice is not None:
         configuration = read_configuration(configs / f"{name}.yaml", name, choice.trial)
-    confirmed = None if choice is None else choice.confirmed
+    # The outcome's lines where the study was confirmed or the defaults kept, as tuner run said.
+    said = choice is not None and (choice.confirmation or choice.keeps_defaults)
     return StudyReport(
         name=name,
         storage=storage,
@@ -65,7 +65,7 @@ def read_report(name: str, storage: str, configs: Path) -> StudyReport:
         configuration=configuration,
         goal=goal_of(study),
         measurements=() if choice is None else choice.measurements,
-        confirmation=() if confirmed is None else tuple(summary(confirmed)),
+        confirmation=tuple(summary(choice)) if choice is not None and said else (),
         feasible_configurations=sum(g.feasible for g in groups(study)),
     )
 

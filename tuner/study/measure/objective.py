@@ -96,6 +96,11 @@ class StudyObjective:
         """What of the spec, besides what every study records, changes what a trial measures."""
         return {}
 
+    def measure_s(self, spec: StudySpec, replay_s: float) -> float:
+        """About how long a trial measures once its engine is up, before any trial was timed
+        (``replay_s``: the window as replayed): the window itself."""
+        return replay_s
+
     def served(self, trial: FrozenTrial) -> bool:
         """Whether a completed trial measured figures to rank it by."""
         return trial.value != FAILED_SCORE
@@ -107,12 +112,14 @@ class StudyObjective:
     def result_lines(
         self,
         chosen: FrozenTrial,
-        baseline: Mapping[str, Any] | None,
+        other: Mapping[str, Any] | None,
         peak_req_per_s: float | None,
+        other_label: str = "defaults",
     ) -> tuple[list[tuple[str, str, str]], list[str], str]:
         """What the result says besides the latency figures: rows of the end table (name, the
-        chosen trial's, the baseline's), headline lines, and where the figures were measured."""
-        return [], [], "on that window"
+        chosen trial's, the other's: the defaults', or where they are kept the closest searched
+        configuration's), headline lines, and where the figures were measured."""
+        return [], [], "on that window, each figure the median measurement's"
 
     def what_next(
         self,
@@ -181,6 +188,10 @@ class Capacity(StudyObjective):
             "capacity_max_windows": spec.capacity_max_windows,
         }
 
+    def measure_s(self, spec: StudySpec, replay_s: float) -> float:
+        # A search over rates: about half the windows a trial may measure.
+        return spec.capacity_window_s * spec.capacity_max_windows / 2
+
     def served(self, trial: FrozenTrial) -> bool:
         return bool(trial.user_attrs.get(POINTS_ATTR))
 
@@ -196,18 +207,23 @@ class Capacity(StudyObjective):
     def result_lines(
         self,
         chosen: FrozenTrial,
-        baseline: Mapping[str, Any] | None,
+        other: Mapping[str, Any] | None,
         peak_req_per_s: float | None,
+        other_label: str = "defaults",
     ) -> tuple[list[tuple[str, str, str]], list[str], str]:
         found = capacity_of(chosen.user_attrs) or 0.0
         lines = [
-            headline(chosen.user_attrs, baseline, peak_req_per_s),
+            headline(chosen.user_attrs, other, peak_req_per_s, other_label),
             servers_line(found, peak_req_per_s, f"trial {chosen.number}"),
         ]
-        rows = table_rows(chosen.user_attrs, baseline, peak_req_per_s)
-        if not found:
-            return rows, lines, "at the lowest rate tried"
-        return rows, lines, f"at {num(found)} req/s, its capacity"
+        rows = table_rows(chosen.user_attrs, other, peak_req_per_s)
+        mine = f"{num(found)} req/s" if found else "the lowest rate it tried"
+        where = f"each at its own capacity (this configuration at {mine}"
+        if other is not None:
+            theirs = capacity_of(other)
+            at = f"{num(theirs)} req/s" if theirs else "the lowest rate it tried"
+            where += f", {other_label} at {at}"
+        return rows, lines, where + "), each the median measurement's"
 
     def what_next(
         self,
@@ -416,15 +432,19 @@ def _req(value: float | None) -> str:
 
 
 def headline(
-    chosen: Mapping[str, Any], baseline: Mapping[str, Any] | None, peak_req_per_s: float | None
+    chosen: Mapping[str, Any],
+    other: Mapping[str, Any] | None,
+    peak_req_per_s: float | None,
+    other_label: str = "defaults",
 ) -> str:
-    """``capacity: X req/s (Yx the trace's peak rate; baseline Z req/s)``."""
+    """``capacity: X req/s (Yx the trace's peak rate; defaults Z req/s)``: the median
+    measurements' capacities."""
     capacity = capacity_of(chosen) or 0.0
     parts = []
     if peak_req_per_s:
         parts.append(f"{num(capacity / peak_req_per_s)}x the trace's peak rate")
-    if baseline is not None:
-        parts.append(f"baseline {_req(capacity_of(baseline))}")
+    if other is not None:
+        parts.append(f"{other_label} {_req(capacity_of(other))}")
     suffix = f" ({'; '.join(parts)})" if parts else ""
     return f"capacity: {_req(capacity)}{suffix}"
 

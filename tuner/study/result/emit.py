@@ -117,17 +117,20 @@ def render(
     provenance: Provenance,
     verdict: Verdict,
     chosen: Mapping[str, Any],
-    baseline: Mapping[str, Any] | None,
+    other: Mapping[str, Any] | None,
     extra: Sequence[str] = (),
     measured: str = "on that window",
+    labels: tuple[str, str] | None = None,
 ) -> str:
     """The whole file: a comment header, then the config ``vllm serve --config`` reads.
 
-    ``extra`` lines follow the verdict (a capacity study's capacity and servers); ``measured``
-    says where the figures were measured.
+    ``extra`` lines follow the verdict (a capacity study's capacity and servers, what the
+    configuration was held against); ``measured`` says where the figures were measured;
+    ``labels`` name the two columns of figures, the chosen trial's and ``other``'s (by default
+    best or closest, and defaults).
     """
     p = provenance
-    chosen_label = "best" if verdict.meets_slos else "closest"
+    chosen_label, other_label = labels or ("best" if verdict.meets_slos else "closest", "defaults")
     lines = [f"# {line}" for line in verdict_lines(verdict)]
     lines += [f"# {line}" for line in extra]
     lines.append(f"# Tuned by tuner {p.tuner_version} for vLLM {p.vllm_version} on {p.device}.")
@@ -150,8 +153,8 @@ def render(
     ]
     for label, key, scale, unit in HEADLINE:
         row = f"#   {label:<16} {chosen_label} {format_figure(chosen, key, scale, unit):>14}"
-        if baseline is not None:
-            row += f"   baseline {format_figure(baseline, key, scale, unit):>14}"
+        if other is not None:
+            row += f"   {other_label} {format_figure(other, key, scale, unit):>14}"
         lines.append(row)
     lines.append("# Serve with: vllm serve --config <this file>")
     return "\n".join(lines) + "\n" + served_config(model, engine_args)

@@ -8,12 +8,10 @@ minute of the machine does not fall on one configuration. Each re-measurement is
 own with the user attribute ``confirms`` (the trial it repeats) and the same parameters, so
 the dashboard shows it and the sampler learns from it.
 
-The winner is the feasible configuration with the best median (a configuration is feasible if
-most of its measurements were); its figures are those of its median measurement, a real one.
-It beats the baseline only beyond the measured spread: its worst measurement better than the
-baseline's best. Otherwise tuner says it is within noise of vLLM's defaults. Where no
-configuration met the SLOs there is no winner to hold against anything, and nothing is measured
-again: the closest configuration is written as it was measured.
+What is written then is ``tuner.study.result.choice``'s: a searched configuration only where
+it beats the baseline beyond the measured spread, measured as often as the baseline; else vLLM's
+defaults. Where no configuration met the SLOs there is nothing to hold against the defaults,
+and nothing is measured again: the closest configuration is written as it was measured.
 """
 
 from __future__ import annotations
@@ -35,7 +33,8 @@ from tuner.study.measure.attrs import (
     ARGS_ATTR,
     CONFIRMS_ATTR,
 )
-from tuner.study.trials.groups import Confirmed, Group, ranked
+from tuner.study.trials.budget import Budget
+from tuner.study.trials.groups import Group, ranked
 from tuner.study.trials.search import Measuring, measure
 
 logger = logging.getLogger(__name__)
@@ -56,62 +55,6 @@ def to_confirm(study: optuna.Study, top_k: int, candidates: bool = False) -> lis
     return top
 
 
-def describe(group: Group, label: str) -> str:
-    """``winner trial 7: score median 0.612 of 3 (0.58 to 0.66; trials 7, 12, 15)``."""
-    values = group.values
-    numbers = ", ".join(str(t.number) for t in group.trials)
-    what, unit = ("capacity", " req/s") if group.maximize else ("score", "")
-    if len(values) == 1:
-        return f"{label} trial {group.number}: {what} {values[0]:.4g}{unit}, measured once"
-    low, high = min(values), max(values)
-    return (
-        f"{label} trial {group.number}: {what} median {group.median:.4g}{unit} of "
-        f"{len(values)} ({low:.4g} to {high:.4g}; trials {numbers})"
-    )
-
-
-def summary(result: Confirmed) -> list[str]:
-    """The lines ``tuner run`` prints and the YAML header carries about the winner's margin."""
-    winner = describe(result.winner, "winner")
-    return [winner, *_against_baseline(result), *_against_candidates(result)]
-
-
-def _against_baseline(result: Confirmed) -> list[str]:
-    """The winner against vLLM's defaults: itself, not confirmed, within noise or beyond it."""
-    if result.baseline is None:
-        return []
-    if result.is_baseline:
-        return ["the winner is vLLM's defaults (the baseline) themselves"]
-    lines = [describe(result.baseline, "baseline")]
-    if not result.confirmed:
-        lines.append(
-            "not confirmed: the winner or the baseline was measured once, so nothing says "
-            "whether the lead is beyond noise (the confirmation was cut short or is off)"
-        )
-    elif result.within_noise:
-        lines.append(
-            "within noise of vLLM's defaults: the winner does not beat the baseline in every "
-            "measurement, so its lead may be the machine's noise"
-        )
-    else:
-        lines.append("beats vLLM's defaults beyond the measured spread (in every measurement)")
-    return lines
-
-
-def _against_candidates(result: Confirmed) -> list[str]:
-    """The re-measured candidates (``confirm_candidates``) against the winner."""
-    lines = []
-    for group in result.candidates:
-        if len(group.values) < 2 or group.number == result.winner.number:
-            continue
-        lines.append(describe(group, "candidate"))
-        if len(result.winner.values) > 1 and result.winner.beats(group):
-            lines.append(f"beats candidate trial {group.number} beyond the measured spread")
-        else:
-            lines.append(f"within noise of candidate trial {group.number}")
-    return lines
-
-
 OnTrial = Callable[[FrozenTrial], None]
 
 
@@ -121,7 +64,7 @@ def confirm(
     top_k: int,
     repeats: int,
     on_trial: OnTrial | None = None,
-    deadline: float | None = None,
+    budget: Budget | None = None,
     candidates: bool = False,
 ) -> int:
     """Re-measure the top ``top_k`` configurations and the baseline (and, with ``candidates``,
@@ -134,14 +77,13 @@ def confirm(
     left measured once). Each turn measures the configurations with the fewest measurements,
     best first. Configurations measured enough already (an earlier run's confirmation) are
     not measured again; at most ``repeats * (2 * top_k + 2 + C)`` trials run, C the number of
-    candidates re-measured; with a ``deadline``, none starts that would end after it.
+    candidates re-measured; with a ``budget``, none starts that would end after it.
     """
     if top_k <= 0 or repeats <= 0:
         return 0
     extra = len(ranked(study)[2]) if candidates else 0
     limit = repeats * (2 * top_k + 2 + extra)
     ran = 0
-    longest_s = 0.0
     while ran < limit:
         # Measurements taken, not only those in the median: a configuration whose client fell
         # behind on every re-measurement would otherwise be measured until the time ran out
@@ -153,15 +95,16 @@ def confirm(
         for group in [g for g in short if g.measured == fewest]:
             if ran >= limit:
                 break
-            if deadline is not None and time.monotonic() + longest_s > deadline:
+            if budget is not None and not budget.may_confirm():
                 logger.info("time budget reached while confirming, after %d trials", ran)
                 return ran
             began = time.monotonic()
             frozen = _measure_again(study, group.first, how)
             ran += 1
+            if budget is not None:
+                budget.spent(time.monotonic() - began)
             if on_trial is not None:
                 on_trial(frozen)
-            longest_s = max(longest_s, time.monotonic() - began)
     return ran
 
 

@@ -84,6 +84,14 @@ class Group:
             return self.worst > other.best
         return self.worst < other.best
 
+    def gain_over(self, other: Group) -> float:
+        """How much better this median is than ``other``'s, as a fraction of ``other``'s
+        (negative: worse); 0 where ``other``'s median is 0."""
+        if not other.median:
+            return 0.0
+        gain = (self.median - other.median) / abs(other.median)
+        return gain if self.maximize else -gain
+
 
 def groups(study: optuna.Study) -> list[Group]:
     """The served trials, grouped by configuration (a first trial and its re-measurements)."""
@@ -108,34 +116,6 @@ def groups(study: optuna.Study) -> list[Group]:
     ]
 
 
-@dataclass(frozen=True)
-class Confirmed:
-    """The confirmed winner, the baseline's group, and whether the winner beats it beyond noise;
-    the spec's candidates' groups, held against the winner where they were re-measured."""
-
-    winner: Group
-    baseline: Group | None
-    candidates: tuple[Group, ...] = ()
-
-    @property
-    def is_baseline(self) -> bool:
-        return self.baseline is not None and self.winner.number == self.baseline.number
-
-    @property
-    def confirmed(self) -> bool:
-        """Whether the winner and the baseline were each measured more than once."""
-        measured = [self.winner] if self.baseline is None else [self.winner, self.baseline]
-        return all(len(g.values) > 1 for g in measured)
-
-    @property
-    def within_noise(self) -> bool:
-        """True where the winner is not the baseline and does not beat it in every measurement,
-        or either was measured once (nothing says how far apart they are)."""
-        if self.baseline is None or self.is_baseline:
-            return False
-        return not (self.confirmed and self.winner.beats(self.baseline))
-
-
 def ranked(study: optuna.Study) -> tuple[list[Group], Group | None, list[Group]]:
     """The feasible configurations, best median first, the baseline's group (if served) and the
     spec's candidates' groups (those served)."""
@@ -146,12 +126,9 @@ def ranked(study: optuna.Study) -> tuple[list[Group], Group | None, list[Group]]
     return ranked, baseline, candidates
 
 
-def confirmed_winner(study: optuna.Study) -> Confirmed | None:
-    """The feasible configuration with the best median, or None if none is feasible."""
-    ranked_groups, baseline, candidates = ranked(study)
-    if not ranked_groups:
-        return None
-    return Confirmed(ranked_groups[0], baseline, tuple(candidates))
+def any_feasible(study: optuna.Study) -> bool:
+    """Whether any configuration met the SLOs (by the median verdict of its measurements)."""
+    return bool(ranked(study)[0])
 
 
 def any_confirms(study: optuna.Study) -> bool:

@@ -36,6 +36,7 @@ from tuner.study.measure.objective import LATENCY_OBJECTIVE, StudyObjective, of_
 from tuner.study.measure.trial import TrialOutcome, TrialSetup, run_trial
 from tuner.study.plan.spec import INCUMBENT, Dimension, StudySpec
 from tuner.study.trials import fingerprint, groups, incumbent, references
+from tuner.study.trials.budget import Budget
 from tuner.study.trials.picks import best_trial
 from tuner.study.trials.storage import (
     OPEN_ERRORS,
@@ -264,7 +265,7 @@ def run_study(
     on_trial: OnTrial | None = None,
     runner: TrialRunner = run_trial,
     on_start: OnStart | None = None,
-    deadline: float | None = None,
+    budget: Budget | None = None,
     pinned: Mapping[str, Any] | None = None,
     measured_on: Mapping[str, str] | None = None,
 ) -> int:
@@ -277,8 +278,9 @@ def run_study(
     ``measured_on`` (the vLLM version and device; by default this machine's) is recorded on each
     trial.
 
-    With a ``deadline`` (``time.monotonic()`` seconds), no trial is started that would end after
-    it, going by the longest trial so far in this run.
+    With a ``budget``, no trial is started after the first unless it and the confirm step
+    the budget holds back would end within it (``Budget.may_search``); each trial's cost is
+    told to it.
 
     A configuration that fails is a completed, infeasible trial. Ctrl-C (or any escape) marks
     the running trial FAIL with the reason, so the storage never keeps a trial RUNNING; unless
@@ -287,10 +289,9 @@ def run_study(
     fixed = dict(spec.engine_args)
     pinned = dict(pinned or {})
     machine = fingerprint.measured_on() if measured_on is None else measured_on
-    longest_s = 0.0
     done = 0
     while done < n_trials:
-        if deadline is not None and done and time.monotonic() + longest_s > deadline:
+        if budget is not None and done and not budget.may_search():
             logger.info("time budget reached after %d trials", done)
             return done
         began = time.monotonic()
@@ -306,9 +307,10 @@ def run_study(
         # A searched configuration, not a re-measurement: first at the best capacity so far.
         gated = prunable and CONFIRMS_ATTR not in attrs
         frozen = measure(study, trial, args, how, prunable, gated=gated)
+        if budget is not None:
+            budget.spent(time.monotonic() - began)
         if on_trial is not None:
             on_trial(frozen)
-        longest_s = max(longest_s, time.monotonic() - began)
         done += 1
     return n_trials
 

@@ -1,0 +1,92 @@
+"""A run's time budget, shared between the search and the confirm step.
+
+A run that searches until its time is up leaves nothing for the confirmation, and then cannot
+say whether its winner beats vLLM's defaults or was lucky once. So the budget is planned: the
+confirm step's measurements (the top ``confirm_top_k`` configurations and the baseline,
+``confirm_repeats`` more times each) are held back from the start, and the search stops as soon
+as one more trial and the confirmation together would end after the budget.
+
+What a trial costs is estimated before any ran (``Budget.estimate_s``: an engine start and the
+measurement the spec asks for) and then taken from the trials measured: the longest so far, so
+that a slow one does not push the confirmation out of the budget.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# An engine start before any was measured in the run: vLLM's OpenAI server on an H100 took 45 to
+# 145 s to a healthy /health, its CPU build 40 to 90 s on two cores.
+ENGINE_START_GUESS_S = 90.0
+
+
+@dataclass
+class Budget:
+    """The run's end (``ends``, ``clock()`` seconds), the trials the confirm step holds back
+    (``confirm_trials``), and the cost of a trial: ``estimate_s`` until one is measured."""
+
+    ends: float
+    confirm_trials: int
+    estimate_s: float
+    clock: Callable[[], float] = time.monotonic
+    costs: list[float] = field(default_factory=list)
+
+    def spent(self, seconds: float) -> None:
+        """A trial (searched or confirming) took ``seconds``."""
+        self.costs.append(seconds)
+
+    @property
+    def trial_s(self) -> float:
+        """What the next trial is planned to cost: the longest measured, else the estimate."""
+        return max(self.costs) if self.costs else self.estimate_s
+
+    @property
+    def left_s(self) -> float:
+        return self.ends - self.clock()
+
+    def may_search(self) -> bool:
+        """Whether one more searched trial and the whole confirmation end within the budget."""
+        return self.trial_s * (1 + self.confirm_trials) <= self.left_s
+
+    def may_confirm(self) -> bool:
+        """Whether one more confirming measurement ends within the budget."""
+        return self.trial_s <= self.left_s
+
+    def searched_trials(self) -> int:
+        """How many more searched trials the budget buys, the confirmation held back."""
+        return max(0, math.floor(self.left_s / self.trial_s) - self.confirm_trials)
+
+    def confirm_fits(self) -> bool:
+        """Whether the budget left holds the confirmation at all."""
+        return self.trial_s * self.confirm_trials <= self.left_s
+
+    def plan(self, n_trials: int, top_k: int, repeats: int) -> str:
+        """What the budget buys, in words: ``about N trials, then the winner and vLLM's
+        defaults K more times each (about T s a trial, estimated)``."""
+        what = "measured" if self.costs else "estimated"
+        cost = f"about {self.trial_s:.0f} s a trial, {what}"
+        trials = min(n_trials, self.searched_trials())
+        if not self.confirm_trials:
+            return f"the budget buys about {trials} of the {n_trials} trials ({cost})"
+        if not self.confirm_fits():
+            return (
+                f"the budget ({self.left_s:.0f} s left) is too small for the confirmation "
+                f"({self.confirm_trials} measurements of {cost}): vLLM's defaults will be kept "
+                "unless they miss the SLOs; give a larger --time-budget-s"
+            )
+        top = "the winner" if top_k == 1 else f"the top {top_k}"
+        return (
+            f"the budget buys about {trials} of the {n_trials} trials, then {top} and vLLM's "
+            f"defaults {repeats} more time{'s' if repeats != 1 else ''} each ({cost})"
+        )
+
+
+def confirm_trials(top_k: int, repeats: int, candidates: int = 0) -> int:
+    """The measurements the confirm step takes: the top ``top_k``, the baseline and the
+    ``candidates`` re-measured, ``repeats`` more times each."""
+    if top_k <= 0 or repeats <= 0:
+        return 0
+    return repeats * (top_k + 1 + candidates)
