@@ -53,8 +53,8 @@ from tuner.study.measure.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE, Rat
 from tuner.study.measure.rates import RatePoint, hinted_step, search_capacity
 from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
-from tuner.study.trials.confirm import CONFIRMS_ATTR
-from tuner.study.trials.search import open_study, run_study
+from tuner.study.trials.confirm import CONFIRMS_ATTR, confirm
+from tuner.study.trials.search import Measuring, open_study, run_study
 from tuner.traces.formats import load_trace
 from tuner.traces.model import Request, Trace
 from tuner.traces.workload import at_rate, build_workload
@@ -543,9 +543,12 @@ def capacity_outcome(capacity: float, ttft_p95_s: float = 0.5) -> TrialOutcome:
     )
 
 
-def scripted_capacity_study(tmp_path: Path, model: Path, outcomes: list[TrialOutcome]) -> list[str]:
-    """A capacity study of ``outcomes`` through ``run_study``; the ``tuner run`` arguments that
-    report on it."""
+def scripted_capacity_study(
+    tmp_path: Path, model: Path, outcomes: list[TrialOutcome], confirmed: int = 0
+) -> list[str]:
+    """A capacity study of ``outcomes`` through ``run_study``, the last ``confirmed`` of them
+    the confirm step's (the top one and the baseline, once more each); the ``tuner run``
+    arguments that report on it."""
     spec_raw = {
         "model": str(model),
         "dummy_model": None,
@@ -573,7 +576,9 @@ def scripted_capacity_study(tmp_path: Path, model: Path, outcomes: list[TrialOut
         objective=Objective(spec.slos, spec.weights),
     )
     study = open_study("cap", storage, 0, objective=CAPACITY_OBJECTIVE)
-    run_study(study, spec, setup, tmp_path / "runs", len(outcomes), runner=runner)
+    run_study(study, spec, setup, tmp_path / "runs", len(outcomes) - confirmed, runner=runner)
+    if confirmed:
+        confirm(study, Measuring(setup, tmp_path / "runs", runner=runner), 1, 1)
     return [
         "run", "--trace", str(trace), "--study", "cap", "--spec", str(spec_path),
         "--storage", storage, "--n-trials", "0", "--configs", str(tmp_path / "configs"),
@@ -589,16 +594,24 @@ def test_the_highest_capacity_is_written_with_its_servers(tmp_path, cpu_model, c
             TrialOutcome({}, CAPACITY_FAILED, {CAPACITY_ATTR: 0.0}, {}, "vLLM exited"),
             capacity_outcome(2.5, ttft_p95_s=1.2),
             capacity_outcome(0.0),
+            capacity_outcome(2.6, ttft_p95_s=1.1),  # trial 2 again
+            capacity_outcome(1.6),  # the baseline again
         ],
+        confirmed=2,
     )
     assert main(args) == EXIT_MEETS_SLOS
     out = capsys.readouterr().out
     header = (tmp_path / "configs" / "cap.yaml").read_text()
     assert "# meets SLOs: yes" in header
-    # The window is the trace's busiest 5 s: 20 requests, 4 req/s.
-    assert "# capacity: 2.5 req/s (0.625x the trace's peak rate; baseline 1.5 req/s)" in header
+    # The window is the trace's busiest 5 s: 20 requests, 4 req/s. Of two measurements each,
+    # the worse: 2.5 (trial 2) and 1.5 (the baseline).
+    assert "# capacity: 2.5 req/s (0.625x the trace's peak rate; defaults 1.5 req/s)" in header
     assert "# servers for the peak (4 req/s): 2 like trial 2 (ceil(4 / 2.5)" in header
-    assert "# Measured at 2.5 req/s, its capacity:" in header
+    assert (
+        "# Measured each at its own capacity (this configuration at 2.5 req/s, defaults at "
+        "1.5 req/s), each the median measurement's:"
+    ) in header
+    assert "# beats vLLM's defaults beyond the measured spread: 65% better by the median" in header
     assert "p95 TTFT" in header and "1200.0 ms" in header
     assert re.search(r"capacity\s+2\.5 req/s\s+1\.5 req/s", out)
     assert re.search(r"servers for peak\s+2\s+3", out)

@@ -402,10 +402,11 @@ def test_a_re_measurement_of_the_baseline_chosen_is_the_baseline(tmp_path, cpu_m
     assert written == 3 and chosen_rows(page) == ["3"]
     assert verdict_columns(page) == [
         "trial 3: best, vLLM&#x27;s defaults",
+        "trial 2: closest searched, candidate 1",
         "trial 1: candidate 0",
-        "trial 2: candidate 1",
     ]
-    assert "It is vLLM's own defaults: no searched configuration scored better." in page
+    kept = "It is vLLM's own defaults, kept: the closest searched configuration, trial 2 ("
+    assert kept in page and "was measured once, the defaults 3 times." in page
 
 
 def test_the_closest_skips_a_configuration_whose_client_fell_behind():

@@ -16,6 +16,7 @@ import optuna
 import pytest
 from conftest import REPO, run_tuner, write_small_trace, write_spec
 
+from tuner.cli.exits import EXIT_DEFAULTS_KEPT
 from tuner.errors import InputError
 from tuner.load.http import ReplaySettings
 from tuner.report.build import read_report, write_report
@@ -222,13 +223,18 @@ def test_the_page_puts_the_verdict_first(storage: str, tmp_path: Path) -> None:
     page = write_report("s", storage, tmp_path / "out", tmp_path / "configs").read_text()
     verdict = page[page.index('id="verdict-table"') : page.index("</table>")]
     assert page.index('id="verdict"') < page.index('id="trials"') < page.index('id="landscape"')
-    # The chosen trial, the baseline, the candidate: one column each.
+    # The chosen trial (vLLM's defaults, kept: every configuration was measured once), the
+    # closest searched configuration, the candidate: one column each.
     header = re.findall(r"<th>(trial \d+: [^<]*)</th>", verdict)
-    assert header == ["trial 4: best", "trial 0: vLLM&#x27;s defaults", "trial 1: candidate 0"]
+    assert header == [
+        "trial 0: best, vLLM&#x27;s defaults",
+        "trial 4: closest searched",
+        "trial 1: candidate 0",
+    ]
     assert '<td class="miss">3000 ms</td>' in verdict  # the candidate's TTFT, over its SLO
     assert "<td>2000 ms</td>" in verdict  # the SLO itself
-    # No configs/s.yaml was written: the page shows trial 4's arguments and says so.
-    assert "No " in page and "max-num-seqs: " in page
+    # No configs/s.yaml was written: the page shows trial 0's arguments and says so.
+    assert "No " in page and "load-format: dummy" in page
     rows = re.findall(r"<tr(?: class=\"chosen\")?><td>(\d+)</td>", page)
     assert rows == ["0", "1", "2", "3", "4", "5"]
     assert "vLLM exited with status 1" in page and "interrupted: KeyboardInterrupt" in page
@@ -329,12 +335,12 @@ def test_run_ends_with_the_report_command_or_writes_it(tmp_path: Path, cpu_model
     run = ("run", "--trace", trace, "--study", "s", "--spec", spec, "--storage", storage)
     run += ("--n-trials", "0", "--configs", tmp_path / "configs")
     done = run_tuner(*run, cwd=tmp_path, timeout_s=300)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == EXIT_DEFAULTS_KEPT, done.stderr
     last = done.stdout.strip().splitlines()[-1]
     assert last == f"report: tuner report s --storage {storage} --configs {tmp_path / 'configs'}"
     assert not (tmp_path / "reports").exists()
     done = run_tuner(*run, "--report", cwd=tmp_path, timeout_s=300)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == EXIT_DEFAULTS_KEPT, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "report: reports/s/index.html"
     page = (tmp_path / "reports" / "s" / "index.html").read_text()
-    assert "wrote trial 4 to" in page  # the configuration this very run wrote
+    assert "wrote trial 0 to" in page  # the configuration this very run wrote

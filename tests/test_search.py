@@ -29,6 +29,7 @@ from tuner.study.measure.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE, Rat
 from tuner.study.measure.scoring import score
 from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
+from tuner.study.trials.budget import Budget
 from tuner.study.trials.search import FarOffPruner, open_study, pruner_for, run_study
 
 SLOS = {"e2e_p99_s": 10.0}
@@ -406,7 +407,7 @@ def test_a_time_budget_ends_the_trials_but_never_before_the_first(
         tmp_path,
         3,
         runner=landscape_runner(seen),
-        deadline=time.monotonic() + budget_s,
+        budget=Budget(ends=time.monotonic() + budget_s, confirm_trials=0, estimate_s=0.0),
     )
     assert done == ran and len(seen) == ran
     trials = optuna.load_study(study_name="s", storage=storage).trials

@@ -11,6 +11,7 @@ import optuna
 import pytest
 from conftest import cpu_spec, run_tuner, write_small_trace, write_spec
 
+from tuner.cli.exits import MEETS_SLOS_EXITS
 from tuner.engine.startup import late_compiles
 
 
@@ -38,7 +39,7 @@ def test_a_trial_records_kernels_compiled_in_its_warmup_and_its_window(
     env = {**stand_in_vllm, "STAND_IN_JIT_AT": jit_at}
     args = ["run", "--trace", trace, "--study", "s", "--spec", tmp_path / "spec.yaml"]
     done = run_tuner(*args, "--storage", storage, cwd=tmp_path, env=env, timeout_s=180)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode in MEETS_SLOS_EXITS, done.stdout + done.stderr
     (trial,) = optuna.load_study(study_name="s", storage=storage).trials
     attrs = trial.user_attrs
     if jit_at:

@@ -67,6 +67,8 @@ def read_report(name: str, storage: str, configs: Path) -> StudyReport:
         measurements=() if choice is None else choice.measurements,
         confirmation=tuple(summary(choice)) if choice is not None and said else (),
         feasible_configurations=sum(g.feasible for g in groups(study)),
+        kept_because=choice.why if choice is not None and choice.keeps_defaults else "",
+        closest=choice.closest.number if choice is not None and choice.closest else None,
     )
 
 

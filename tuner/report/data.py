@@ -329,3 +329,7 @@ class StudyReport:
     # What the confirm step found, as ``tuner run`` prints it and the YAML header carries it.
     confirmation: tuple[str, ...] = ()
     feasible_configurations: int = 0  # configurations (first trials) that met every SLO
+    # Where vLLM's defaults are kept (``choice.DEFAULTS``): why, and the closest searched
+    # configuration's first trial.
+    kept_because: str = ""
+    closest: int | None = None

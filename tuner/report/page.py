@@ -97,6 +97,8 @@ def _columns(report: StudyReport) -> list[tuple[TrialRow, str]]:
         roles[report.chosen].append("vLLM's defaults")  # one of the baseline's measurements
     elif report.baseline is not None:
         roles.setdefault(report.baseline, []).append("vLLM's defaults")
+    if report.closest is not None:
+        roles.setdefault(report.closest, []).append("closest searched")
     for row in report.rows:
         if row.kind.startswith("candidate") and row.outcome != "interrupted":
             roles.setdefault(row.number, []).append(row.kind)

@@ -63,11 +63,21 @@ def said(report: StudyReport, chosen: TrialRow) -> str:
             escape(line.strip()) for line in verdict_lines(misses)[1:]
         )
     if report.goal.metric != CAPACITY:
+        if report.kept_because:
+            return (
+                f"Trial {chosen.number} meets every SLO{measured}. It is vLLM's own defaults, "
+                f"kept: {escape(report.kept_because)}."
+            )
         text = f"Trial {chosen.number} meets every SLO{measured}, with {among(report)}."
         if chosen_is_baseline(report):
             text += " It is vLLM's own defaults: no searched configuration scored better."
         return text
     value = num(chosen.value or 0.0)
+    if report.kept_because:
+        return (
+            f"Trial {chosen.number} carries {value} req/s within every SLO{measured}. It is vLLM's "
+            f"own defaults, kept: {escape(report.kept_because)}."
+        )
     text = (
         f"Trial {chosen.number} carries {value} req/s within every SLO{measured}: {among(report)}."
     )

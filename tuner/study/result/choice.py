@@ -109,7 +109,7 @@ def choose(study: optuna.Study) -> Choice | None:
         )
         return replace(held, group=winner, why=why)
     nearest = next(iter(often), None) or next(iter(found), None)
-    why = _kept_because(baseline, nearest)
+    why = _kept_because(baseline, nearest, searched=len(groups(study)) > 1)
     return replace(held, group=baseline, outcome=DEFAULTS, why=why, closest=nearest)
 
 
@@ -123,8 +123,10 @@ def _as_often(found: list[Group], baseline: Group) -> list[Group]:
     return [g for g in found if g.measured >= baseline.measured]
 
 
-def _kept_because(baseline: Group, closest: Group | None) -> str:
-    """Why the defaults are kept, in one line."""
+def _kept_because(baseline: Group, closest: Group | None, searched: bool) -> str:
+    """Why the defaults are kept, in one line (``searched``: any other configuration served)."""
+    if closest is None and not searched:
+        return "no other configuration was measured (the time budget or --n-trials ended the run)"
     if closest is None:
         return "no searched configuration met the SLOs"
     gain = closest.gain_over(baseline)

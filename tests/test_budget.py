@@ -1,0 +1,61 @@
+"""The run's time budget: the confirmation is held back from the start, and the search stops
+where one more trial would leave too little for it. A scripted clock, no engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner.study.trials.budget import Budget, confirm_trials
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_confirmation_is_held_back_from_the_search() -> None:
+    clock = Clock()
+    budget = Budget(ends=1000.0, confirm_trials=4, estimate_s=100.0, clock=clock)
+    # 1000 s buy ten trials of 100 s: four are the confirmation's, six the search's.
+    assert budget.searched_trials() == 6
+    assert "about 6 of the 20 trials, then the winner and vLLM's defaults 2 more times each" in (
+        budget.plan(20, 1, 2)
+    )
+    assert "estimated" in budget.plan(20, 1, 2)
+    clock.now = 500.0  # five trials run: one more and four to confirm end at exactly 1000
+    assert budget.may_search()
+    clock.now = 500.1
+    assert not budget.may_search() and budget.may_confirm()
+    clock.now = 900.1
+    assert not budget.may_confirm()
+
+
+def test_the_longest_trial_measured_plans_the_rest() -> None:
+    clock = Clock()
+    budget = Budget(ends=1000.0, confirm_trials=2, estimate_s=50.0, clock=clock)
+    budget.spent(120.0)  # the first trial took longer than the estimate
+    budget.spent(80.0)
+    clock.now = 200.0
+    assert budget.trial_s == 120.0
+    assert budget.searched_trials() == 4  # 800 s: six trials of 120 s, two of them confirming
+    assert "measured" in budget.plan(10, 1, 1)
+
+
+def test_a_budget_too_small_for_the_confirmation_says_so() -> None:
+    budget = Budget(ends=150.0, confirm_trials=2, estimate_s=100.0, clock=Clock())
+    assert not budget.confirm_fits() and budget.searched_trials() == 0
+    said = budget.plan(4, 1, 1)
+    assert "too small for the confirmation" in said and "vLLM's defaults will be kept" in said
+
+
+@pytest.mark.parametrize(
+    ("top_k", "repeats", "candidates", "trials"),
+    [(1, 1, 0, 2), (2, 2, 0, 6), (1, 2, 2, 8), (0, 2, 0, 0), (1, 0, 0, 0)],
+)
+def test_the_confirmation_counts_the_top_the_baseline_and_the_candidates(
+    top_k: int, repeats: int, candidates: int, trials: int
+) -> None:
+    assert confirm_trials(top_k, repeats, candidates) == trials
