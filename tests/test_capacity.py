@@ -355,6 +355,24 @@ def test_a_gate_above_the_capacity_costs_one_window(stand_in):
     assert found.below_req_per_s == gate and found.capacity_req_per_s == 0.0
 
 
+def test_the_defaults_are_measured_once_more_at_the_leader_s_capacity(stand_in):
+    """vLLM's defaults measured again in the confirm step search their own capacity, then replay
+    one window at the leading configuration's (above theirs), so the result compares both at
+    one rate; that window is not one of the search's points. Below their capacity, nothing
+    more is measured."""
+    window = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
+    replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
+    slos = {"ttft_p95_s": 0.5}
+    leader = 4 * CAPACITY_REQ_PER_S
+    settings = CapacitySettings(window, period_s=1.0, rate_window_s=3.0, compare_req_per_s=leader)
+    found = measure_capacity(stand_in.url, settings, replay, slos, {})
+    assert found.capacity_req_per_s > 0 and found.compared is not None
+    assert found.compared.rate_req_per_s == leader and not found.compared.passed
+    assert all(p.rate_req_per_s != leader for p in found.points)
+    below = dataclasses.replace(settings, compare_req_per_s=found.capacity_req_per_s / 2)
+    assert measure_capacity(stand_in.url, below, replay, slos, {}).compared is None
+
+
 def test_one_rate_is_measured_alone_as_the_search_would(stand_in):
     # What a caller that picks its own rates gets (benchmarks/capacity.py's scan): the same
     # point the search would record for that rate, told to ``on_rate`` under its index.
@@ -595,7 +613,16 @@ def test_the_highest_capacity_is_written_with_its_servers(tmp_path, cpu_model, c
             capacity_outcome(2.5, ttft_p95_s=1.2),
             capacity_outcome(0.0),
             capacity_outcome(2.6, ttft_p95_s=1.1),  # trial 2 again
-            capacity_outcome(1.6),  # the baseline again
+            dataclasses.replace(  # the baseline again, then once at trial 2's median capacity
+                capacity_outcome(1.6),
+                compared={
+                    "rate_req_per_s": 2.55,
+                    "passed": False,
+                    "ttft_p95_s": 4.5,
+                    "tpot_p95_s": 0.03,
+                    "reason": "missed ttft_p95_s",
+                },
+            ),
         ],
         confirmed=2,
     )
@@ -612,6 +639,10 @@ def test_the_highest_capacity_is_written_with_its_servers(tmp_path, cpu_model, c
         "1.5 req/s), each the median measurement's:"
     ) in header
     assert "# beats vLLM's defaults beyond the measured spread: 65% better by the median" in header
+    assert (
+        "# at 2.55 req/s, the leading configuration's median capacity, vLLM's defaults: p95 TTFT "
+        "4500 ms, p95 TPOT 30 ms: they miss the SLOs (missed ttft_p95_s)"
+    ) in header
     assert "p95 TTFT" in header and "1200.0 ms" in header
     assert re.search(r"capacity\s+2\.5 req/s\s+1\.5 req/s", out)
     assert re.search(r"servers for peak\s+2\s+3", out)

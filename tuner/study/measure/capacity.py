@@ -55,6 +55,8 @@ SEED_STRIDE = 7919
 # A searched trial that failed at the best capacity so far: its capacity is below this.
 BELOW_ATTR = "capacity_below_req_per_s"
 POINTS_ATTR = "capacity_points"
+# The one window of vLLM's defaults at the leading configuration's capacity.
+COMPARED_ATTR = "capacity_compared_point"
 # The constraint a capacity trial misses when no rate it tried met the SLOs.
 NO_RATE = "no_rate_met_slos"
 
@@ -87,6 +89,10 @@ class CapacitySettings:
     # The best capacity in the study so far, for a searched configuration: measured first, and
     # a failure there ends the trial (``search_capacity``'s gate).
     gate_req_per_s: float | None = None
+    # For vLLM's defaults measured again in the confirm step: the leading configuration's
+    # median capacity, where it is above theirs, measured for one window after the search, so
+    # that the result compares both at one rate.
+    compare_req_per_s: float | None = None
 
     @property
     def window_req_per_s(self) -> float:
@@ -264,7 +270,7 @@ def measure_capacity(
             base_url, settings, replay_settings, slos, weights, rate, index, on_rate
         )
 
-    return search_capacity(
+    found = search_capacity(
         measure,
         settings.start_req_per_s,
         settings.resolution,
@@ -273,6 +279,10 @@ def measure_capacity(
         first_step=settings.first_step,
         gate_req_per_s=settings.gate_req_per_s,
     )
+    compare = settings.compare_req_per_s
+    if compare is None or compare <= found.capacity_req_per_s or not found.points:
+        return found
+    return replace(found, compared=measure(compare))
 
 
 def _point_figures(

@@ -37,6 +37,7 @@ from tuner.study.measure.attrs import ARGS_ATTR
 from tuner.study.measure.capacity import (
     BELOW_ATTR,
     CAPACITY_FAILED,
+    COMPARED_ATTR,
     POINTS_ATTR,
     CapacitySettings,
     StartHint,
@@ -58,6 +59,13 @@ from tuner.study.measure.trial import (
     WindowReplay,
 )
 from tuner.study.plan.spec import CAPACITY, LATENCY, OBJECTIVE_MODES, StudySpec
+
+# The figures said of vLLM's defaults at another configuration's capacity.
+COMPARED_FIGURES = (
+    ("p95 TTFT", "ttft_p95_s", 1000.0, "ms"),
+    ("p95 TPOT", "tpot_p95_s", 1000.0, "ms"),
+    ("p99 end-to-end", "e2e_p99_s", 1000.0, "ms"),
+)
 
 # The value of each objective, as the study names it (optuna-dashboard shows the name).
 SCORE_NAME = "score"
@@ -120,6 +128,12 @@ class StudyObjective:
         chosen trial's, the other's: the defaults', or where they are kept the closest searched
         configuration's), headline lines, and where the figures were measured."""
         return [], [], "on that window, each figure the median measurement's"
+
+    def at_one_rate(self, defaults: Sequence[FrozenTrial]) -> list[str]:
+        """What vLLM's defaults (their measurements, ``defaults``) measured at the leading
+        configuration's own operating point, where that differs from theirs: nothing where
+        every configuration was measured at one load (the window's)."""
+        return []
 
     def what_next(
         self,
@@ -225,6 +239,32 @@ class Capacity(StudyObjective):
             where += f", {other_label} at {at}"
         return rows, lines, where + "), each the median measurement's"
 
+    def at_one_rate(self, defaults: Sequence[FrozenTrial]) -> list[str]:
+        """The last window vLLM's defaults replayed at the leading configuration's median
+        capacity (the confirm step's, ``COMPARED_ATTR``), in one line."""
+        point = next(
+            (
+                t.user_attrs[COMPARED_ATTR]
+                for t in reversed(defaults)
+                if COMPARED_ATTR in t.user_attrs
+            ),
+            None,
+        )
+        if point is None:
+            return []
+        shown = [
+            f"{label} {point[key] * scale:.0f} {unit}"
+            for label, key, scale, unit in COMPARED_FIGURES
+            if isinstance(point.get(key), int | float)
+        ]
+        verdict = "meet the SLOs" if point.get("passed") else "miss the SLOs"
+        if not point.get("passed") and point.get("reason"):
+            verdict += f" ({point['reason']})"
+        return [
+            f"at {num(point['rate_req_per_s'])} req/s, the leading configuration's median "
+            f"capacity, vLLM's defaults: {', '.join(shown)}: they {verdict}"
+        ]
+
     def what_next(
         self,
         chosen: FrozenTrial,
@@ -300,11 +340,14 @@ class RateSearch(Measure):
         args: Mapping[str, Any],
         params: Mapping[str, Any],
         gate: Callable[[], float | None],
+        compare: Callable[[], float | None] = lambda: None,
     ) -> RateSearch:
         """Start where this configuration, or its nearest neighbour, already measured its
-        capacity (fewer windows than from the trace's rate), gated at ``gate()``."""
+        capacity (fewer windows than from the trace's rate), gated at ``gate()``; measure one
+        window more at ``compare()`` where it is above the capacity found."""
         hint = start_hint(trials(), args, params)
-        return RateSearch(replace(self.settings, hint=hint, gate_req_per_s=gate()))
+        settings = replace(self.settings, hint=hint, gate_req_per_s=gate())
+        return RateSearch(replace(settings, compare_req_per_s=compare()))
 
     def run(
         self, base_url: str, setup: TrialSetup, should_stop: ShouldStop | None
@@ -360,6 +403,7 @@ class RateSearch(Measure):
             compile_cache=ended.compiled,
             points=tuple(p.as_attr() for p in found.points),
             pruned=gated,
+            compared=None if found.compared is None else found.compared.as_attr(),
         )
 
     def failed(self, engine_args: Mapping[str, Any], exc: EngineFailed) -> TrialOutcome:

@@ -71,6 +71,10 @@ class CapacityFound:
     # Set where the search stopped at its gate (``search_capacity``'s ``gate_req_per_s``): the
     # capacity is below that rate, not measured further.
     below_req_per_s: float | None = None
+    # One window more after the search, at another configuration's capacity (the defaults'
+    # re-measurement at the leading configuration's: ``CapacitySettings.compare_req_per_s``);
+    # not one of the search's points.
+    compared: RatePoint | None = None
 
     @property
     def best_point(self) -> RatePoint | None:

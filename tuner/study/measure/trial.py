@@ -109,6 +109,8 @@ class TrialOutcome:
     compile_cache: Mapping[str, str | bool] = field(default_factory=dict)
     # A capacity trial's rates, each with what it measured, in the order measured.
     points: tuple[Mapping[str, Any], ...] = ()
+    # A capacity trial's one window at another configuration's capacity (``compare_req_per_s``).
+    compared: Mapping[str, Any] | None = None
 
     @property
     def feasible(self) -> bool:
@@ -150,11 +152,14 @@ class Measure:
         args: Mapping[str, Any],
         params: Mapping[str, Any],
         gate: Callable[[], float | None],
+        compare: Callable[[], float | None] = lambda: None,
     ) -> Measure:
         """This measure for one trial of a study (``trials()``: those so far; ``args`` and
         ``params``: the trial's engine arguments and searched values; ``gate()``: the bar a
-        searched configuration must pass). Both are read only by a measure that uses them, so
-        a window replay costs the study's storage nothing."""
+        searched configuration must pass; ``compare()``: the rate at which vLLM's defaults,
+        measured again, are also measured once, the leading configuration's). They are read
+        only by a measure that uses them, so a window replay costs the study's storage
+        nothing."""
         return self
 
     def run(self, base_url: str, setup: TrialSetup, should_stop: ShouldStop | None) -> Any:

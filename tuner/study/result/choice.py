@@ -31,6 +31,7 @@ from optuna.trial import FrozenTrial
 
 from tuner.load.health import CLIENT_BEHIND
 from tuner.study.measure.attrs import ARGS_ATTR
+from tuner.study.measure.objective import of_trial
 from tuner.study.trials.groups import Group, any_confirms, groups, ranked
 
 TUNED = "tuned"
@@ -197,6 +198,8 @@ def summary(choice: Choice) -> list[str]:
         if choice.baseline is not None:
             lines.append(describe(choice.baseline, "defaults"))
         lines.append(choice.why)
+    if choice.baseline is not None:
+        lines += of_trial(choice.baseline.first).at_one_rate(choice.baseline.trials)
     return lines + _against_candidates(choice)
 
 

@@ -31,6 +31,7 @@ from optuna.trial import FrozenTrial
 
 from tuner.study.measure.attrs import (
     ARGS_ATTR,
+    BASELINE_ATTR,
     CONFIRMS_ATTR,
 )
 from tuner.study.trials.budget import Budget
@@ -114,7 +115,10 @@ def _measure_again(study: optuna.Study, first: FrozenTrial, how: Measuring) -> F
     trial = study.ask()
     for name, distribution in first.distributions.items():
         _suggest_again(trial, name, distribution)
-    return measure(study, trial, first.user_attrs[ARGS_ATTR], how, prunable=False)
+    compared = bool(first.user_attrs.get(BASELINE_ATTR))
+    return measure(
+        study, trial, first.user_attrs[ARGS_ATTR], how, prunable=False, compared=compared
+    )
 
 
 def _suggest_again(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> None:

@@ -31,7 +31,7 @@ from tuner.study.measure.attrs import (
     MOVE_ATTR,
     REASON_ATTR,
 )
-from tuner.study.measure.capacity import POINTS_ATTR
+from tuner.study.measure.capacity import COMPARED_ATTR, POINTS_ATTR
 from tuner.study.measure.objective import LATENCY_OBJECTIVE, StudyObjective, of_spec, of_study
 from tuner.study.measure.trial import TrialOutcome, TrialSetup, run_trial
 from tuner.study.plan.spec import INCUMBENT, Dimension, StudySpec
@@ -201,6 +201,8 @@ def record(trial: Trial, outcome: TrialOutcome) -> None:
         trial.set_user_attr(LOG_ATTR, outcome.log_tail[-4000:])
     if outcome.points:
         trial.set_user_attr(POINTS_ATTR, [dict(point) for point in outcome.points])
+    if outcome.compared is not None:
+        trial.set_user_attr(COMPARED_ATTR, dict(outcome.compared))
     for name, value in outcome.score.constraints.items():
         trial.set_constraint(name, value)
 
@@ -334,6 +336,13 @@ def _gate(study: optuna.Study) -> float | None:
     return best.median if best is not None and best.median > 0 else None
 
 
+def _leader(study: optuna.Study) -> float | None:
+    """The leading searched configuration's median (not the baseline's), or None."""
+    ranked, baseline, _ = groups.ranked(study)
+    leader = next((g for g in ranked if baseline is None or g.number != baseline.number), None)
+    return leader.median if leader is not None and leader.median > 0 else None
+
+
 def measure(
     study: optuna.Study,
     trial: Trial,
@@ -341,12 +350,15 @@ def measure(
     how: Measuring,
     prunable: bool,
     gated: bool = False,
+    compared: bool = False,
 ) -> FrozenTrial:
     """Run the asked ``trial`` with ``args``, record what it measured and tell the study.
 
     ``gated``: a searched configuration, which the trial's measure may first hold to the best
     median so far (``Measure.for_trial``; a capacity trial replays the best median capacity
-    first, and is pruned if it fails there: it cannot beat it).
+    first, and is pruned if it fails there: it cannot beat it). ``compared``: vLLM's defaults
+    measured again, which a capacity trial also measures once at the leading configuration's
+    median capacity (``Measure.for_trial``'s ``compare``).
 
     Any escape (Ctrl-C, a storage error) marks the trial FAIL with the reason first.
     """
@@ -363,6 +375,7 @@ def measure(
             args,
             trial.params,
             gate=lambda: _gate(study) if gated else None,
+            compare=lambda: _leader(study) if compared else None,
         )
         setup = replace(setup, measure=measure)
         outcome = how.runner(
