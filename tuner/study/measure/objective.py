@@ -36,6 +36,7 @@ from tuner.load.metrics import LiveRequest, so_far
 from tuner.study.measure.attrs import ARGS_ATTR
 from tuner.study.measure.capacity import (
     BELOW_ATTR,
+    CAPACITY_ATTR,
     CAPACITY_FAILED,
     COMPARED_ATTR,
     POINTS_ATTR,
@@ -44,7 +45,14 @@ from tuner.study.measure.capacity import (
     capacity_score,
     measure_capacity,
 )
-from tuner.study.measure.capacity_text import num, servers_for, servers_line
+from tuner.study.measure.capacity_text import (
+    capacity_of,
+    compared_line,
+    headline,
+    num,
+    servers_line,
+    table_rows,
+)
 from tuner.study.measure.outcome import Offered, next_steps
 from tuner.study.measure.rates import CapacityFound
 from tuner.study.measure.scoring import FAILED_SCORE, Miss
@@ -60,16 +68,8 @@ from tuner.study.measure.trial import (
 )
 from tuner.study.plan.spec import CAPACITY, LATENCY, OBJECTIVE_MODES, StudySpec
 
-# The figures said of vLLM's defaults at another configuration's capacity.
-COMPARED_FIGURES = (
-    ("p95 TTFT", "ttft_p95_s", 1000.0, "ms"),
-    ("p95 TPOT", "tpot_p95_s", 1000.0, "ms"),
-    ("p99 end-to-end", "e2e_p99_s", 1000.0, "ms"),
-)
-
 # The value of each objective, as the study names it (optuna-dashboard shows the name).
 SCORE_NAME = "score"
-CAPACITY_ATTR = "capacity_req_per_s"
 
 
 class StudyObjective:
@@ -252,18 +252,7 @@ class Capacity(StudyObjective):
         )
         if point is None:
             return []
-        shown = [
-            f"{label} {point[key] * scale:.0f} {unit}"
-            for label, key, scale, unit in COMPARED_FIGURES
-            if isinstance(point.get(key), int | float)
-        ]
-        verdict = "meet the SLOs" if point.get("passed") else "miss the SLOs"
-        if not point.get("passed") and point.get("reason"):
-            verdict += f" ({point['reason']})"
-        return [
-            f"at {num(point['rate_req_per_s'])} req/s, the leading configuration's median "
-            f"capacity, vLLM's defaults: {', '.join(shown)}: they {verdict}"
-        ]
+        return [compared_line(point)]
 
     def what_next(
         self,
@@ -460,64 +449,3 @@ def _distance(
         if high > low:
             total += ((x - y) / (high - low)) ** 2
     return math.sqrt(total)
-
-
-# --- what a capacity study says --------------------------------------------------------------
-
-
-def capacity_of(attrs: Mapping[str, Any] | None) -> float | None:
-    """A trial's measured capacity in req/s from its attributes; None where it has none."""
-    value = None if attrs is None else attrs.get(CAPACITY_ATTR)
-    return float(value) if isinstance(value, int | float) else None
-
-
-def _req(value: float | None) -> str:
-    return "n/a" if value is None else f"{num(value)} req/s"
-
-
-def headline(
-    chosen: Mapping[str, Any],
-    other: Mapping[str, Any] | None,
-    peak_req_per_s: float | None,
-    other_label: str = "defaults",
-) -> str:
-    """``capacity: X req/s (Yx the trace's peak rate; defaults Z req/s)``: the median
-    measurements' capacities."""
-    capacity = capacity_of(chosen) or 0.0
-    parts = []
-    if peak_req_per_s:
-        parts.append(f"{num(capacity / peak_req_per_s)}x the trace's peak rate")
-    if other is not None:
-        parts.append(f"{other_label} {_req(capacity_of(other))}")
-    suffix = f" ({'; '.join(parts)})" if parts else ""
-    return f"capacity: {_req(capacity)}{suffix}"
-
-
-def table_rows(
-    chosen: Mapping[str, Any],
-    baseline: Mapping[str, Any] | None,
-    peak_req_per_s: float | None,
-) -> list[tuple[str, str, str]]:
-    """``(row, chosen, baseline)`` for the end table: capacity, multiple of peak, servers."""
-
-    def multiple(attrs: Mapping[str, Any] | None) -> str:
-        capacity = capacity_of(attrs)
-        if capacity is None or not peak_req_per_s:
-            return "n/a"
-        return f"{num(capacity / peak_req_per_s)}x"
-
-    def servers(attrs: Mapping[str, Any] | None) -> str:
-        capacity = capacity_of(attrs)
-        if capacity is None or not peak_req_per_s:
-            return "n/a"
-        count = servers_for(peak_req_per_s, capacity)
-        return "n/a" if count is None else str(count)
-
-    def base(show: Callable[[Mapping[str, Any] | None], str]) -> str:
-        return show(baseline) if baseline is not None else "n/a"
-
-    return [
-        ("capacity", _req(capacity_of(chosen)), base(lambda a: _req(capacity_of(a)))),
-        ("x trace peak", multiple(chosen), base(multiple)),
-        ("servers for peak", servers(chosen), base(servers)),
-    ]
