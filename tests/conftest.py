@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tuner.engine.dummy_model import write_model, write_model_with_weights
+from tuner.engine.dummy_model import write_model
 from tuner.engine.process import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,8 +75,9 @@ def write_trace(tmp_path: Path):
 
 @pytest.fixture(scope="session")
 def cpu_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The ``cpu-demo`` dummy model folder, written once per session."""
-    return write_model(tmp_path_factory.mktemp("model") / "cpu-demo", "cpu-demo")
+    """The ``cpu-demo`` model folder without weights (tests of shapes: ``load-format: dummy``),
+    written once per session."""
+    return write_model(tmp_path_factory.mktemp("model") / "cpu-demo", "cpu-demo", weights=False)
 
 
 def cpu_spec(model: Path, **overrides: Any) -> dict[str, Any]:
@@ -265,7 +266,7 @@ HUB_MODEL_ID = "tuner-tests/cpu-tiny"
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The ``cpu-tiny`` model with saved weights (random values), written once per session."""
-    return write_model_with_weights(tmp_path_factory.mktemp("model") / "cpu-tiny", "cpu-tiny")
+    return write_model(tmp_path_factory.mktemp("model") / "cpu-tiny", "cpu-tiny")
 
 
 def lay_out_hub_cache(model: Path, hub: Path, repo_id: str) -> Path:
