@@ -6,10 +6,12 @@ Real files, real torch and transformers (the cpu-tiny shape is written in a few 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from tuner.engine.dummy_model import (
     MANIFEST,
@@ -20,6 +22,8 @@ from tuner.engine.dummy_model import (
     model_config,
     write_model,
 )
+from tuner.study.measure.prepare import write_dummy_model
+from tuner.study.plan.spec import load_spec
 
 
 def contents(folder: Path) -> dict[str, bytes]:
@@ -139,3 +143,30 @@ def test_the_tokenizer_encodes_text_one_token_a_byte_and_decodes_it(written: Pat
     assert len(ids) == len("Hello, wörld".encode()) and all(1 <= i <= 256 for i in ids)
     assert tokenizer.decode(ids) == "Hello, wörld"
     assert tokenizer.eos_token_id == 0
+
+
+def test_the_demo_writes_its_model_with_weights_unless_it_measures_random_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``tuner run``'s step: the demo spec's model, at its relative path, once."""
+    monkeypatch.chdir(tmp_path)
+    demo = load_spec(REPO / "studies" / "demo.yaml")
+
+    assert write_dummy_model(demo) is True
+    assert is_complete(demo.model, "cpu-tiny") and has_weights(demo.model)
+    assert write_dummy_model(demo) is False
+
+    random = dataclasses.replace(
+        demo, model="models/other", engine_args={**demo.engine_args, "load-format": "dummy"}
+    )
+    assert write_dummy_model(random) is True
+    assert is_complete(random.model, "cpu-tiny", weights=False)
+    assert not has_weights(random.model)
+
+    # Someone else's model at that path: measured as it is, and said so.
+    theirs = dataclasses.replace(demo, model="models/theirs")
+    Path(theirs.model).mkdir(parents=True)
+    Path(theirs.model, "config.json").write_text(json.dumps(model_config(SHAPES["cpu-demo"])))
+    assert write_dummy_model(theirs) is False
+    assert sorted(p.name for p in Path(theirs.model).iterdir()) == ["config.json"]
+    assert "measuring it as it is" in caplog.text
