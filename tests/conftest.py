@@ -6,6 +6,7 @@ the rest in seconds.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import ipaddress
@@ -21,10 +22,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
-from tuner.engine.dummy_model import write_model, write_model_with_weights
+from tuner.engine.dummy_model import write_model
 from tuner.engine.process import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,8 +77,9 @@ def write_trace(tmp_path: Path):
 
 @pytest.fixture(scope="session")
 def cpu_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The ``cpu-demo`` dummy model folder, written once per session."""
-    return write_model(tmp_path_factory.mktemp("model") / "cpu-demo", "cpu-demo")
+    """The ``cpu-demo`` model folder without weights (tests of shapes: ``load-format: dummy``),
+    written once per session."""
+    return write_model(tmp_path_factory.mktemp("model") / "cpu-demo", "cpu-demo", weights=False)
 
 
 def cpu_spec(model: Path, **overrides: Any) -> dict[str, Any]:
@@ -265,7 +268,7 @@ HUB_MODEL_ID = "tuner-tests/cpu-tiny"
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The ``cpu-tiny`` model with saved weights (random values), written once per session."""
-    return write_model_with_weights(tmp_path_factory.mktemp("model") / "cpu-tiny", "cpu-tiny")
+    return write_model(tmp_path_factory.mktemp("model") / "cpu-tiny", "cpu-tiny")
 
 
 def lay_out_hub_cache(model: Path, hub: Path, repo_id: str) -> Path:
@@ -304,3 +307,66 @@ def hub_cache(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     home = tmp_path_factory.mktemp("hf-home")
     lay_out_hub_cache(tiny_model, home / "hub", HUB_MODEL_ID)
     return {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+
+
+# How long a CPU server may take to answer /health (minutes on two busy cores).
+SERVE_TIMEOUT_S = 600
+
+
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the server's process group, then SIGKILL to what is left after 30 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def served(config: Path, cwd: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``python -m vllm.entrypoints.openai.api_server --config CONFIG`` started in ``cwd``, in
+    a process group of its own; yields its URL once ``/health`` answers, stops the group after.
+    """
+    port = free_port()
+    log = cwd / "serve.log"
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    command += ["--config", str(config), "--port", str(port)]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + SERVE_TIMEOUT_S
+        while True:
+            tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-30:])
+            assert proc.poll() is None, f"vLLM exited with {proc.returncode}:\n{tail}"
+            assert time.monotonic() < deadline, f"no /health in {SERVE_TIMEOUT_S} s:\n{tail}"
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            time.sleep(1)
+        yield url
+    finally:
+        stop_group(proc)
+
+
+def one_completion(url: str, model: str) -> None:
+    """The server names ``model`` and completes a text prompt (one token a byte) with the four
+    tokens asked for."""
+    models = httpx.get(f"{url}/v1/models", timeout=30).json()
+    assert [m["id"] for m in models["data"]] == [model]
+    body = {"model": model, "prompt": "Hello", "max_tokens": 4, "ignore_eos": True}
+    response = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert isinstance(answer["choices"][0]["text"], str)
+    assert answer["usage"]["prompt_tokens"] == len("Hello")
+    assert answer["usage"]["completion_tokens"] == 4

@@ -33,6 +33,8 @@ from tuner.report.build import write_report
 from tuner.study.trials.search import open_study
 
 DEMO_DB = REPO / "benchmarks" / "results" / "cpu-demo.db"
+# The configuration the run of DEMO_DB wrote (``configs/demo.yaml`` then).
+DEMO_CONFIG = REPO / "benchmarks" / "results" / "cpu-demo.yaml"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="no chromium on PATH (.ci/setup --tests installs the Debian package)"
@@ -187,7 +189,10 @@ window.addEventListener("load", () => {
 def test_report_page_loads_every_figure_without_the_network(
     demo: str, tmp_path: Path, shots: Path
 ) -> None:
-    page = write_report("demo", demo, tmp_path / "report", REPO / "configs")
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    shutil.copy(DEMO_CONFIG, configs / "demo.yaml")
+    page = write_report("demo", demo, tmp_path / "report", configs)
     # The page as written, with the check appended: same folder, same figures.
     checked = page.with_name("checked.html")
     checked.write_text(page.read_text().replace("</body>", IMAGE_CHECK + "</body>"))

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 import yaml
 
+from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import ProcessLauncher
 from tuner.engine.process import Engine
 from tuner.flags import config_yaml, flag_name, normalize
@@ -94,9 +95,37 @@ def test_a_study_on_random_weights_emits_the_config_for_the_real_weights(tmp_pat
     assert yaml.safe_load(text) == {"model": "org/model", **ARGS}
     assert "load-format" not in text.split("# Serve with")[1]
     assert "# Measured on random weights (load-format: dummy)" in text
+    assert "# The config below loads the model's real weights." in text
     # Another load format is the user's choice, and kept.
     assert "load-format: safetensors" in served_config("m", {"load-format": "safetensors"})
     assert "random weights" not in render("m", ARGS, PROVENANCE, MET, {}, None)
+
+
+def header_of(text: str) -> str:
+    return "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
+
+
+def test_random_weights_of_a_folder_say_what_the_config_loads_from_it(tmp_path):
+    """A folder with no weights: the file serves once they are put there; with weights (the
+    user's, or random ones tuner saved), it loads those."""
+    dummy = {"load-format": "dummy", **ARGS}
+    folder = tmp_path / "models" / "mine"
+    write_model(folder, "cpu-tiny", weights=False)
+
+    empty = header_of(render(str(folder), dummy, PROVENANCE, MET, {}, None))
+
+    assert "# Measured on random weights (load-format: dummy)" in empty
+    assert f"# {folder} holds no weights: the config below serves\n" in empty
+    assert "# once the model's real weights are in that folder.\n" in empty
+    assert "loads" not in empty
+
+    (folder / "model.safetensors").write_bytes(b"")
+    saved = header_of(render(str(folder), dummy, PROVENANCE, MET, {}, None))
+
+    assert "# The config below loads the weights saved in that folder.\n" in saved
+    assert "holds no weights" not in saved and "real weights" not in saved
+    # Measured on the weights in the folder: nothing said of random weights.
+    assert "weights" not in header_of(render(str(folder), ARGS, PROVENANCE, MET, {}, None))
 
 
 def test_a_local_model_folder_is_named_by_its_absolute_path(tmp_path, monkeypatch):

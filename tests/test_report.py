@@ -42,6 +42,8 @@ from tuner.study.plan.spec import parse_spec
 from tuner.study.trials.search import load_existing, open_study, run_study
 
 DEMO_DB = REPO / "benchmarks" / "results" / "cpu-demo.db"
+# The configuration the run of DEMO_DB wrote.
+DEMO_CONFIG = REPO / "benchmarks" / "results" / "cpu-demo.yaml"
 CAPTURE = "compilation-config.max_cudagraph_capture_size"
 SPEC = {
     "model": "m",
@@ -127,6 +129,15 @@ def demo(tmp_path: Path) -> str:
     copy = tmp_path / "demo.db"
     shutil.copy(DEMO_DB, copy)
     return f"sqlite:///{copy}"
+
+
+@pytest.fixture
+def demo_configs(tmp_path: Path) -> Path:
+    """A configs folder holding what that run wrote, as ``configs/demo.yaml``."""
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    shutil.copy(DEMO_CONFIG, folder / "demo.yaml")
+    return folder
 
 
 def trials(storage: str, name: str = "s") -> list:
@@ -246,16 +257,20 @@ def test_the_page_puts_the_verdict_first(storage: str, tmp_path: Path) -> None:
     assert "http://" not in page.replace("http://www.w3.org", "")
 
 
-def test_the_page_shows_the_configuration_that_run_wrote(demo: str, tmp_path: Path) -> None:
-    page = write_report("demo", demo, tmp_path / "out", REPO / "configs").read_text()
+def test_the_page_shows_the_configuration_that_run_wrote(
+    demo: str, demo_configs: Path, tmp_path: Path
+) -> None:
+    page = write_report("demo", demo, tmp_path / "out", demo_configs).read_text()
     assert "wrote trial 0 to" in page
     assert "vllm serve --config" in page and "gpu-memory-utilization: 0.2" in page
 
 
-def test_the_page_says_where_a_requests_time_went(demo: str, storage: str, tmp_path: Path) -> None:
+def test_the_page_says_where_a_requests_time_went(
+    demo: str, demo_configs: Path, storage: str, tmp_path: Path
+) -> None:
     """Tuner's client's means beside vLLM's own, for the verdict's trials; nothing where the
     trials hold no vLLM figures (the scripted study)."""
-    page = write_report("demo", demo, tmp_path / "out", REPO / "configs").read_text()
+    page = write_report("demo", demo, tmp_path / "out", demo_configs).read_text()
     table = page[page.index('id="time-table"') :]
     table = table[: table.index("</table>")]
     trial = optuna.load_study(study_name="demo", storage=demo).trials[0]

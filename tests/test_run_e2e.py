@@ -38,7 +38,7 @@ from conftest import (
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.cli.exits import MEETS_SLOS_EXITS
-from tuner.engine.dummy_model import write_model_with_weights
+from tuner.engine.dummy_model import write_model
 from tuner.engine.process import free_port
 from tuner.load.http import ReplaySettings
 from tuner.study.measure.scoring import FAILED, score
@@ -107,7 +107,7 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Not ``cpu-demo`` (twice the layers and hidden size): with it, on a 2-core machine with two
     busy loops and another test process beside, the window's 19 long prompts took trials of
     6 minutes (TTFT p95 217 s) and the study ran past its 900 s guard."""
-    return write_model_with_weights(tmp_path_factory.mktemp("model") / "cpu-tiny", "cpu-tiny")
+    return write_model(tmp_path_factory.mktemp("model") / "cpu-tiny", "cpu-tiny")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,10 @@ from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec, load_spec, parse_spec
 def test_default_spec_text_parses_to_the_defaults():
     spec = parse_spec(yaml.safe_load(default_spec_text()))
     assert spec.model == "models/cpu-demo" and spec.dummy_model == "cpu-demo"
-    assert spec.engine_args == {"load-format": "dummy"}
+    # The demo model's weights are saved: measured as served.
+    assert spec.engine_args == {}
+    dummy = parse_spec(yaml.safe_load(default_spec_text(dummy_weights=True)))
+    assert dummy.dummy_model == "cpu-demo" and dummy.engine_args == {"load-format": "dummy"}
     assert [d.name for d in spec.space] == list(DEFAULT_SPEC["search_space"])
     assert spec.n_trials == 20
     assert spec.weights == DEFAULT_SPEC["objective"]

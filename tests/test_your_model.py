@@ -9,23 +9,24 @@ another folder, as a user would, and asked for one completion.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import optuna
 import pytest
 import yaml
-from conftest import HUB_MODEL_ID, run_tuner, write_small_trace, write_spec
+from conftest import (
+    HUB_MODEL_ID,
+    one_completion,
+    run_tuner,
+    served,
+    write_small_trace,
+    write_spec,
+)
 
-from tuner.engine.process import free_port
 from tuner.study.measure.attrs import ARGS_ATTR
 
 # Lenient SLOs: the point is that a configuration is written (exit 0 or 3), not that two shared
@@ -34,7 +35,6 @@ SLO_ARGS = ["--slo", "ttft_p95_s=30", "--slo", "tpot_p95_s=2", "--objective", "l
 # What the command line cannot set and a cheap run needs: no re-measurement of the winner, two
 # seconds of the trace, no pruning, and a client that may fall behind on two busy cores.
 CHEAP = {"confirm_top_k": 0, "window_s": 2, "prune_factor": 0, "client_tolerance_s": 60.0}
-SERVE_TIMEOUT_S = 600
 
 
 def cheap_spec(model: str) -> dict[str, Any]:
@@ -56,64 +56,6 @@ def tuner_run(
     )  # fmt: skip
     assert result.returncode in (0, 3), result.stdout + result.stderr
     return result
-
-
-def stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the server's process group, then SIGKILL to what is left after 30 s."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=30)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-
-
-@contextlib.contextmanager
-def served(config: Path, cwd: Path, env: dict[str, str] | None = None) -> Iterator[str]:
-    """``python -m vllm.entrypoints.openai.api_server --config CONFIG`` started in ``cwd``, in
-    a process group of its own; yields its URL once ``/health`` answers, stops the group after.
-    """
-    port = free_port()
-    log = cwd / "serve.log"
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
-    command += ["--config", str(config), "--port", str(port)]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            command,
-            cwd=cwd,
-            env={**os.environ, **(env or {})},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + SERVE_TIMEOUT_S
-        while True:
-            tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-30:])
-            assert proc.poll() is None, f"vLLM exited with {proc.returncode}:\n{tail}"
-            assert time.monotonic() < deadline, f"no /health in {SERVE_TIMEOUT_S} s:\n{tail}"
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            time.sleep(1)
-        yield url
-    finally:
-        stop_group(proc)
-
-
-def one_completion(url: str, model: str) -> None:
-    """The server names ``model`` and completes a text prompt (one token a byte)."""
-    models = httpx.get(f"{url}/v1/models", timeout=30).json()
-    assert [m["id"] for m in models["data"]] == [model]
-    body = {"model": model, "prompt": "Hello", "max_tokens": 4, "temperature": 0}
-    response = httpx.post(f"{url}/v1/completions", json=body, timeout=120)
-    assert response.status_code == 200, response.text
-    answer = response.json()
-    assert isinstance(answer["choices"][0]["text"], str)
-    assert answer["usage"]["prompt_tokens"] == len("Hello")
-    assert 1 <= answer["usage"]["completion_tokens"] <= 4
 
 
 def config_of(text: str) -> dict[str, Any]:

@@ -30,6 +30,10 @@ MAX_CAPTURE_SIZE = f"{COMPILATION_CONFIG}.max_cudagraph_capture_size"
 CAPTURE_SIZES = f"{COMPILATION_CONFIG}.cudagraph_capture_sizes"
 CAPTURE_FIELDS = ("max_cudagraph_capture_size", "cudagraph_capture_sizes")
 
+LOAD_FORMAT = "load-format"
+# vLLM's load format that fills the weights with random values instead of reading them.
+RANDOM_WEIGHTS = "dummy"
+
 
 def flag_name(name: str) -> str:
     """The dashed form of an engine argument: ``max_num_seqs`` -> ``max-num-seqs``.
@@ -102,3 +106,8 @@ def sets_capture_range(args: Mapping[str, Any]) -> bool:
     ``compilation-config`` mapping)."""
     section = nest(args).get(COMPILATION_CONFIG)
     return isinstance(section, dict) and any(f in section for f in CAPTURE_FIELDS)
+
+
+def random_weights(args: Mapping[str, Any]) -> bool:
+    """Whether these (dashed) engine arguments run on random weights (``load-format: dummy``)."""
+    return args.get(LOAD_FORMAT) == RANDOM_WEIGHTS

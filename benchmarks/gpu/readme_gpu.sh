@@ -7,7 +7,7 @@
 #
 # What differs from the README, because the machine has no network: vLLM comes from the staged
 # wheels instead of `pip install -e ".[gpu]"`, and `tuner` is `python3 -m tuner.cli`. The model
-# is a local folder with saved weights (tuner.engine.dummy_model.write_model_with_weights, the
+# is a local folder with saved weights (tuner.engine.dummy_model.write_model with weights, the
 # cpu-demo shape: random values, 38 MB), the trace the story's (12 req/s, 10 to 200 tokens).
 # (TRACE replaces it: a lighter one for a check of this script on vLLM's CPU build.)
 # `tuner run` adds `--n-trials 2 --time-budget-s BUDGET_S` (default 300) so that the run fits
@@ -31,7 +31,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>/dev/null
 python3 -c 'import importlib.metadata as m; print("vllm", m.version("vllm"), "torch", m.version("torch"))'
 cd "$root/work"
 cp "${TRACE:-$repo/benchmarks/gpu/traces/story-12rps.csv}" prod.csv
-python3 -c 'from tuner.engine.dummy_model import write_model_with_weights as w; print(w("models/my-model", "cpu-demo"))'
+python3 -c 'from tuner.engine.dummy_model import write_model as w; print(w("models/my-model", "cpu-demo"))'
 began=$(date +%s)
 
 echo "== tuner init"

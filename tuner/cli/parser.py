@@ -106,7 +106,7 @@ def add_study_options(parser: argparse.ArgumentParser) -> None:
         "--dummy-weights",
         action="store_true",
         help="measure on random weights of the model's shape (load-format dummy); the config "
-        "written still loads the real weights",
+        "written leaves that out, to serve the model's weights",
     )
     parser.add_argument(
         "--slo",

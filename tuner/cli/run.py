@@ -22,6 +22,7 @@ from tuner.engine import arguments, environment
 from tuner.engine.launchers import AUTO as AUTO_LAUNCHER
 from tuner.engine.launchers import LAUNCHERS, Launcher, auto_launcher
 from tuner.errors import InputError, TunerError
+from tuner.flags import LOAD_FORMAT, RANDOM_WEIGHTS, random_weights
 from tuner.study.measure import calibrate
 from tuner.study.measure.objective import of_spec
 from tuner.study.measure.prepare import (
@@ -35,7 +36,6 @@ from tuner.study.measure.prepare import (
 from tuner.study.plan.space import capture_pin, default_spec_text, runnable_baseline
 from tuner.study.plan.spec import AUTO, StudySpec, load_spec, parse_spec
 from tuner.study.plan.spec_file import read_spec_document
-from tuner.study.result.emit import LOAD_FORMAT, RANDOM_WEIGHTS, random_weights
 from tuner.study.trials import confirm, fingerprint, search
 from tuner.study.trials.budget import ENGINE_START_GUESS_S, Budget, confirm_trials
 from tuner.study.trials.groups import any_feasible, groups
@@ -104,10 +104,11 @@ def load_study_spec(args: argparse.Namespace, name: str, trace: Trace | None) ->
     if random_weights(spec.engine_args):
         print(
             "measuring on random weights (load-format dummy); the configuration written "
-            "loads the model's real weights"
+            "leaves that out, to serve the model's weights"
         )
     if write_dummy_model(spec):
-        print(f"wrote a {spec.dummy_model} dummy model to {spec.model}")
+        weights = "none saved" if random_weights(spec.engine_args) else "saved"
+        print(f"wrote a {spec.dummy_model} model to {spec.model} (random weights, {weights})")
     return spec
 
 

@@ -6,12 +6,13 @@ says what they built.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from tuner.engine.dummy_model import write_model
+from tuner.engine.dummy_model import is_complete, write_model
 from tuner.engine.launchers import Launcher
+from tuner.flags import random_weights
 from tuner.load.http import ReplaySettings
 from tuner.study.measure.objective import of_spec
 from tuner.study.measure.outcome import Offered
@@ -21,6 +22,8 @@ from tuner.traces import concurrency
 from tuner.traces.concurrency import ClosedLoop, ConcurrencyTrace, LengthSource
 from tuner.traces.model import Request, Trace
 from tuner.traces.workload import ModelInfo, build_workload, model_info
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,10 +46,23 @@ class Replay:
 
 
 def write_dummy_model(spec: StudySpec) -> bool:
-    """Write the spec's dummy model (``dummy_model``) where its folder has none; whether it did."""
-    if not spec.dummy_model or Path(spec.model, "config.json").exists():
+    """Write the spec's model of shape ``dummy_model`` at ``model``, unless a complete one is
+    there (``is_complete``); whether it wrote it.
+
+    Its random weights are saved, so that the configuration measured is the one served, unless
+    the spec measures on random weights (``load-format: dummy``: a large shape, no weights
+    written). A folder holding a model tuner did not write is left as it is, and measured.
+    """
+    if not spec.dummy_model:
         return False
-    write_model(spec.model, spec.dummy_model)
+    weights = not random_weights(spec.engine_args)
+    if is_complete(spec.model, spec.dummy_model, weights):
+        return False
+    try:
+        write_model(spec.model, spec.dummy_model, weights)
+    except FileExistsError as exc:
+        logger.warning("%s: measuring it as it is, not the dummy_model %s", exc, spec.dummy_model)
+        return False
     return True
 
 

@@ -287,8 +287,8 @@ SPEC_HEADER = (
     "#   times worse than the best trial at the same point (0: never); prune_after_s: not\n"
     "#   before this many seconds into the window.\n"
     "# model: a local folder or a Hugging Face id (resolved as vLLM resolves it).\n"
-    "# dummy_model: a shape tuner writes at `model` when that folder is absent (random\n"
-    "#   weights, with load-format dummy); null for a real model.\n"
+    "# dummy_model: a shape tuner writes at `model` unless a whole one is there, its random\n"
+    "#   weights saved (none with load-format dummy); null for a real model.\n"
     "# engine_args load-format: dummy measures random weights of the model's shape; the\n"
     "#   configuration written never carries it.\n"
     "# time_scale: a factor on the trace's arrival times, or auto: replay at calibrate_load\n"
@@ -362,11 +362,12 @@ def default_spec_text(
     ``prompt_tokens``, and offers max-num-batched-tokens as a few levels."""
     spec = dict(DEFAULT_SPEC)
     if model is not None:
-        # The user's model: its real weights unless asked otherwise, and no engine argument
-        # (max-model-len included) that the user did not ask for.
+        # The user's model, with no engine argument (max-model-len included) that the user
+        # did not ask for.
         spec["model"] = model
         spec["dummy_model"] = None
-        spec["engine_args"] = {"load-format": "dummy"} if dummy_weights else {}
+    # The weights on disk (the demo model's saved ones, or the user's) unless asked otherwise.
+    spec["engine_args"] = {"load-format": "dummy"} if dummy_weights else {}
     spec.update(overrides or {})
     if gpu:
         spec["search_space"] = gpu_search_space(prompt_tokens, device)

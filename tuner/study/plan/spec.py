@@ -135,7 +135,7 @@ class StudySpec:
 DEFAULT_SPEC: dict[str, Any] = {
     "model": "models/cpu-demo",
     "dummy_model": "cpu-demo",
-    "engine_args": {"load-format": "dummy"},
+    "engine_args": {},
     "baseline": {},
     "candidates": [],
     # The defaults are vLLM's own on its CPU build (vllm/engine/arg_utils.py,

@@ -6,9 +6,10 @@ first line says which (``# meets SLOs: yes`` or ``no``, then each SLO missed).
 Builds text. The arguments go through ``tuner.flags.config_yaml``, the same function that wrote
 each trial's config, so what is emitted is byte for byte what was measured, less host and port
 (which tuner chose per trial) and random weights: a study measured on random weights
-(``load-format: dummy``) emits the configuration that serves the model's real weights, and its
-header says how it was measured. A local model folder is named by its absolute path, so the
-file serves from any folder; a Hugging Face id as given.
+(``load-format: dummy``) emits the configuration that serves the model's weights, and its
+header says how it was measured and what the configuration loads (where the model's folder
+holds no weights, that they must be put there first). A local model folder is named by its
+absolute path, so the file serves from any folder; a Hugging Face id as given.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.flags import SERVER_ONLY, config_yaml, flag_name
+from tuner.engine.dummy_model import has_weights
+from tuner.flags import LOAD_FORMAT, RANDOM_WEIGHTS, SERVER_ONLY, config_yaml, random_weights
 from tuner.study.measure.capacity import NO_RATE
 from tuner.study.measure.scoring import Miss, Verdict
 
@@ -49,16 +51,6 @@ class Provenance:
     machine_of_writer: bool = False
 
 
-LOAD_FORMAT = flag_name("load_format")
-# vLLM's load format that fills the weights with random values instead of reading them.
-RANDOM_WEIGHTS = "dummy"
-
-
-def random_weights(engine_args: Mapping[str, Any]) -> bool:
-    """Whether a trial ran on random weights."""
-    return engine_args.get(LOAD_FORMAT) == RANDOM_WEIGHTS
-
-
 def served_model(model: str) -> str:
     """The model as the emitted file names it: a local folder's absolute path, else the id."""
     folder = Path(model).expanduser()
@@ -74,6 +66,25 @@ def served_config(model: str, engine_args: Mapping[str, Any]) -> str:
         if k not in SERVER_ONLY and not (k == LOAD_FORMAT and v == RANDOM_WEIGHTS)
     }
     return config_yaml({"model": served_model(model), **args})
+
+
+def random_weights_lines(model: str) -> list[str]:
+    """The header's lines for a study measured on random weights: how, and what the config
+    loads instead (the model's folder holds weights, or none, or the model is a hub id)."""
+    lines = [
+        "# Measured on random weights (load-format: dummy) of this model's shape, every",
+        "# request's output length forced: speed depends on the shapes, not the values.",
+    ]
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        return [*lines, "# The config below loads the model's real weights."]
+    if has_weights(folder):
+        return [*lines, "# The config below loads the weights saved in that folder."]
+    return [
+        *lines,
+        f"# {served_model(model)} holds no weights: the config below serves",
+        "# once the model's real weights are in that folder.",
+    ]
 
 
 def format_figure(metrics: Mapping[str, Any], key: str, scale: float, unit: str) -> str:
@@ -135,11 +146,7 @@ def render(
     lines += [f"# {line}" for line in extra]
     lines.append(f"# Tuned by tuner {p.tuner_version} for vLLM {p.vllm_version} on {p.device}.")
     if random_weights(engine_args):
-        lines += [
-            "# Measured on random weights (load-format: dummy) of this model's shape, every",
-            "# request's output length forced: speed depends on the shapes, not the values. The",
-            "# config below loads the model's real weights.",
-        ]
+        lines += random_weights_lines(model)
     if p.machine_of_writer:
         lines.append(
             f"# (trial {p.trial_number} recorded no vLLM version or device: those are of the "
