@@ -149,11 +149,18 @@ def _read_jsonl_fast(
     numbers = [n for n, line in enumerate(lines, start=1) if line.strip()]
     if not numbers:
         return None
+    # Each line wrapped in its own array, the wrappers joined by a newline: a string cannot
+    # hold a raw newline, and a line whose value ran on into the next, or held two, would
+    # leave a wrapper that is not one object alone (joined by a bare comma, a key broken over
+    # two lines read as one record).
     try:
-        records = json.loads("[" + ",".join(lines[n - 1] for n in numbers) + "]")
+        wrapped = json.loads("[[" + "],\n[".join(lines[n - 1] for n in numbers) + "]]")
     except (ValueError, RecursionError):
         return None
     del lines
+    if len(wrapped) != len(numbers) or not all(len(w) == 1 for w in wrapped):
+        return None
+    records = [w[0] for w in wrapped]
     if not all(type(r) is dict for r in records):
         return None
     columns: dict[str, np.ndarray] = {}
