@@ -54,7 +54,7 @@ from tuner.study.measure.rates import RatePoint, hinted_step, search_capacity
 from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.trials.confirm import CONFIRMS_ATTR, confirm
-from tuner.study.trials.search import Measuring, open_study, run_study
+from tuner.study.trials.search import Measuring, _leader, open_study, run_study
 from tuner.traces.formats import load_trace
 from tuner.traces.model import Request, Trace
 from tuner.traces.workload import at_rate, build_workload
@@ -647,6 +647,20 @@ def test_the_highest_capacity_is_written_with_its_servers(tmp_path, cpu_model, c
     assert re.search(r"capacity\s+2\.5 req/s\s+1\.5 req/s", out)
     assert re.search(r"servers for peak\s+2\s+3", out)
     assert "trial   2" not in out  # no trials ran: the report only
+
+
+def test_the_defaults_are_compared_at_the_leading_searched_configuration(tmp_path, cpu_model):
+    # The rate the defaults' re-measurement also replays: the best median of a searched
+    # configuration (not the defaults' own, which lead here by one measurement).
+    args = scripted_capacity_study(
+        tmp_path,
+        cpu_model,
+        [capacity_outcome(3.0), capacity_outcome(2.5), capacity_outcome(2.0)],
+    )
+    storage = args[args.index("--storage") + 1]
+    study = optuna.load_study(study_name="cap", storage=storage)
+    assert _leader(study) == 2.5
+    assert _leader(optuna.create_study(direction="maximize")) is None
 
 
 def test_no_rate_met_anywhere_writes_the_closest_and_exits_3(tmp_path, cpu_model, capsys):
