@@ -33,6 +33,7 @@ from tuner.cli.main import main
 from tuner.engine.dummy_model import SHAPES, write_model
 from tuner.engine.process import Engine
 from tuner.errors import InputError
+from tuner.load.health import CLIENT_BEHIND
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest
 from tuner.load.open_loop import replay_in_process
@@ -51,7 +52,7 @@ from tuner.study.measure.capacity import (
 from tuner.study.measure.capacity_text import num
 from tuner.study.measure.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE, RateSearch, start_hint
 from tuner.study.measure.rates import RatePoint, hinted_step, search_capacity
-from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.trial import Ended, Objective, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.trials.confirm import CONFIRMS_ATTR, confirm
 from tuner.study.trials.search import Measuring, _leader, open_study, run_study
@@ -647,6 +648,31 @@ def test_the_highest_capacity_is_written_with_its_servers(tmp_path, cpu_model, c
     assert re.search(r"capacity\s+2\.5 req/s\s+1\.5 req/s", out)
     assert re.search(r"servers for peak\s+2\s+3", out)
     assert "trial   2" not in out  # no trials ran: the report only
+
+
+def test_a_search_whose_client_fell_behind_at_its_only_rate_is_not_a_capacity_of_0(tmp_path):
+    # A re-measurement that failed its first rate with tuner's client behind measured nothing of
+    # the server: flagged, so that its 0 stays out of the configuration's median (an H100 study
+    # of the conversation trace put the defaults' median at half their capacity so).
+    def behind(rate: float) -> RatePoint:
+        return RatePoint(rate, False, {"ttft_p95_s": 0.1}, "missed tpot", "client 60 ms late")
+
+    found = search_capacity(behind, 24.6, 0.1)
+    assert found.capacity_req_per_s == 0.0 and found.client_behind_at == 24.6
+    ended = Ended(timings={}, crashed=False, log_path=tmp_path / "log", compiled={}, late={})
+    search = RateSearch(CapacitySettings([Request(0.0, 8, 2)], period_s=1.0))
+    outcome = search.outcome({}, None, found, ended)  # type: ignore[arg-type]
+    assert outcome.metrics[CLIENT_BEHIND] == 1.0 and not outcome.feasible
+    # One that passed a rate first keeps it: the capacity is at least that.
+    calls = iter([True, False])
+
+    def passed_then_behind(rate: float) -> RatePoint:
+        return RatePoint(rate, next(calls), {}, None, "client 60 ms late")
+
+    found = search_capacity(passed_then_behind, 10.0, 0.1)
+    assert found.capacity_req_per_s == 10.0 and found.client_behind_at is not None
+    outcome = search.outcome({}, None, found, ended)  # type: ignore[arg-type]
+    assert CLIENT_BEHIND not in outcome.metrics and outcome.feasible
 
 
 def test_the_defaults_are_compared_at_the_leading_searched_configuration(tmp_path, cpu_model):

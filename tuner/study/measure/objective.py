@@ -32,6 +32,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.engine.launchers import EngineFailed, tail
 from tuner.errors import InputError
+from tuner.load.health import CLIENT_BEHIND
 from tuner.load.metrics import LiveRequest, so_far
 from tuner.study.measure.attrs import ARGS_ATTR
 from tuner.study.measure.capacity import (
@@ -55,7 +56,7 @@ from tuner.study.measure.capacity_text import (
 )
 from tuner.study.measure.outcome import Offered, next_steps
 from tuner.study.measure.rates import CapacityFound
-from tuner.study.measure.scoring import FAILED_SCORE, Miss
+from tuner.study.measure.scoring import FAILED_SCORE, Miss, Score
 from tuner.study.measure.trial import (
     RATE,
     Ended,
@@ -372,6 +373,12 @@ class RateSearch(Measure):
             metrics["capacity_start_req_per_s"] = found.points[0].rate_req_per_s
         passed = found.capacity_req_per_s > 0
         reason = None if passed else f"no rate met the SLOs: {found.why_stopped}"
+        score = capacity_score(found.capacity_req_per_s)
+        if found.client_behind_at is not None and not passed:
+            # No rate passed, and the one that failed did so with tuner's client behind: not the
+            # configuration's figure (a re-measurement so flagged is left out of its median).
+            metrics[CLIENT_BEHIND] = 1.0
+            score = Score(score.value, {**score.constraints, CLIENT_BEHIND: 1.0})
         gated = found.below_req_per_s is not None and not ended.crashed
         if gated and found.below_req_per_s is not None:
             # Stopped at its gate: below the best so far, by how much not measured.
@@ -384,7 +391,7 @@ class RateSearch(Measure):
             log_tail = tail(ended.log_path)
         return TrialOutcome(
             engine_args,
-            capacity_score(found.capacity_req_per_s),
+            score,
             metrics,
             ended.timings,
             reason,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -71,6 +71,9 @@ class CapacityFound:
     # Set where the search stopped at its gate (``search_capacity``'s ``gate_req_per_s``): the
     # capacity is below that rate, not measured further.
     below_req_per_s: float | None = None
+    # Set where the search ended because tuner's client fell behind in a failing window: that
+    # rate's failure says nothing of the server.
+    client_behind_at: float | None = None
     # One window more after the search, at another configuration's capacity (the defaults'
     # re-measurement at the leading configuration's: ``CapacitySettings.compare_req_per_s``);
     # not one of the search's points.
@@ -145,11 +148,12 @@ def search_capacity(
             return bracket
         return search.bisect(*bracket, resolution)
     except _ClientBehind as behind:
-        return search.found(
+        found = search.found(
             False,
             f"tuner's client fell behind at {behind.rate_req_per_s:.3g} req/s, which failed: the "
             "capacity is at least the highest rate passed (more client processes: --client-procs)",
         )
+        return replace(found, client_behind_at=behind.rate_req_per_s)
 
 
 class _Search:
