@@ -93,9 +93,9 @@ def cost_table(trials: list[FrozenTrial], walls: list[dict[str, Any]]) -> list[s
     # study's, below.
     per_trial = len(walls) > 1 or (len(walls) == 1 and len(trials) == 1)
     rows = [
-        "| trial | engine start s | warm-up s | window s | shutdown s | trial s "
-        "| not measurement |",
-        "|---|---|---|---|---|---|---|",
+        "| trial | engine start s | of it, model load s | warm-up s | window s | shutdown s "
+        "| trial s | not measurement |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for i, t in enumerate(trials):
         a = t.user_attrs
@@ -103,7 +103,8 @@ def cost_table(trials: list[FrozenTrial], walls: list[dict[str, Any]]) -> list[s
         whole = walls[i].get("wall_s") if per_trial and i < len(walls) else a.get("time_trial_s")
         share = f"{1 - window / whole:.0%}" if whole else "n/a"
         rows.append(
-            f"| {t.number} | {num(a, 'time_engine_healthy_s')} | {num(a, 'time_warmup_s')} "
+            f"| {t.number} | {num(a, 'time_engine_healthy_s')} "
+            f"| {num(a, 'time_startup_model_load_s')} | {num(a, 'time_warmup_s')} "
             f"| {num(a, 'time_window_s')} | {num(a, 'time_engine_stop_s')} "
             f"| {num(a, 'time_trial_s')} | {share} |"
         )
@@ -121,6 +122,50 @@ def cost_table(trials: list[FrozenTrial], walls: list[dict[str, Any]]) -> list[s
             if starts
             else f"Study wall time {study_s:.0f} s; measurement {measured:.0f} s.",
         ]
+    return rows
+
+
+def server_table(trials: list[FrozenTrial]) -> list[str]:
+    """Where each trial's time went, from vLLM's own /metrics over its recorded window (a
+    capacity trial's: the window at its capacity, else at the lowest rate it tried): the mean
+    seconds a request spent queued, in prefill and in decode, the inter-token latency, the
+    KV-cache share used, preemptions, and prompt and generated tokens a second; then why the
+    first failing rate above it failed."""
+    rows = [
+        "| trial | config | queue mean ms | prefill mean ms | decode mean ms | ITL p95 ms "
+        "| KV cache mean / peak | preemptions | running mean / peak | waiting peak "
+        "| prompt tok/s | out tok/s | the rate above: why it failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for t in trials:
+        a = t.user_attrs
+        duration = a.get("duration_s")
+
+        def per_s(key: str, a: dict[str, Any] = a, duration: Any = duration) -> str:
+            value = a.get(key)
+            ok = isinstance(value, int | float) and isinstance(duration, int | float)
+            return f"{value / duration:.0f}" if ok and duration else "n/a"
+
+        kv = " / ".join(
+            f"{a[k]:.0%}" if isinstance(a.get(k), int | float) else "n/a"
+            for k in ("kv_cache_usage_mean", "kv_cache_usage_peak")
+        )
+        capacity = a.get("capacity_req_per_s")
+        above = [
+            p for p in a.get("capacity_points", [])
+            if not p.get("passed") and isinstance(capacity, int | float)
+            and p["rate_req_per_s"] > capacity
+        ]  # fmt: skip
+        first = min(above, key=lambda p: p["rate_req_per_s"]) if above else None
+        why = f"{first['rate_req_per_s']:.1f} req/s: {first.get('reason', '')}" if first else "-"
+        rows.append(
+            f"| {t.number} | {kind(t)} | {ms(a, 'server_queue_mean_s')} "
+            f"| {ms(a, 'server_prefill_mean_s')} | {ms(a, 'server_decode_mean_s')} "
+            f"| {ms(a, 'server_itl_p95_s')} | {kv} | {num(a, 'server_preemptions', '.0f')} "
+            f"| {num(a, 'running_mean')} / {num(a, 'running_peak', '.0f')} "
+            f"| {num(a, 'waiting_peak', '.0f')} | {per_s('server_prompt_tokens')} "
+            f"| {per_s('server_generation_tokens')} | {why} |"
+        )
     return rows
 
 
@@ -238,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
         "--spec", type=Path, help="the study spec, for the SLO lines (default: from the study)"
     )
     parser.add_argument("--out", type=Path, help="where tables.md and the PNGs go (default: DIR)")
+    parser.add_argument("--db", help="the study's database file (default: DIR/study.db)")
+    parser.add_argument(
+        "--configs", type=Path, help="the folder of the YAML tuner wrote (default: DIR/configs)"
+    )
     parser.add_argument(
         "--rates",
         help="a capacity study: the trials (comma-separated numbers) whose latency against "
@@ -246,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.out or args.dir
     out.mkdir(parents=True, exist_ok=True)
-    storage = f"sqlite:///{args.dir / 'study.db'}"
+    storage = f"sqlite:///{args.db or args.dir / 'study.db'}"
     study = optuna.load_study(study_name=args.name, storage=storage)
     trials = [t for t in study.get_trials() if t.state != TrialState.WAITING]
     walls = []
@@ -255,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         walls = [json.loads(line) for line in loop.read_text().splitlines() if line.strip()]
     # The trial tuner writes (tuner.study.result.choice.choose, through tuner report's reading): the
     # median measurement of the feasible configuration with the best median.
-    report = read_report(args.name, storage, args.dir / "configs")
+    report = read_report(args.name, storage, args.configs or args.dir / "configs")
     capacity = report.goal == CAPACITY_GOAL
     best = report.chosen if report.meets_slos else None
     written = report.configuration.trial if report.configuration else None
@@ -277,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         peak = requests / window_s if window_s and requests else None
         lines += [f"### Capacity of study `{args.name}`", "", *capacity_table(trials, peak), ""]
     lines += [f"### Trials of study `{args.name}`", "", *trial_table(trials, best), ""]
+    lines += ["### Where the time went, per trial (vLLM's /metrics)", "", *server_table(trials), ""]
     lines += ["### Trial cost", "", *cost_table(trials, walls), ""]
     docs = [json.loads(p.read_text()) for p in sorted(args.dir.glob("validate-*.json"))]
     if docs:

