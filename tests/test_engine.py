@@ -333,6 +333,13 @@ def test_trial_tells_its_phases_in_order(tmp_path, fake):
         REPLAY,
         STOPPING,
     ]
+    # Told first as vLLM is about to start, then, once its process has been started, with its
+    # pid on every report until it is healthy.
+    starting = [t for t in told if t.phase == STARTING]
+    assert starting[0] == TrialProgress(STARTING) and len(starting) >= 2
+    pid = starting[1].pid
+    assert pid is not None and pid > 0 and pid != os.getpid()
+    assert all(t.pid == pid for t in starting[1:])
     warmup = next(t for t in told if t.phase == WARMUP)
     assert (warmup.total, warmup.sending_s) == (2, REQUESTS[1].arrival_s)
     replaying = [t for t in told if t.phase == REPLAY]

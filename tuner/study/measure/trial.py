@@ -45,7 +45,8 @@ PRUNE_INTERVAL_S = 5.0
 class TrialProgress:
     """Where a running trial is: its phase and the seconds into it; in a warm-up or replay, also
     how long it sends requests for, requests done (of how many, when known beforehand) and the
-    TTFT p95 of the first tokens received so far."""
+    TTFT p95 of the first tokens received so far; while vLLM starts, once its process has been
+    started, that process's id (``pid``, also its process group's)."""
 
     phase: str
     elapsed_s: float = 0.0
@@ -53,6 +54,7 @@ class TrialProgress:
     done: int = 0
     total: int | None = None
     ttft_p95_s: float | None = None
+    pid: int | None = None
 
 
 OnProgress = Callable[[TrialProgress], None]
@@ -81,7 +83,8 @@ class TrialSetup:
     # Set for a concurrency trace: replayed closed-loop instead of ``requests`` (not pruned).
     closed_loop: ClosedLoop | None = None
     env: Mapping[str, str] = field(default_factory=dict)
-    # Told where the trial is: each phase as it begins, then about once a second.
+    # Told where the trial is: each phase as it begins, then about once a second; vLLM's start
+    # also as soon as its process has been started, with its pid.
     progress: OnProgress | None = None
     # How the trial measures on its running server: the window replayed once (the default),
     # or a capacity study's search of rates (``tuner.study.measure.objective.RateSearch``).
@@ -265,11 +268,12 @@ def run_trial(
         _tell(progress, phase)
 
     def starting(elapsed_s: float) -> None:
-        tell(TrialProgress(STARTING, elapsed_s))
+        tell(TrialProgress(STARTING, elapsed_s, pid=engine.pid))
 
     try:
         tell(TrialProgress(STARTING))
         engine.start()
+        starting(time.monotonic() - engine.times.start_s)
         timings["engine_healthy_s"] = engine.wait_healthy(setup.health_timeout_s, on_poll=starting)
         timings |= {f"startup_{k}": v for k, v in engine.times.startup.items()}
         compiled = engine.compile_cache()
