@@ -34,9 +34,13 @@ from tuner.study.trials.search import open_study
 
 DEMO_DB = REPO / "benchmarks" / "results" / "cpu-demo.db"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no chromium on PATH (.ci/setup --tests installs the Debian package)"
-)
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="no chromium on PATH (.ci/setup --tests installs the Debian package)",
+    ),
+]
 FIGURES = ["landscape.png", "trials.png", "history.png", "cost.png"]
 
 

@@ -30,6 +30,7 @@ from optuna.trial import TrialState
 from tuner.study.trials.picks import best_trial
 
 pytest.importorskip("psycopg")
+pytestmark = pytest.mark.vllm
 
 
 @pytest.fixture
