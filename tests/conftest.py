@@ -2,8 +2,9 @@
 
 The slow tier carries ``@pytest.mark.vllm``: tests that start vLLM (its CPU build, or the stand-in
 server of ``stand_in_vllm`` under whole ``tuner run``s), PostgreSQL, Prometheus or Chromium, or
-that measure in real time for tens of seconds. ``pytest -m "not vllm"`` runs the fast tier, the
-rest, in under 3 minutes on two cores (README, "Quick start").
+that wait out tens of seconds of real time (a capacity search's windows, a connect timeout).
+``pytest -m "not vllm"`` runs the fast tier, the rest, in under 3 minutes on two cores (README,
+"Quick start").
 """
 
 from __future__ import annotations
