@@ -31,7 +31,6 @@ from tuner.study.measure.prepare import (
     trial_setup,
     write_dummy_model,
 )
-from tuner.study.measure.trial import TrialProgress
 from tuner.study.plan.space import capture_pin, default_spec_text, runnable_baseline
 from tuner.study.plan.spec import AUTO, StudySpec, load_spec, parse_spec
 from tuner.study.plan.spec_file import read_spec_document
@@ -378,16 +377,11 @@ class _TrialLines:
         else:
             self._starting = (number, params)
 
-    def progress(self, progress: TrialProgress) -> None:
-        """Where the running trial is: shown on the live line; elsewhere, the start line once
-        the trial's vLLM process has been started."""
-        if self.status.live:
-            self.status.show(progress)
-        elif self._starting is not None and progress.pid is not None:
+    def engine_started(self, pid: int) -> None:
+        """Off a terminal, the start line, now that the trial's vLLM process has been started."""
+        if self._starting is not None:
             (number, params), self._starting = self._starting, None
-            print(
-                f"trial {number:>3}  {params}  starting vLLM (pid {progress.pid}) ...", flush=True
-            )
+            print(f"trial {number:>3}  {params}  starting vLLM (pid {pid}) ...", flush=True)
 
     def finished(self, trial: Any) -> None:
         self.status.clear()
@@ -438,7 +432,8 @@ def _run_trials(
 ) -> None:
     lines = _TrialLines(spec)
     status = lines.status
-    setup = trial_setup(spec, replay, vocab_size, launcher, lines.progress)
+    setup = trial_setup(spec, replay, vocab_size, launcher, status.show if status.live else None)
+    setup = dataclasses.replace(setup, on_engine_start=lines.engine_started)
     first_new = len(study.trials)
     pinned = capture_pin(spec, environment.is_cpu_build())
     for key, value in pinned.items():

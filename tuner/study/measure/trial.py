@@ -45,8 +45,7 @@ PRUNE_INTERVAL_S = 5.0
 class TrialProgress:
     """Where a running trial is: its phase and the seconds into it; in a warm-up or replay, also
     how long it sends requests for, requests done (of how many, when known beforehand) and the
-    TTFT p95 of the first tokens received so far; while vLLM starts, once its process has been
-    started, that process's id (``pid``, also its process group's)."""
+    TTFT p95 of the first tokens received so far."""
 
     phase: str
     elapsed_s: float = 0.0
@@ -54,7 +53,6 @@ class TrialProgress:
     done: int = 0
     total: int | None = None
     ttft_p95_s: float | None = None
-    pid: int | None = None
 
 
 OnProgress = Callable[[TrialProgress], None]
@@ -83,9 +81,11 @@ class TrialSetup:
     # Set for a concurrency trace: replayed closed-loop instead of ``requests`` (not pruned).
     closed_loop: ClosedLoop | None = None
     env: Mapping[str, str] = field(default_factory=dict)
-    # Told where the trial is: each phase as it begins, then about once a second; vLLM's start
-    # also as soon as its process has been started, with its pid.
+    # Told where the trial is: each phase as it begins, then about once a second.
     progress: OnProgress | None = None
+    # Told the vLLM server's process id (also its process group's) as soon as its process has
+    # been started, before it is healthy.
+    on_engine_start: Callable[[int], None] | None = None
     # How the trial measures on its running server: the window replayed once (the default),
     # or a capacity study's search of rates (``tuner.study.measure.objective.RateSearch``).
     measure: Measure = field(default_factory=lambda: WindowReplay())
@@ -268,12 +268,13 @@ def run_trial(
         _tell(progress, phase)
 
     def starting(elapsed_s: float) -> None:
-        tell(TrialProgress(STARTING, elapsed_s, pid=engine.pid))
+        tell(TrialProgress(STARTING, elapsed_s))
 
     try:
         tell(TrialProgress(STARTING))
         engine.start()
-        starting(time.monotonic() - engine.times.start_s)
+        if setup.on_engine_start is not None and engine.pid is not None:
+            setup.on_engine_start(engine.pid)
         timings["engine_healthy_s"] = engine.wait_healthy(setup.health_timeout_s, on_poll=starting)
         timings |= {f"startup_{k}": v for k, v in engine.times.startup.items()}
         compiled = engine.compile_cache()
