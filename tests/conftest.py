@@ -1,7 +1,10 @@
 """Shared helpers: trace files written on the spot, study specs for the CPU build of vLLM.
 
-Tests that start real vLLM servers carry ``@pytest.mark.vllm``; ``pytest -m "not vllm"`` runs
-the rest in seconds.
+The slow tier carries ``@pytest.mark.vllm``: tests that start vLLM (its CPU build, or the stand-in
+server of ``stand_in_vllm`` under whole ``tuner run``s), PostgreSQL, Prometheus or Chromium, or
+that wait out tens of seconds of real time (a capacity search's windows, a connect timeout).
+``pytest -m "not vllm"`` runs the fast tier, the rest, in under 3 minutes on two cores (README,
+"Quick start").
 """
 
 from __future__ import annotations

@@ -36,9 +36,13 @@ DEMO_DB = REPO / "benchmarks" / "results" / "cpu-demo.db"
 # The configuration the run of DEMO_DB wrote (``configs/demo.yaml`` then).
 DEMO_CONFIG = REPO / "benchmarks" / "results" / "cpu-demo.yaml"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no chromium on PATH (.ci/setup --tests installs the Debian package)"
-)
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="no chromium on PATH (.ci/setup --tests installs the Debian package)",
+    ),
+]
 FIGURES = ["landscape.png", "trials.png", "history.png", "cost.png"]
 
 

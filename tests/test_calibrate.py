@@ -225,6 +225,7 @@ def test_memory_is_read_as_vllm_reads_it(tmp_path):
 # --- the whole flow, against the stand-in server ----------------------------------------------
 
 
+@pytest.mark.vllm
 def test_a_calibrated_study_replays_every_trial_at_the_calibrated_rate(
     tmp_path, cpu_model, stand_in_vllm
 ):

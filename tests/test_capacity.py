@@ -318,6 +318,7 @@ def stand_in() -> Iterator[StandIn]:
         server.close()
 
 
+@pytest.mark.vllm
 def test_the_search_finds_a_known_capacity(stand_in, caplog):
     # Evenly spaced arrivals from 5 req/s: 5, 10 pass, 20 fails, then bisection. A lagging
     # client bunches a few arrivals, so the boundary measured may sit a little below 10.

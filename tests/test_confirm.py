@@ -299,6 +299,7 @@ def test_without_the_option_candidates_are_not_re_measured(tmp_path, cpu_model):
     assert "candidate trial" not in (tmp_path / "configs" / "s.yaml").read_text()
 
 
+@pytest.mark.vllm
 def test_confirm_only_finishes_a_confirmation_and_adds_no_trial(tmp_path, cpu_model, stand_in_vllm):
     """A run cut short before its confirmation (a machine's time running out) is finished by
     ``tuner run --confirm-only`` on the same study: the top one and the baseline re-measured,

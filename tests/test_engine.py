@@ -324,7 +324,13 @@ def test_trial_measures_and_scores(tmp_path, fake):
 
 def test_trial_tells_its_phases_in_order(tmp_path, fake):
     told: list[TrialProgress] = []
-    setup = replace(setup_for(REQUESTS, fake), warmup_requests=REQUESTS[:2], progress=told.append)
+    pids: list[tuple[int, int]] = []  # the pid, and how many phases had been told by then
+    setup = replace(
+        setup_for(REQUESTS, fake),
+        warmup_requests=REQUESTS[:2],
+        progress=told.append,
+        on_engine_start=lambda pid: pids.append((pid, len(told))),
+    )
     outcome = run_trial({}, setup, tmp_path / "t")
     assert outcome.feasible, outcome.reason
     assert [phase for phase, _ in groupby(t.phase for t in told)] == [
@@ -333,6 +339,9 @@ def test_trial_tells_its_phases_in_order(tmp_path, fake):
         REPLAY,
         STOPPING,
     ]
+    # The server's pid, told once, as soon as its process has been started: while it starts.
+    assert len(pids) == 1 and pids[0][0] > 0 and pids[0][0] != os.getpid()
+    assert [t.phase for t in told[: pids[0][1]]] == [STARTING] * pids[0][1]
     warmup = next(t for t in told if t.phase == WARMUP)
     assert (warmup.total, warmup.sending_s) == (2, REQUESTS[1].arrival_s)
     replaying = [t for t in told if t.phase == REPLAY]

@@ -37,6 +37,7 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.vllm
 @pytest.mark.parametrize("launcher", ["process", "zygote"])
 def test_sigkill_mid_trial_leaves_no_server_and_the_rerun_resumes(
     tmp_path: Path, cpu_model: Path, stand_in_vllm: dict[str, str], launcher: str
@@ -100,6 +101,7 @@ def test_sigkill_mid_trial_leaves_no_server_and_the_rerun_resumes(
     assert "trial   3" in again.stdout
 
 
+@pytest.mark.vllm
 def test_a_server_that_stops_streaming_costs_one_bounded_trial(
     tmp_path: Path, cpu_model: Path, stand_in_vllm: dict[str, str]
 ) -> None:

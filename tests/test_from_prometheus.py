@@ -506,6 +506,7 @@ def _password_file(folder: Path, password: str = PASSWORD) -> Path:
     return path
 
 
+@pytest.mark.vllm
 def test_tls_is_verified_unless_insecure(guarded_prometheus):
     url, start_s, end_s, cert = guarded_prometheus
     with pytest.raises(TunerError, match="--insecure") as refused:
@@ -528,6 +529,7 @@ def test_tls_is_verified_unless_insecure(guarded_prometheus):
         assert observed == pytest.approx(np.full(len(observed), 0.5))
 
 
+@pytest.mark.vllm
 def test_cli_verifies_tls_and_insecure_or_ca_file_opts_out(guarded_prometheus, tmp_path):
     url, start_s, end_s, cert = guarded_prometheus
     out = tmp_path / "rebuilt.csv"
@@ -544,6 +546,7 @@ def test_cli_verifies_tls_and_insecure_or_ca_file_opts_out(guarded_prometheus, t
         out.unlink()
 
 
+@pytest.mark.vllm
 def test_basic_auth_is_needed_and_enough(guarded_prometheus, tmp_path):
     """Without credentials, or with a wrong password, a one-line error naming the options and
     exit 1; with the right ones, the trace; the password never appears in what is printed."""
@@ -573,6 +576,7 @@ def test_basic_auth_is_needed_and_enough(guarded_prometheus, tmp_path):
     assert PASSWORD not in done.stdout + done.stderr
 
 
+@pytest.mark.vllm
 def test_header_is_sent_with_every_query(guarded_prometheus, tmp_path):
     """Prometheus reads basic auth from the Authorization header: a real check that --header
     reaches it (Prometheus checks no bearer token, so --bearer-token-file is checked below as
@@ -646,6 +650,7 @@ def test_times_are_finite():
             parse_time(text)
 
 
+@pytest.mark.vllm
 def test_prometheus_error_is_one_line_naming_it(guarded_prometheus, tmp_path):
     url, start_s, end_s, _ = guarded_prometheus
     access = Access(basic_auth=CREDENTIALS, insecure=True)
@@ -669,6 +674,7 @@ def test_unreachable_prometheus_is_a_tool_error():
     assert type(refused.value) is TunerError
 
 
+@pytest.mark.vllm
 def test_an_answer_not_from_prometheus_api_is_a_tool_error(guarded_prometheus):
     url, start_s, end_s, _ = guarded_prometheus
     plain = url.replace("https://", "http://")

@@ -149,6 +149,7 @@ def silent_server() -> Iterator[int]:
     listener.close()
 
 
+@pytest.mark.vllm
 def test_a_storage_server_that_never_answers_exits_1_after_the_timeout(
     folder: Path, silent_server: int
 ) -> None:
@@ -172,6 +173,7 @@ def test_an_output_folder_that_cannot_be_made_exits_2_before_any_trial(folder: P
     assert files_in(folder) == before
 
 
+@pytest.mark.vllm
 def test_a_disk_that_fills_while_writing_the_yaml_leaves_the_old_file(
     folder: Path, stand_in_vllm: dict[str, str]
 ) -> None:
@@ -253,6 +255,7 @@ def test_any_spec_document_parses_or_names_its_field(document: Any) -> None:
     assert 1 <= spec.n_trials <= 100_000 and 0 < spec.window_s <= 86400
 
 
+@pytest.mark.vllm
 def test_the_engine_argument_check_is_skipped_where_vllm_cannot_say(
     folder: Path, stand_in_vllm: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> None:

@@ -31,6 +31,7 @@ from tuner.cli.exits import MEETS_SLOS_EXITS
 from tuner.study.result.choice import choose
 
 pytest.importorskip("psycopg")
+pytestmark = pytest.mark.vllm
 
 
 @pytest.fixture

@@ -443,7 +443,7 @@ def test_impossible_slos_write_the_closest_and_exit_3(cpu_model: Path, tmp_path:
     # Not a terminal: one line as the trial starts, one as it ends, and no live status line.
     trial_lines = [line for line in out.splitlines() if line.startswith("trial   0")]
     assert len(trial_lines) == 2, trial_lines
-    assert trial_lines[0].endswith("starting vLLM ...")
+    assert re.search(r"  starting vLLM \(pid \d+\) \.\.\.$", trial_lines[0]), trial_lines[0]
     assert "[infeasible, baseline]" in trial_lines[1]
     assert "\r" not in out
     assert wait_for_no_processes(marker) == []
@@ -457,6 +457,27 @@ def _wait_for(predicate, timeout_s: float, what: str, proc: subprocess.Popen[byt
         time.sleep(0.2)
 
 
+# What ``tuner run`` prints, off a terminal, once a trial's vLLM process has been started.
+STARTED = re.compile(r"^trial +0  .*  starting vLLM \(pid (\d+)\) \.\.\.$", re.M)
+
+
+def _group(pgid: int) -> list[str]:
+    """``pid cmdline`` of every process in process group ``pgid`` that has not ended."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # The command may hold spaces and parentheses: the fields follow its last ")".
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue  # gone
+        if int(fields[2]) == pgid and fields[0] != "Z":  # a zombie is no process left running
+            found.append(f"{entry.name} {cmdline.decode(errors='replace')}")
+    return found
+
+
 @pytest.mark.vllm
 @pytest.mark.parametrize(
     ("sig", "moment"),
@@ -467,11 +488,16 @@ def test_interrupted_run_leaves_nothing_behind(
     cpu_model: Path, tmp_path: Path, sig: signal.Signals, moment: str
 ) -> None:
     """SIGINT while the window replays, SIGTERM while vLLM starts: exit 130, no vLLM process
-    of the run survives, and the storage keeps no trial RUNNING."""
-    write_spec(tmp_path / "spec.yaml", cpu_spec(cpu_model, window_s=1, time_scale=20))
+    of the run survives, and the storage keeps no trial RUNNING.
+
+    The test waits on what tuner says (the trial's start line with vLLM's pid, and, logging,
+    that vLLM is healthy), and the run cannot end before the signal: each of its two trials
+    replays a window of 600 s."""
+    write_spec(tmp_path / "spec.yaml", cpu_spec(cpu_model, window_s=1, time_scale=600))
     storage = f"sqlite:///{tmp_path / 'int.db'}"
     marker = uuid.uuid4().hex
     command = tuner_command(
+        "-v",
         "run",
         "--trace",
         SHIPPED_TRACE,
@@ -488,37 +514,41 @@ def test_interrupted_run_leaves_nothing_behind(
         "--runs",
         tmp_path / "runs",
     )
-    log = tmp_path / "runs" / "int" / "trial-0000" / "engine.log"
-    with (tmp_path / "tuner.out").open("wb") as out:
+    output = tmp_path / "tuner.out"
+
+    def said() -> str:
+        return output.read_text(errors="replace")
+
+    with output.open("wb") as out:
         proc = subprocess.Popen(
             command, cwd=tmp_path, env={**os.environ, MARKER: marker}, stdout=out, stderr=out
         )
     try:
+        _wait_for(lambda: STARTED.search(said()), 300, "trial 0's vLLM process", proc)
+        found = STARTED.search(said())
+        assert found is not None
+        server = int(found[1])
         if moment == "starting":
-            # The engine core, vLLM's worker process, has started: the group stop must take it.
+            # vLLM's engine core (its process titled VLLM::EngineCore) has started in the
+            # server's process group: the group stop must take it.
             _wait_for(
-                lambda: log.exists() and "EngineCore" in log.read_text(errors="replace"),
+                lambda: any("EngineCore" in p for p in _group(server)),
                 300,
                 "vLLM's engine core",
                 proc,
             )
         else:
-            # Healthy, then two seconds into a twenty-second window.
-            _wait_for(
-                lambda: log.exists() and "startup complete" in log.read_text(errors="replace"),
-                300,
-                "vLLM's startup",
-                proc,
-            )
+            # Healthy, then two seconds into the window.
+            _wait_for(lambda: "vLLM healthy after" in said(), 300, "vLLM's /health", proc)
             time.sleep(2.0)
         assert marked_processes(marker)  # the run is live: tuner and vLLM
         proc.send_signal(sig)
-        assert proc.wait(timeout=90) == 130, (tmp_path / "tuner.out").read_text()
+        assert proc.wait(timeout=90) == 130, said()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert "interrupted" in (tmp_path / "tuner.out").read_text()
+    assert "interrupted" in said()
     assert wait_for_no_processes(marker) == []
     trials = load_trials(storage, "int")
     assert [t.state for t in trials] == [TrialState.FAIL]

@@ -53,6 +53,7 @@ def test_no_shell_true_anywhere() -> None:
     assert [call for path in files for call in shell_calls(path)] == []
 
 
+@pytest.mark.vllm
 @pytest.mark.parametrize("launcher", ["process", "zygote"])
 def test_stand_in_run_listens_on_loopback_and_writes_no_secret(
     tmp_path: Path, cpu_model: Path, stand_in_vllm: dict[str, str], launcher: str

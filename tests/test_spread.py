@@ -115,6 +115,7 @@ def test_a_client_that_fell_behind_is_named():
     assert client_behind(late_loop, tolerance_s=0.05) is None
 
 
+@pytest.mark.vllm
 def test_a_saturated_client_is_flagged_against_the_stand_in(standin):
     """Squeezed onto a third of one core (two busy sibling processes) at 600 req/s, the replay's
     own figures say it fell behind; with room it does not.
@@ -194,6 +195,7 @@ def test_a_capacity_search_does_not_count_a_rate_the_client_failed():
     np.testing.assert_equal([p.rate_req_per_s for p in found.points], [2.0, 4.0, 8.0])
 
 
+@pytest.mark.vllm
 def test_a_run_whose_client_fell_behind_flags_every_trial(
     tmp_path: Path, cpu_model: Path, stand_in_vllm: dict[str, str]
 ) -> None:

@@ -31,6 +31,8 @@ from tuner.study.trials.search import open_study
 from tuner.study.trials.storage import PG_OPEN_LOCK, SQLITE_LOCK_SUFFIX
 from tuner.study.trials.workers import WORKER_ATTR, this_worker
 
+pytestmark = pytest.mark.vllm
+
 WORKERS = 4
 ROUNDS = 10
 ORPHAN_ROUNDS = 3

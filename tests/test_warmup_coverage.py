@@ -28,6 +28,7 @@ def test_late_compiles_counts_the_monitors_kernel_lines():
     assert late_compiles("\n".join([activated, compiled, compiled])) == 2
 
 
+@pytest.mark.vllm
 @pytest.mark.parametrize("jit_at", ["2,7", ""])
 def test_a_trial_records_kernels_compiled_in_its_warmup_and_its_window(
     tmp_path: Path, cpu_model: Path, stand_in_vllm: dict[str, str], jit_at: str

@@ -365,7 +365,9 @@ def _open_study(args: argparse.Namespace, spec: StudySpec, name: str) -> tuple[A
 
 class _TrialLines:
     """What ``tuner run`` prints of each trial: on a terminal a live line shows the running
-    trial; elsewhere one line as each starts; a summary line as each ends."""
+    trial; elsewhere one line as each starts, once its vLLM process has been started:
+    ``trial   3  max-num-seqs=12  starting vLLM (pid 4321) ...`` (that pid is also the server's
+    process group); a summary line as each ends."""
 
     def __init__(self, spec: StudySpec) -> None:
         self.status = StatusLine(sys.stdout)
@@ -374,13 +376,21 @@ class _TrialLines:
         # defaults).
         set_by = [*spec.baseline, *(name for candidate in spec.candidates for name in candidate)]
         self.names = list(dict.fromkeys([*(d.name for d in spec.space), *set_by]))
+        # The trial starting and its engine arguments, until its start line is printed.
+        self._starting: tuple[int, str] | None = None
 
     def started(self, number: int, engine_args: Mapping[str, Any]) -> None:
         params = fmt_params(engine_args, self.names)
         if self.status.live:
             self.status.begin(number, params)
         else:
-            print(f"trial {number:>3}  {params}  starting vLLM ...", flush=True)
+            self._starting = (number, params)
+
+    def engine_started(self, pid: int) -> None:
+        """Off a terminal, the start line, now that the trial's vLLM process has been started."""
+        if self._starting is not None:
+            (number, params), self._starting = self._starting, None
+            print(f"trial {number:>3}  {params}  starting vLLM (pid {pid}) ...", flush=True)
 
     def finished(self, trial: Any) -> None:
         self.status.clear()
@@ -441,6 +451,7 @@ def _run_trials(
     lines = _TrialLines(spec)
     status = lines.status
     setup = trial_setup(spec, replay, vocab_size, launcher, status.show if status.live else None)
+    setup = dataclasses.replace(setup, on_engine_start=lines.engine_started)
     first_new = len(study.trials)
     pinned = capture_pin(spec, environment.is_cpu_build())
     for key, value in pinned.items():

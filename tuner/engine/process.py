@@ -104,6 +104,11 @@ class Engine:
         return f"http://{self.host}:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        """The server's process id, which is also its process group's; None unless started."""
+        return None if self._server is None else self._server.pid
+
+    @property
     def config_path(self) -> Path:
         return self.workdir / "engine.yaml"
 

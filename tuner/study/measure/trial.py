@@ -83,6 +83,9 @@ class TrialSetup:
     env: Mapping[str, str] = field(default_factory=dict)
     # Told where the trial is: each phase as it begins, then about once a second.
     progress: OnProgress | None = None
+    # Told the vLLM server's process id (also its process group's) as soon as its process has
+    # been started, before it is healthy.
+    on_engine_start: Callable[[int], None] | None = None
     # How the trial measures on its running server: the window replayed once (the default),
     # or a capacity study's search of rates (``tuner.study.measure.objective.RateSearch``).
     measure: Measure = field(default_factory=lambda: WindowReplay())
@@ -275,6 +278,8 @@ def run_trial(
     try:
         tell(TrialProgress(STARTING))
         engine.start()
+        if setup.on_engine_start is not None and engine.pid is not None:
+            setup.on_engine_start(engine.pid)
         timings["engine_healthy_s"] = engine.wait_healthy(setup.health_timeout_s, on_poll=starting)
         timings |= {f"startup_{k}": v for k, v in engine.times.startup.items()}
         compiled = engine.compile_cache()
