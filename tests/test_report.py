@@ -27,6 +27,8 @@ from tuner.report.data import (
     INTERRUPTED,
     PRUNED,
     SCORE,
+    Parameter,
+    TrialRow,
     cost,
     history,
     landscape,
@@ -35,6 +37,7 @@ from tuner.report.data import (
     searched_parameters,
     slo_limits,
 )
+from tuner.report.plots import plot_landscape
 from tuner.study.measure import scoring
 from tuner.study.measure.objective import SCORE_NAME
 from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
@@ -163,6 +166,16 @@ def test_every_trial_is_a_row_with_its_outcome_and_kind(storage: str) -> None:
     assert rows[5].reason == "interrupted: KeyboardInterrupt"
     # Only served trials have a score: not the pruned one, whose value is its last report.
     assert [r.value is not None for r in rows] == [True, True, False, False, True, False]
+
+
+def test_a_landscape_of_the_defaults_alone_is_drawn(tmp_path: Path) -> None:
+    # A capacity study whose searched trials the gate pruned: only vLLM's defaults measured,
+    # their max-num-seqs left to vLLM (a level, not a point), on a log parameter. Its
+    # landscape used to fail in matplotlib ("Data cannot be log-scaled ...").
+    row = TrialRow(0, FEASIBLE, "baseline", {}, 2.0, {"ttft_p95_s": 0.2}, {})
+    parameter = Parameter("max-num-seqs", numeric=True, log=True)
+    path = plot_landscape([row], [parameter], {"ttft_p95_s": 1.0}, tmp_path / "l.png")
+    assert path is not None and path.read_bytes().startswith(b"\x89PNG")
 
 
 def test_landscape_series_take_the_trials_that_measured_the_figure(storage: str) -> None:

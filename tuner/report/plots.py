@@ -145,7 +145,9 @@ def _landscape_panel(
     if where:
         ax.set_xticks(list(where.values()))
         ax.set_xticklabels(["default" if v is None else str(v) for v in where])
-    elif parameter.log:
+    elif parameter.log and any(isinstance(p.x, int | float) and p.x > 0 for p in every):
+        # Only where a point has a value: a panel of levels alone (every trial left the
+        # argument to vLLM, the others pruned) has no data a log axis could take.
         plain_log_axis(ax.xaxis, ax.set_xscale)
     ys = [p.y * scale for p in every]
     if ys and min(ys) > 0 and max(ys) / min(ys) > 20:
