@@ -514,7 +514,7 @@ def test_a_capacity_study_ranks_configurations_by_the_load_they_carry(tmp_path):
         timeout_s=budget_s,
     )  # fmt: skip
     said = f"{alone}\n{load}\n{done.stdout}"
-    assert done.returncode in (0, 3), said + done.stderr
+    assert done.returncode in (0, 3, 4), said + done.stderr
     study = optuna.load_study(study_name="cap", storage=f"sqlite:///{tmp_path}/studies/cap.db")
     trials = study.get_trials()
     firsts = [t for t in trials if CONFIRMS_ATTR not in t.user_attrs]
@@ -541,11 +541,15 @@ def test_a_capacity_study_ranks_configurations_by_the_load_they_carry(tmp_path):
             assert start == pytest.approx(original.value), (trial.number, start, original.value)
     assert by_seqs[16] > 0, said
     header = (tmp_path / "configs" / "cap.yaml").read_text()
-    line = r"^# capacity: [\d.]+ req/s \([\d.]+x the trace's peak rate; baseline [\d.]+ req/s\)$"
+    # Beside the configuration written: vLLM's defaults, or where they are kept, the closest.
+    line = (
+        r"^# capacity: [\d.]+ req/s \([\d.]+x the trace's peak rate; (defaults|trial \d+) [\d.]+ "
+    )
+    line += r"req/s\)$"
     assert re.search(line, header, re.M), header
     assert f"# servers for the peak ({num(peak_req_per_s)} req/s): " in header
     assert "capacity" in done.stdout and "servers for peak" in done.stdout
-    assert re.search(r"^# winner trial \d+: capacity ", header, re.M), header
+    assert re.search(r"^# (winner|defaults) trial \d+: capacity ", header, re.M), header
 
 
 # --- what tuner run says of a capacity study (scripted outcomes, no server) ---------------

@@ -54,7 +54,9 @@ def tuner_run(
         "run", "--trace", trace, "--model", model, "--n-trials", "1", *SLO_ARGS, *extra,
         cwd=cwd, env=env,
     )  # fmt: skip
-    assert result.returncode in (0, 3), result.stdout + result.stderr
+    # A configuration written: vLLM's defaults kept (4: one trial, nothing else measured), or the
+    # closest, where a slow machine missed the SLOs (3).
+    assert result.returncode in (0, 3, 4), result.stdout + result.stderr
     return result
 
 
