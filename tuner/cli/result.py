@@ -17,6 +17,7 @@ from tuner.load.window import LOOP_LAG_WARNING_S
 from tuner.study.measure import scoring
 from tuner.study.measure.objective import of_study, of_trial
 from tuner.study.measure.prepare import Replay
+from tuner.study.measure.time_spent import time_lines
 from tuner.study.plan.spec import StudySpec
 from tuner.study.result.choice import DEFAULTS, TUNED, Choice, choose, summary
 from tuner.study.result.emit import HEADLINE, Provenance, format_figure, render, verdict_lines
@@ -154,6 +155,8 @@ def write_result(
     )
     print(comparison_table(chosen.user_attrs, other_attrs, labels, rows))
     extra += summary(choice)
+    vllm_defaults = {d.name: d.default for d in spec.space if d.has_default}
+    extra += time_lines(chosen.number, chosen.user_attrs, vllm_defaults, choice.keeps_defaults)
     if extra:
         print("\n".join(extra))
     provenance = _provenance(chosen, args, name, sha, replay)
