@@ -1,14 +1,24 @@
 """Where a trial's time went: the line built from the figures a trial recorded of vLLM's
-``/metrics``, and the reading given where vLLM's defaults are kept."""
+``/metrics``, and the reading given where vLLM's defaults are kept; then as ``tuner run`` prints
+it and writes it into the YAML header, and as ``tuner report`` shows it, for studies filled by a
+scripted runner (``test_confirm``'s) whose trials carry hand-made figures."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+from html import escape
 from typing import Any
 
 import pytest
+from test_confirm import Scripted, run_scripted, written_and_reported
 
+from tuner.cli.exits import EXIT_DEFAULTS_KEPT
+from tuner.cli.main import main
 from tuner.study.measure.attrs import ARGS_ATTR
 from tuner.study.measure.time_spent import TimeSpent, reading, time_line, time_lines, time_spent
+from tuner.study.measure.trial import TrialOutcome
+from tuner.study.result.choice import choose
 
 # The figures of the H100 study of the conversation trace on a 7B model (vLLM's defaults).
 GPU_DEFAULTS: dict[str, Any] = {
@@ -109,3 +119,65 @@ def test_the_reading_only_where_the_defaults_are_kept():
 def test_a_default_that_is_not_a_count_is_not_shown():
     lines = time_lines(0, GPU_DEFAULTS, {"max-num-seqs": None}, defaults_kept=False)
     assert lines[0].endswith("48 running on average")
+
+
+class WithFigures(Scripted):
+    """The scripted scores, each trial with vLLM's figures of the H100 study."""
+
+    def __call__(self, args, setup, workdir, should_stop=None) -> TrialOutcome:
+        outcome = super().__call__(args, setup, workdir, should_stop)
+        return replace(outcome, metrics={**outcome.metrics, **FIGURES})
+
+
+FIGURES = {k: v for k, v in GPU_DEFAULTS.items() if k not in (ARGS_ATTR, "ttft_p95_s")}
+# The line of a trial run at vLLM's defaults: the scripted spec gives no default max-num-seqs.
+AT_DEFAULTS = LINE.removesuffix(" of max-num-seqs 1024").removeprefix(
+    "where the time went (trial 0)"
+)
+
+
+def test_the_header_says_where_the_kept_defaults_spent_their_time(tmp_path, cpu_model, capsys):
+    scripted = WithFigures({None: [1.0, 0.7, 1.1], 4: [0.8, 0.85, 0.75], 8: [3.0]})
+    study, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
+    assert main(args) == EXIT_DEFAULTS_KEPT
+    written = choose(study)
+    assert written is not None and written.keeps_defaults
+    line = f"where the time went (trial {written.trial.number}){AT_DEFAULTS}"
+    header = (tmp_path / "configs" / "s.yaml").read_text().split("# Serve with")[0]
+    assert f"# {line}\n# no queue and no memory pressure: " in header
+    out = capsys.readouterr().out
+    assert f"{line}\nno queue and no memory pressure: " in out
+
+
+def test_a_tuned_configuration_gets_its_line_and_no_reading(tmp_path, cpu_model, capsys):
+    scripted = WithFigures({None: [1.0, 1.05, 0.98], 4: [0.5, 0.9, 0.95], 8: [0.6, 0.58, 0.62]})
+    _, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=2, repeats=2)
+    written, page = written_and_reported(tmp_path, args)
+    assert written == 2  # max-num-seqs 8
+    line = f"where the time went (trial 2){AT_DEFAULTS} of max-num-seqs 8"
+    header = (tmp_path / "configs" / "s.yaml").read_text()
+    assert f"# {line}\n" in header and "no queue" not in header
+    # The report says it of the chosen trial, then of vLLM's defaults, through the same lines.
+    baseline = f"where the time went (trial 0){AT_DEFAULTS}"
+    assert f'<ul id="time-spent"><li>{escape(line)}</li><li>{escape(baseline)}</li></ul>' in page
+
+
+def test_the_report_reads_the_kept_defaults_as_tuner_run_does(tmp_path, cpu_model, capsys):
+    scripted = WithFigures({None: [1.0, 0.7, 1.1], 4: [0.8, 0.85, 0.75], 8: [3.0]})
+    _, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
+    written, page = written_and_reported(tmp_path, args)
+    said = re.search(r'<ul id="time-spent">(.*?)</ul>', page)
+    assert said is not None
+    items = re.findall(r"<li>(.*?)</li>", said[1])
+    # The chosen trial is one of the baseline's measurements: it alone, and the reading.
+    assert items[0] == escape(f"where the time went (trial {written}){AT_DEFAULTS}")
+    assert len(items) == 2 and items[1].startswith("no queue and no memory pressure")
+
+
+def test_without_vllm_s_figures_nothing_is_said(tmp_path, cpu_model, capsys):
+    scripted = Scripted({None: [1.0, 0.7, 1.1], 4: [0.8, 0.85, 0.75], 8: [3.0]})
+    _, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
+    _, page = written_and_reported(tmp_path, args)
+    assert "where the time went" not in (tmp_path / "configs" / "s.yaml").read_text()
+    assert "where the time went" not in capsys.readouterr().out
+    assert 'id="time-spent"' not in page
