@@ -17,6 +17,7 @@ from tuner.load.window import LOOP_LAG_WARNING_S
 from tuner.study.measure import scoring
 from tuner.study.measure.objective import of_study, of_trial
 from tuner.study.measure.prepare import Replay
+from tuner.study.measure.time_spent import time_lines
 from tuner.study.plan.spec import StudySpec
 from tuner.study.result.choice import DEFAULTS, TUNED, Choice, choose, summary
 from tuner.study.result.emit import HEADLINE, Provenance, format_figure, render, verdict_lines
@@ -153,7 +154,7 @@ def write_result(
         chosen, other_attrs, replay.peak_req_per_s, labels[1]
     )
     print(comparison_table(chosen.user_attrs, other_attrs, labels, rows))
-    extra += summary(choice)
+    extra += summary(choice) + _time_spent(choice, spec)
     if extra:
         print("\n".join(extra))
     provenance = _provenance(chosen, args, name, sha, replay)
@@ -190,6 +191,14 @@ def write_result(
     )
     print("\n".join(steps))
     return EXIT_MISSES_SLOS
+
+
+def _time_spent(choice: Choice, spec: StudySpec) -> list[str]:
+    """Where the written trial's time went (``tuner.study.measure.time_spent``), vLLM's
+    default max-num-seqs as the spec gives it."""
+    vllm_defaults = {d.name: d.default for d in spec.space if d.has_default}
+    chosen = choice.trial
+    return time_lines(chosen.number, chosen.user_attrs, vllm_defaults, choice.keeps_defaults)
 
 
 def _nothing_served(study: Any) -> int:

@@ -9,9 +9,9 @@ measurements (the lowest score; in a capacity study the highest capacity), else 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tuner.flags import SERVER_ONLY, config_yaml
 from tuner.report import plots
@@ -28,11 +28,14 @@ from tuner.report.data import (
 from tuner.report.page import render
 from tuner.report.rate_curves import curves
 from tuner.report.rate_plot import plot_rates
-from tuner.study.result.choice import choose, summary
+from tuner.study.measure.time_spent import time_lines
+from tuner.study.result.choice import Choice, choose, summary
 from tuner.study.trials import picks, search
+from tuner.study.trials.fingerprint import WORKLOAD_ATTR
 from tuner.study.trials.groups import groups
 
 if TYPE_CHECKING:
+    from optuna.study import Study
     from optuna.trial import FrozenTrial
 
 HTML_NAME = "index.html"
@@ -69,7 +72,36 @@ def read_report(name: str, storage: str, configs: Path) -> StudyReport:
         feasible_configurations=sum(g.feasible for g in groups(study)),
         kept_because=choice.why if choice is not None and choice.keeps_defaults else "",
         closest=choice.closest.number if choice is not None and choice.closest else None,
+        time_spent=time_spent(study, choice, baseline),
     )
+
+
+def vllm_defaults(study: Study) -> dict[str, Any]:
+    """vLLM's own values of the searched engine arguments, as the study's spec gave them."""
+    workload = study.user_attrs.get(WORKLOAD_ATTR)
+    space = workload.get("search_space") if isinstance(workload, Mapping) else None
+    if not isinstance(space, Mapping):
+        return {}
+    return {
+        name: dim.get("default")
+        for name, dim in space.items()
+        if isinstance(dim, Mapping) and dim.get("has_default")
+    }
+
+
+def time_spent(
+    study: Study, choice: Choice | None, baseline: FrozenTrial | None
+) -> tuple[str, ...]:
+    """Where the chosen trial's time went, and the baseline's where it is not one of the chosen
+    configuration's measurements."""
+    if choice is None:
+        return ()
+    defaults = vllm_defaults(study)
+    chosen = choice.trial
+    lines = time_lines(chosen.number, chosen.user_attrs, defaults, choice.keeps_defaults)
+    if baseline is not None and baseline.number not in (chosen.number, *choice.measurements):
+        lines += time_lines(baseline.number, baseline.user_attrs, defaults, defaults_kept=False)
+    return tuple(lines)
 
 
 def read_configuration(path: Path, name: str, chosen: FrozenTrial) -> Configuration:

@@ -333,3 +333,7 @@ class StudyReport:
     # configuration's first trial.
     kept_because: str = ""
     closest: int | None = None
+    # Where the chosen trial's time went, then the baseline's where it is another trial, with
+    # the reading where vLLM's defaults are kept (``tuner.study.measure.time_spent``), as
+    # ``tuner run`` says it of the chosen trial.
+    time_spent: tuple[str, ...] = ()

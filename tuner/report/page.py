@@ -163,7 +163,8 @@ def verdict_section(report: StudyReport) -> str:
         f'<section id="verdict"><h2>Verdict</h2><p>{said(report, chosen)}</p>'
         f"{confirmation_part(report)}"
         f'<table id="verdict-table"><tr><th></th><th>SLO</th>{head}</tr>{"".join(body)}</table>'
-        f"{note}{time_part(columns)}{configuration_part(report, chosen.number)}</section>"
+        f"{note}{time_part(columns)}{spent_part(report)}"
+        f"{configuration_part(report, chosen.number)}</section>"
     )
 
 
@@ -194,6 +195,15 @@ def time_part(columns: Sequence[tuple[TrialRow, str]]) -> str:
         f'<table id="time-table"><tr><th></th>{head}</tr><tr><th></th>{sub}</tr>'
         f"{''.join(body)}</table>"
     )
+
+
+def spent_part(report: StudyReport) -> str:
+    """Where the chosen trial's time went (and the baseline's), as ``tuner run`` says it;
+    nothing where no trial recorded vLLM's figures."""
+    if not report.time_spent:
+        return ""
+    items = "".join(f"<li>{escape(line)}</li>" for line in report.time_spent)
+    return f'<ul id="time-spent">{items}</ul>'
 
 
 def configuration_part(report: StudyReport, chosen: int) -> str:
