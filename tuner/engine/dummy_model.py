@@ -85,6 +85,17 @@ SHAPES: dict[str, ModelShape] = {
         max_position_embeddings=32768,
         tie_word_embeddings=True,
         torch_dtype="bfloat16",
+    ),  # The shape of Qwen2.5-7B: about 7.6 B parameters, 15.2 GB in bf16.
+    "qwen2.5-7b": ModelShape(
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        vocab_size=152064,
+        max_position_embeddings=32768,
+        tie_word_embeddings=False,
+        torch_dtype="bfloat16",
     ),
 }
 
