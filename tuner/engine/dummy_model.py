@@ -85,7 +85,8 @@ SHAPES: dict[str, ModelShape] = {
         max_position_embeddings=32768,
         tie_word_embeddings=True,
         torch_dtype="bfloat16",
-    ),  # The shape of Qwen2.5-7B: about 7.6 B parameters, 15.2 GB in bf16.
+    ),
+    # The shape of Qwen2.5-7B: about 7.6 B parameters, 15.2 GB in bf16.
     "qwen2.5-7b": ModelShape(
         hidden_size=3584,
         intermediate_size=18944,
