@@ -63,28 +63,18 @@ def said(report: StudyReport, chosen: TrialRow) -> str:
             escape(line.strip()) for line in verdict_lines(misses)[1:]
         )
     if report.goal.metric != CAPACITY:
-        if report.kept_because:
-            return (
-                f"Trial {chosen.number} meets every SLO{measured}. It is vLLM's own defaults, "
-                f"kept: {escape(report.kept_because)}."
-            )
-        text = f"Trial {chosen.number} meets every SLO{measured}, with {among(report)}."
-        if chosen_is_baseline(report):
-            text += " It is vLLM's own defaults: no searched configuration scored better."
-        return text
-    value = num(chosen.value or 0.0)
+        meets = f"Trial {chosen.number} meets every SLO{measured}"
+    else:
+        meets = f"Trial {chosen.number} carries {num(chosen.value or 0.0)} req/s within every SLO"
+        meets += measured
     if report.kept_because:
-        return (
-            f"Trial {chosen.number} carries {value} req/s within every SLO{measured}. It is vLLM's "
-            f"own defaults, kept: {escape(report.kept_because)}."
-        )
-    text = (
-        f"Trial {chosen.number} carries {value} req/s within every SLO{measured}: {among(report)}."
-    )
+        # vLLM's defaults were chosen (``choice.DEFAULTS``: the only way they are): why.
+        return f"{meets}. It is vLLM's own defaults, kept: {escape(report.kept_because)}."
+    if report.goal.metric != CAPACITY:
+        return f"{meets}, with {among(report)}."
+    text = f"{meets}: {among(report)}."
     baseline = next((r for r in report.rows if r.number == report.baseline), None)
-    if chosen_is_baseline(report):
-        text += " It is vLLM's own defaults: no searched configuration carried more."
-    elif baseline is not None and baseline.value is not None and not report.confirmation:
+    if baseline is not None and baseline.value is not None and not report.confirmation:
         # Confirmed, the baseline's median is in the confirmation's lines instead.
         text += f" vLLM's defaults (trial {baseline.number}) carry {num(baseline.value)} req/s."
     return text
