@@ -32,7 +32,7 @@ from optuna.trial import FrozenTrial
 from tuner.load.health import CLIENT_BEHIND
 from tuner.study.measure.attrs import ARGS_ATTR
 from tuner.study.measure.objective import of_trial
-from tuner.study.trials.groups import Group, any_confirms, groups, ranked
+from tuner.study.trials.groups import Group, any_confirms, groups, rank
 
 TUNED = "tuned"
 DEFAULTS = "defaults"
@@ -81,10 +81,10 @@ class Choice:
 
 def choose(study: optuna.Study) -> Choice | None:
     """The configuration tuner writes for ``study``; None if no trial served."""
-    feasible, baseline, candidates = ranked(study)
+    served = groups(study)
+    feasible, baseline, candidates = rank(served)
     confirmation = any_confirms(study)
     if not feasible:
-        served = groups(study)
         # A configuration whose client fell behind is not ranked while any other served.
         kept = [g for g in served if not g.first.user_attrs.get(CLIENT_BEHIND)] or served
         if not kept:
@@ -110,7 +110,7 @@ def choose(study: optuna.Study) -> Choice | None:
         )
         return replace(held, group=winner, why=why)
     nearest = next(iter(often), None) or next(iter(found), None)
-    why = _kept_because(baseline, nearest, searched=len(groups(study)) > 1)
+    why = _kept_because(baseline, nearest, searched=len(served) > 1)
     return replace(held, group=baseline, outcome=DEFAULTS, why=why, closest=nearest)
 
 

@@ -119,7 +119,11 @@ def groups(study: optuna.Study) -> list[Group]:
 def ranked(study: optuna.Study) -> tuple[list[Group], Group | None, list[Group]]:
     """The feasible configurations, best median first, the baseline's group (if served) and the
     spec's candidates' groups (those served)."""
-    all_groups = groups(study)
+    return rank(groups(study))
+
+
+def rank(all_groups: list[Group]) -> tuple[list[Group], Group | None, list[Group]]:
+    """``ranked`` of a study's groups already read (``groups``)."""
     ranked = sorted((g for g in all_groups if g.feasible), key=Group.key)
     baseline = next((g for g in all_groups if g.first.user_attrs.get(BASELINE_ATTR)), None)
     candidates = [g for g in all_groups if CANDIDATE_ATTR in g.first.user_attrs]
