@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import logging
 import sys
 import time
@@ -430,12 +429,6 @@ def _confirm(
     )
 
 
-def _plan(budget: Budget | None, spec: StudySpec, n_trials: int) -> None:
-    """Say what the budget buys (nothing without one)."""
-    if budget is not None:
-        print(budget.plan(n_trials, spec.confirm_top_k, spec.confirm_repeats), flush=True)
-
-
 def _run_trials(
     args: argparse.Namespace,
     study: Any,
@@ -459,13 +452,18 @@ def _run_trials(
     log_handlers = logging.getLogger().handlers
     for handler in log_handlers:
         handler.addFilter(status.before_log)
-    plan = functools.partial(_plan, budget, spec, n_trials)
-    plan()
+
+    def plan() -> None:
+        """Say what the budget buys (nothing without one)."""
+        if budget is not None:
+            print(budget.plan(n_trials, spec.confirm_top_k, spec.confirm_repeats), flush=True)
 
     def finished(trial: Any) -> None:
         lines.finished(trial)
         if budget is not None and len(budget.costs) == 1:
             plan()  # from the first trial's measured cost
+
+    plan()
 
     try:
         ran = search.run_study(
