@@ -429,6 +429,12 @@ def _confirm(
     )
 
 
+def _plan(budget: Budget | None, spec: StudySpec, n_trials: int) -> None:
+    """Say what the budget buys (nothing without one)."""
+    if budget is not None:
+        print(budget.plan(n_trials, spec.confirm_top_k, spec.confirm_repeats), flush=True)
+
+
 def _run_trials(
     args: argparse.Namespace,
     study: Any,
@@ -452,18 +458,12 @@ def _run_trials(
     log_handlers = logging.getLogger().handlers
     for handler in log_handlers:
         handler.addFilter(status.before_log)
-
-    def plan() -> None:
-        """Say what the budget buys (nothing without one)."""
-        if budget is not None:
-            print(budget.plan(n_trials, spec.confirm_top_k, spec.confirm_repeats), flush=True)
+    _plan(budget, spec, n_trials)
 
     def finished(trial: Any) -> None:
         lines.finished(trial)
         if budget is not None and len(budget.costs) == 1:
-            plan()  # from the first trial's measured cost
-
-    plan()
+            _plan(budget, spec, n_trials)  # from the first trial's measured cost
 
     try:
         ran = search.run_study(
