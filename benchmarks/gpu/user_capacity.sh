@@ -6,6 +6,10 @@
 #   OUT=... bash benchmarks/gpu/user_capacity.sh wait SECONDS
 #                                                  follow it until it ends or SECONDS pass,
 #                                                  then copy the study, log and YAML to $OUT
+#   OUT=... bash benchmarks/gpu/user_capacity.sh serve
+#                                                  once it ended: serve the YAML it wrote with
+#                                                  `vllm serve --config`, from another folder,
+#                                                  and ask for one completion ($OUT/serve.log)
 #
 # The commands are the README's ("On your GPU, with your model"), with `tuner` as
 # `python3 -m tuner.cli` from TUNER_SRC (default .gpu/snap):
@@ -84,7 +88,7 @@ tuner() { python3 -m tuner.cli "\$@"; }
 began=\$(date +%s)
 if [ -n "${WEIGHTS:-}" ]; then
   echo "== weights"
-  python3 "$root/write_weights.py" $model $WEIGHTS
+  python3 "$root/write_weights.py" $model ${WEIGHTS:-}
   echo "exit \$?"
   du -sh $model
 else
@@ -124,6 +128,29 @@ EOF
     copy_out
     [ -e "$root/DONE" ] && echo "done" || echo "still running"
     ;;
+  serve)
+    out=${OUT:?OUT}
+    mkdir -p "$root/elsewhere" && cp "$root/work/configs/prod.yaml" "$root/elsewhere/prod.yaml"
+    cd "$root/elsewhere" || exit 1
+    began=$(date +%s)
+    ${SERVE:-python3 -m vllm.entrypoints.cli.main serve} --config prod.yaml --port 8765 \
+      > serve.log 2>&1 < /dev/null &
+    server=$!
+    for _ in $(seq 1 150); do
+      curl -sf localhost:8765/health > /dev/null && break
+      kill -0 $server 2>/dev/null || break
+      sleep 2
+    done
+    echo "healthy after $(( $(date +%s) - began )) s"
+    model=$(python3 -c 'import yaml; print(yaml.safe_load(open("prod.yaml"))["model"])')
+    curl -s localhost:8765/v1/completions -H 'content-type: application/json' \
+      -d "{\"model\": \"$model\", \"prompt\": \"Hello\", \"max_tokens\": 4, \"ignore_eos\": true}" \
+      | tee "$out/completion.json"
+    echo
+    kill $server; wait $server 2>/dev/null
+    grep -v -E 'nanobind|leaked ' serve.log | tail -n 5
+    cp serve.log "$out/"
+    ;;
   *)
-    sed -n 2,22p "$0"; exit 2 ;;
+    sed -n 2,26p "$0"; exit 2 ;;
 esac
