@@ -7,7 +7,7 @@
 #                                                  follow it until it ends or SECONDS pass,
 #                                                  then copy the study, log and YAML to $OUT
 #
-# The commands are the README's ("On your GPU, with your model"), with `tuner` as
+# The commands are the README's ("Tune your model"), with `tuner` as
 # `python3 -m tuner.cli` from TUNER_SRC (default .gpu/snap):
 #
 #   tuner init --trace prod.csv --model models/qwen2.5-3b --dummy-weights --objective capacity \
