@@ -40,7 +40,7 @@ MARKER = "TUNER_TEST_RUN"
 
 # Engine arguments that make the CPU build start in about half a minute, and compute in
 # float32: CPUs without bfloat16 instructions (AVX2 only, as on many CI machines) emulate the
-# models' bfloat16, and prefill there about 3 times slower (studies/demo.yaml).
+# models' bfloat16, and prefill there several times slower.
 CPU_ENGINE_ARGS = {
     "load-format": "dummy",
     "max-model-len": 4096,

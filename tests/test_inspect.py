@@ -60,7 +60,7 @@ def test_inspect_real_bursty_trace_json_and_png(tmp_path, capsys):
     png = tmp_path / "code.png"
     assert main(["trace", "inspect", str(AZURE_CODE), "--json", "--png", str(png)]) == 0
     profile = json.loads(capsys.readouterr().out)
-    # The README: 8,819 requests over 57 min, very bursty, silences up to 217 s, nothing in
+    # The trace: 8,819 requests over 57 min, very bursty, silences up to 217 s, nothing in
     # flight most of the time.
     assert profile["requests"] == 8819
     assert profile["arrivals"]["longest_gap_s"] == pytest.approx(217, abs=1)

@@ -2,7 +2,7 @@
 or function.
 
 Read from the code itself (each module's imports, ``TYPE_CHECKING`` ones included), so the
-README's picture of the stages cannot drift from what the code does.
+picture of the stages in docs/development.md cannot drift from what the code does.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the device, from the repository root, once vLLM is installed in /tmp/site (README.md here,
-# "How this repository's runs were made"): the README's "On your GPU, with your model" section,
+# "How this repository's runs were made"): the README's "Install" and "Tune your model" sections,
 # command by command, with tuner from TUNER_SRC (default .gpu/snap).
 #
 #   OUT=... bash benchmarks/gpu/readme_gpu.sh

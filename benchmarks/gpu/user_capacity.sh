@@ -11,7 +11,7 @@
 #                                                  `vllm serve --config`, from another folder,
 #                                                  and ask for one completion ($OUT/serve.log)
 #
-# The commands are the README's ("On your GPU, with your model"), with `tuner` as
+# The commands are the README's ("Tune your model"), with `tuner` as
 # `python3 -m tuner.cli` from TUNER_SRC (default .gpu/snap):
 #
 #   tuner init --trace prod.csv --model models/qwen2.5-3b --dummy-weights --objective capacity \

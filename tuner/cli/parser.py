@@ -81,7 +81,7 @@ def add_run_command(commands: Any) -> None:
         default=AUTO_LAUNCHER,
         help="process: a fresh interpreter per trial; zygote: import vLLM's server once and "
         "fork one per trial (faster starts); auto (default): zygote, except on vLLM's CPU "
-        "build (see README)",
+        "build (docs/how-it-works.md)",
     )
     run.add_argument("--report", action="store_true", help="write the HTML report at the end")
     run.add_argument(

