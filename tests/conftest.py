@@ -15,6 +15,7 @@ import hashlib
 import ipaddress
 import os
 import pwd
+import shlex
 import shutil
 import signal
 import subprocess
@@ -30,6 +31,7 @@ import pytest
 import yaml
 
 from tuner.engine.dummy_model import write_model
+from tuner.engine.environment import command_to_serve
 from tuner.engine.process import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -329,13 +331,17 @@ def stop_group(proc: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def served(config: Path, cwd: Path, env: dict[str, str] | None = None) -> Iterator[str]:
-    """``python -m vllm.entrypoints.openai.api_server --config CONFIG`` started in ``cwd``, in
-    a process group of its own; yields its URL once ``/health`` answers, stops the group after.
+    """The command tuner tells users to serve CONFIG with (``command_to_serve``: on vLLM's CPU
+    build ``python -m vllm.entrypoints.openai.api_server --config CONFIG``), this interpreter's,
+    started in ``cwd`` in a process group of its own; yields its URL once ``/health`` answers,
+    stops the group after.
     """
     port = free_port()
     log = cwd / "serve.log"
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
-    command += ["--config", str(config), "--port", str(port)]
+    program, *rest = shlex.split(command_to_serve(str(config)))
+    bin_dir = Path(sys.executable).parent
+    command = [sys.executable if program == "python" else str(bin_dir / program), *rest]
+    command += ["--port", str(port)]
     with log.open("wb") as out:
         proc = subprocess.Popen(
             command,

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from tuner.engine.dummy_model import write_model
+from tuner.engine.environment import command_to_serve
 from tuner.engine.launchers import ProcessLauncher
 from tuner.engine.process import Engine
 from tuner.flags import config_yaml, flag_name, normalize
@@ -83,7 +84,7 @@ def test_emitted_body_is_the_trial_config_less_host_and_port(tmp_path):
     assert "host: 127.0.0.1\n" in measured and f"port: {engine.port}\n" in measured
 
     text = render("org/model", ARGS, PROVENANCE, MET, {"ttft_p95_s": 0.25}, None)
-    header, _, body = text.partition("# Serve with: vllm serve --config <this file>\n")
+    header, _, body = text.partition(f"# Serve with: {command_to_serve('<this file>')}\n")
     assert body == served_config("org/model", ARGS)
     assert body.encode() == without_server_lines(measured).encode()
     assert all(line.startswith("#") for line in header.splitlines())

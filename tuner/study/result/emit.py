@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.engine.dummy_model import has_weights
+from tuner.engine.environment import command_to_serve
 from tuner.flags import LOAD_FORMAT, RANDOM_WEIGHTS, SERVER_ONLY, config_yaml, random_weights
 from tuner.study.measure.capacity import NO_RATE
 from tuner.study.measure.scoring import Miss, Verdict
@@ -163,5 +164,5 @@ def render(
         if other is not None:
             row += f"   {other_label} {format_figure(other, key, scale, unit):>14}"
         lines.append(row)
-    lines.append("# Serve with: vllm serve --config <this file>")
+    lines.append(f"# Serve with: {command_to_serve('<this file>')}")
     return "\n".join(lines) + "\n" + served_config(model, engine_args)
