@@ -154,3 +154,11 @@ def test_each_example_record_in_the_readme_reads_as_its_format(tmp_path, fmt, fi
     assert detect_format(path) == fmt
     if fmt != "concurrency":
         assert len(load_trace(path).arrival_s) == 1
+
+
+def test_the_readme_is_short_and_reaches_the_gpu_install_early():
+    # The reference lives in docs/; the README says what tuner does, shows one result, and
+    # gets a GPU user to the install within a screen or two.
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 220
+    assert lines.index("## Install") < 60
