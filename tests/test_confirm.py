@@ -160,14 +160,16 @@ def test_a_lead_inside_the_spread_keeps_the_defaults(tmp_path, cpu_model, capsys
 
 
 def test_the_baseline_winning_says_so_and_an_earlier_confirmation_is_kept(tmp_path, cpu_model):
-    scripted = Scripted({None: [0.5, 0.55, 0.5], 4: [0.6, 0.9, 0.9], 8: [0.7]})
+    scripted = Scripted({None: [0.5, 0.55, 0.5], 4: [0.6, 0.9, 0.9], 8: [0.95]})
     study, ran, _ = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
-    # The top one is the baseline itself: only it is re-measured.
-    assert scripted.order == [None, 4, 8, None, None] and ran == 2
+    # The baseline leads; the best searched configuration is measured as often as it anyway,
+    # in turns, so that the defaults are kept on like against like.
+    assert scripted.order == [None, 4, 8, 4, None, 4, None] and ran == 4
     result = choose(study)
     assert result is not None and result.outcome == DEFAULTS and result.group.number == 0
     assert result.closest is not None and result.closest.number == 1
-    assert "was measured once, the defaults 3 times" in result.why
+    assert result.closest.measured == result.group.measured == 3
+    assert "the closest, trial 1, is 80% worse by the median" in result.why, result.why
     # Run again: every configuration it would confirm has its measurements already.
     setup = TrialSetup(
         model="m", requests=(), replay=ReplaySettings(model="m", vocab_size=100),
@@ -234,11 +236,11 @@ def test_re_measurements_whose_client_fell_behind_count_as_taken(tmp_path, cpu_m
 
 
 def test_a_leader_that_falls_back_hands_its_turns_to_the_next(tmp_path, cpu_model, capsys):
-    # The demo's case: the baseline leads on one measurement, so with top_k 1 it alone is
-    # re-measured; it measures worse, trial 2 overtakes it and gets its turns, then both.
+    # The demo's case: the baseline leads on one measurement; with top_k 1 the best searched
+    # configuration (trial 2) is re-measured beside it, in turns, best first.
     scripted = Scripted({None: [0.52, 0.69, 0.71], 4: [0.9], 8: [0.57, 0.6, 0.55]})
     study, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
-    assert scripted.order == [None, 4, 8, None, 8, 8, None]
+    assert scripted.order == [None, 4, 8, 8, None, 8, None]
     result = choose(study)
     assert result is not None and result.closest is not None and result.closest.number == 2
     assert result.closest.median == pytest.approx(0.57)
@@ -282,11 +284,11 @@ def test_a_candidate_inside_the_winner_s_spread_is_called_noise(tmp_path, cpu_mo
 def test_candidates_are_held_against_a_baseline_that_wins(tmp_path, cpu_model):
     scripted = Scripted({None: [0.5, 0.55, 0.52], 4: [0.9, 0.85, 0.95], 8: [0.7, 0.72, 0.75]})
     _, _, args = run_scripted(tmp_path, cpu_model, scripted, 1, 2, candidates=True)
-    assert scripted.order == [None, 4, 8] * 3
+    assert scripted.order == [None, 4, 8] + [8, None, 4] * 2
     assert main(args) == EXIT_DEFAULTS_KEPT
     header = (tmp_path / "configs" / "s.yaml").read_text()
     assert "# vLLM's defaults kept: nothing searched beat them: the closest, trial 2, is " in header
-    assert "# candidate trial 2: score median 0.72 of 3 (0.7 to 0.75; trials 2, 5, 8)" in header
+    assert "# candidate trial 2: score median 0.72 of 3 (0.7 to 0.75; trials 2, 3, 6)" in header
     assert "# beats candidate trial 1 beyond" in header
     assert "# beats candidate trial 2 beyond" in header
 
@@ -395,19 +397,19 @@ def test_the_closest_is_the_best_median_too(tmp_path, cpu_model, capsys):
 
 
 def test_a_re_measurement_of_the_baseline_chosen_is_the_baseline(tmp_path, cpu_model):
-    # The baseline's median measurement is its second (trial 3): the page calls it vLLM's
+    # The baseline's median measurement is its second (trial 4): the page calls it vLLM's
     # defaults, in one column, and does not show trial 0 beside it as another configuration.
-    scripted = Scripted({None: [0.45, 0.5, 0.55], 4: [0.9], 8: [0.7]})
+    scripted = Scripted({None: [0.45, 0.5, 0.55], 4: [0.9], 8: [0.7, 0.75, 0.8]})
     _, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
     written, page = written_and_reported(tmp_path, args)
-    assert written == 3 and chosen_rows(page) == ["3"]
+    assert written == 4 and chosen_rows(page) == ["4"]
     assert verdict_columns(page) == [
-        "trial 3: best, vLLM&#x27;s defaults",
+        "trial 4: best, vLLM&#x27;s defaults",
         "trial 2: closest searched, candidate 1",
         "trial 1: candidate 0",
     ]
-    kept = "It is vLLM's own defaults, kept: the closest searched configuration, trial 2 ("
-    assert kept in page and "was measured once, the defaults 3 times." in page
+    kept = "It is vLLM's own defaults, kept: nothing searched beat them: the closest, trial 2, is "
+    assert kept + "50% worse by the median." in page
 
 
 def test_the_closest_skips_a_configuration_whose_client_fell_behind():

@@ -42,14 +42,20 @@ logger = logging.getLogger(__name__)
 
 
 def to_confirm(study: optuna.Study, top_k: int, candidates: bool = False) -> list[Group]:
-    """The top ``top_k`` feasible configurations by median, then the baseline if not among them,
-    then (``candidates``) the spec's candidates not among them; nothing where no configuration
-    is feasible (the baseline and the candidates are measured again only to be held against a
-    winner)."""
+    """The top ``top_k`` feasible searched configurations by median, then the baseline, then
+    (``candidates``) the spec's candidates not among them; nothing where no configuration is
+    feasible (the baseline and the candidates are measured again only to be held against a
+    winner).
+
+    The baseline does not take a searched configuration's place when it leads: the best
+    searched one is measured as often as vLLM's defaults either way, so the result holds like
+    against like whichever wins (the budget plans for both).
+    """
     ranked_groups, baseline, spec_candidates = ranked(study)
     if top_k <= 0 or not ranked_groups:
         return []
-    top = ranked_groups[:top_k]
+    searched = [g for g in ranked_groups if baseline is None or g.number != baseline.number]
+    top = searched[:top_k]
     for extra in [baseline, *(spec_candidates if candidates else [])]:
         if extra is not None and all(g.number != extra.number for g in top):
             top.append(extra)
