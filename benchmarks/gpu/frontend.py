@@ -53,8 +53,9 @@ from tuner.load.metrics import RequestResult, parse_scrape, summarize_client
 from tuner.load.spread import replay
 from tuner.load.window import replay_figures
 from tuner.study.measure.capacity import reset_prefix_cache, wait_idle
-from tuner.study.measure.objective import CAPACITY_OBJECTIVE, RateSearch
+from tuner.study.measure.objective import CAPACITY_OBJECTIVE
 from tuner.study.measure.prepare import prepare
+from tuner.study.measure.rate_search import RateSearch
 from tuner.study.measure.scoring import score
 from tuner.study.measure.trial import TrialSetup
 from tuner.study.plan.spec import StudySpec, load_spec

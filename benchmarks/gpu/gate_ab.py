@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from tuner.cli.run import launcher_for
-from tuner.study.measure.objective import RateSearch
 from tuner.study.measure.prepare import prepare
+from tuner.study.measure.rate_search import RateSearch
 from tuner.study.measure.trial import run_trial
 from tuner.study.plan.space import capture_pin
 from tuner.study.plan.spec import load_spec
