@@ -11,13 +11,15 @@ implementations, registered in ``OBJECTIVES`` under the spec's ``objective_mode`
 
 An objective fixes the study's direction and metric (the value optuna-dashboard shows), how a
 trial measures, how a trial vLLM did not run is scored, what of the spec goes into the study's
-fingerprint, and the words ``tuner run`` prints of a trial and of the result. The rest of tuner
-asks the objective (``of_spec``, ``of_study``, ``of_trial``) rather than testing which one it is.
+fingerprint, and the words ``tuner run`` prints of a trial and of the result and ``tuner report``
+shows. It alone reads the direction: configurations are ranked (``rank``, ``better``, ``gain``,
+``best_first``) through it. The rest of tuner asks the objective (``of_spec``, ``of_study``,
+``of_trial``) rather than testing which one it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -63,14 +65,63 @@ class StudyObjective:
     # and whether ``time_scale: auto`` measures the replay's rate on this machine.
     prunes: ClassVar[bool] = True
     calibrates: ClassVar[bool] = True
+    # The value in words: its name, its unit after a number, and the axis that draws it.
+    value_name: ClassVar[str] = SCORE_NAME
+    value_unit: ClassVar[str] = ""
+    value_label: ClassVar[str] = "score (lower is better)"
+    # Whether a trial searches the rates it is measured at, its figures those at its value
+    # (``figures_at`` says so): the report then leads with the value, shows the rates each trial
+    # measured, and draws latency against offered rate.
+    searches_rates: ClassVar[bool] = False
+    figures_at: ClassVar[str] = ""
 
     @property
-    def maximise(self) -> bool:
+    def maximize(self) -> bool:
+        """Whether a higher value is better: the study's direction, read here only."""
         return self.direction == StudyDirection.MAXIMIZE
 
     def rank(self, value: float) -> float:
         """A trial's value as a rank: lower is better, whichever the direction."""
-        return -value if self.maximise else value
+        return -value if self.maximize else value
+
+    def better(self, value: float, than: float) -> bool:
+        """Whether ``value`` is better than ``than``."""
+        return self.rank(value) < self.rank(than)
+
+    def gain(self, value: float, over: float) -> float:
+        """How much better ``value`` is than ``over``, as a fraction of ``over`` (negative:
+        worse); 0 where ``over`` is 0."""
+        if not over:
+            return 0.0
+        return (self.rank(over) - self.rank(value)) / abs(over)
+
+    def best_first(self, trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
+        """Completed trials from the best value to the worst: ordered by value and number, and
+        read from the best end (of equal values, the later trial first where higher is
+        better)."""
+        ordered = sorted(trials, key=lambda t: (t.value, t.number))
+        return ordered[::-1] if self.maximize else ordered
+
+    def value_text(self, value: float) -> str:
+        """A trial's value as the report's tables show it."""
+        return f"{value:.3f}"
+
+    def meets_words(self, value: float) -> str:
+        """What the chosen configuration (its value ``value``) does, in the report's verdict."""
+        return "meets every SLO"
+
+    def among_words(self, count: int, confirmed: bool) -> str:
+        """What the chosen configuration is best among, as the verdict's sentence goes on from
+        ``meets_words``: ``count`` feasible configurations ranked by their medians
+        (``confirmed``), else ``count`` feasible trials."""
+        if confirmed:
+            return f", with the best median score of {count} feasible {_configurations(count)}"
+        return f", with the best score of the {count} feasible trials"
+
+    def defaults_words(self, number: int, value: float) -> str:
+        """What the verdict adds of vLLM's defaults (trial ``number``, its value ``value``) where
+        no confirmation compared them: nothing."""
+        return ""
 
     def check_trace(self, request_trace: bool) -> None:
         """An ``InputError`` where the objective cannot use this kind of trace."""
@@ -151,6 +202,27 @@ class Capacity(StudyObjective):
     # own rates.
     prunes = False
     calibrates = False
+    value_name = "capacity"
+    value_unit = " req/s"
+    value_label = "capacity (req/s, higher is better)"
+    searches_rates = True
+    figures_at = "those at its capacity (at the lowest rate it tried, where none passed)"
+
+    def value_text(self, value: float) -> str:
+        return f"{num(value)} req/s"
+
+    def meets_words(self, value: float) -> str:
+        return f"carries {num(value)} req/s within every SLO"
+
+    def among_words(self, count: int, confirmed: bool) -> str:
+        if confirmed:
+            what = f"the highest median capacity of {count} {_configurations(count)}"
+        else:
+            what = f"the highest capacity of the {count} trials"
+        return f": {what} that met them at some rate"
+
+    def defaults_words(self, number: int, value: float) -> str:
+        return f" vLLM's defaults (trial {number}) carry {num(value)} req/s."
 
     def check_trace(self, request_trace: bool) -> None:
         if not request_trace:
@@ -252,6 +324,10 @@ LATENCY_OBJECTIVE = Latency()
 CAPACITY_OBJECTIVE = Capacity()
 OBJECTIVES: dict[str, StudyObjective] = {o.mode: o for o in (LATENCY_OBJECTIVE, CAPACITY_OBJECTIVE)}
 assert tuple(OBJECTIVES) == OBJECTIVE_MODES
+
+
+def _configurations(count: int) -> str:
+    return "configuration" if count == 1 else "configurations"
 
 
 def of_spec(spec: StudySpec) -> StudyObjective:
