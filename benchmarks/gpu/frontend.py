@@ -97,7 +97,7 @@ class ServeLauncher:
 def build(
     spec_path: Path, trace_path: Path, launcher: ServeLauncher
 ) -> tuple[StudySpec, TrialSetup]:
-    """The spec and a trial setup as ``tuner run`` builds them (``tuner.cli.run``), with the
+    """The spec and a trial setup as ``tuner run`` builds them (``prepare``), with the
     ``vllm serve`` launcher."""
     spec = load_spec(spec_path)
     prepared = prepare(spec, load_trace(trace_path), launcher)
