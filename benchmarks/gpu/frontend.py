@@ -53,8 +53,9 @@ from tuner.load.metrics import RequestResult, parse_scrape, summarize_client
 from tuner.load.spread import replay
 from tuner.load.window import replay_figures
 from tuner.study.measure.capacity import reset_prefix_cache, wait_idle
-from tuner.study.measure.objective import CAPACITY_OBJECTIVE, RateSearch
+from tuner.study.measure.objective import CAPACITY_OBJECTIVE
 from tuner.study.measure.prepare import prepare
+from tuner.study.measure.rate_search import RateSearch
 from tuner.study.measure.scoring import score
 from tuner.study.measure.trial import TrialSetup
 from tuner.study.plan.spec import StudySpec, load_spec
@@ -96,7 +97,7 @@ class ServeLauncher:
 def build(
     spec_path: Path, trace_path: Path, launcher: ServeLauncher
 ) -> tuple[StudySpec, TrialSetup]:
-    """The spec and a trial setup as ``tuner run`` builds them (``tuner.cli.run``), with the
+    """The spec and a trial setup as ``tuner run`` builds them (``prepare``), with the
     ``vllm serve`` launcher."""
     spec = load_spec(spec_path)
     prepared = prepare(spec, load_trace(trace_path), launcher)

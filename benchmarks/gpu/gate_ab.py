@@ -27,9 +27,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tuner.cli.run import launcher_for
-from tuner.study.measure.objective import RateSearch
+from tuner.engine import environment
+from tuner.engine.launchers import LAUNCHERS, auto_launcher
 from tuner.study.measure.prepare import prepare
+from tuner.study.measure.rate_search import RateSearch
 from tuner.study.measure.trial import run_trial
 from tuner.study.plan.space import capture_pin
 from tuner.study.plan.spec import load_spec
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
     spec = load_spec(options.spec)
     options.out.mkdir(parents=True, exist_ok=True)
-    launcher = launcher_for("auto", options.out / "launcher.log")
+    launcher = LAUNCHERS[auto_launcher(environment.is_cpu_build())](options.out / "launcher.log")
     prepared = prepare(spec, load_trace(options.trace), launcher)
     replay, setup = prepared.replay, prepared.setup
     assert isinstance(setup.measure, RateSearch), "the spec is not a capacity study's"

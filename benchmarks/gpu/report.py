@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.report import plots as figures
 from tuner.report.build import read_report
-from tuner.report.data import CAPACITY_GOAL, StudyReport, rows_of, searched_parameters, slo_limits
+from tuner.report.data import StudyReport, rows_of, searched_parameters, slo_limits
 from tuner.report.rate_curves import MOST_CURVES, curves
 from tuner.report.rate_plot import plot_rates
 from tuner.study.measure.capacity_text import servers_for
@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     # The trial tuner writes (tuner.study.result.choice.choose, through tuner report's reading): the
     # median measurement of the feasible configuration with the best median.
     report = read_report(args.name, storage, args.configs or args.dir / "configs")
-    capacity = report.goal == CAPACITY_GOAL
+    capacity = report.objective.searches_rates
     best = report.chosen if report.meets_slos else None
     written = report.configuration.trial if report.configuration else None
     if report.configuration and report.configuration.written and written != report.chosen:

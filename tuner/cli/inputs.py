@@ -1,19 +1,28 @@
-"""What ``tuner run`` reads from its command line beside the spec: the spec's path, the lengths a
-concurrency trace's requests take, the trace's digest, and the check that a study was measured
-as this run would measure it."""
+"""What ``tuner run`` reads from its command line beside the spec: the trace (a request trace,
+or a concurrency trace and the lengths its requests take), the spec's path, and the workload
+every trial replays, said as it is built."""
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from tuner.cli.parser import trace_options
 from tuner.errors import InputError
-from tuner.study.trials.fingerprint import WORKLOAD_ATTR, differences
-from tuner.traces.concurrency import LengthSource
-from tuner.traces.formats import load_trace
+from tuner.study.measure.objective import of_spec
+from tuner.study.measure.prepare import (
+    Workload,
+    closed_loop_replay,
+    open_loop_replay,
+    replay_lines,
+)
+from tuner.study.plan.spec import StudySpec
+from tuner.traces.concurrency import ConcurrencyTrace, LengthSource, load_concurrency
+from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
+from tuner.traces.model import Trace
+from tuner.traces.workload import ModelInfo
 
 
 def length_source(args: argparse.Namespace) -> LengthSource:
@@ -37,36 +46,59 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def check_workload(study: Any, fingerprint: Mapping[str, Any]) -> None:
-    """Refuse a study whose trials were measured or judged otherwise than ``fingerprint`` says.
-
-    Compared on the keys both hold: the machine's (vLLM version, device) only when this run
-    adds trials, and a study recorded before tuner checked the spec has only the trace and the
-    window. Keys the study lacks are recorded now, and checked from then on; if the study has
-    trials already, a line says which keys its earlier trials were not checked against.
-    """
-    recorded = study.user_attrs.get(WORKLOAD_ATTR)
-    if recorded is None:
-        study.set_user_attr(WORKLOAD_ATTR, dict(fingerprint))
-        return
-    differ = differences(recorded, fingerprint)
-    if differ:
-        raise InputError(
-            f"study {study.study_name!r} was measured another way ({'; '.join(differ)}): its "
-            "trials would not compare with new ones; use --study NEWNAME (or delete the DB) to "
-            "start a new study"
-        )
-    missing = [key for key in fingerprint if key not in recorded]
-    if not missing:
-        return
-    study.set_user_attr(WORKLOAD_ATTR, {**recorded, **fingerprint})
-    if study.trials:
-        print(
-            f"study {study.study_name!r} predates tuner checking {', '.join(sorted(missing))}: "
-            f"its {len(study.trials)} trials were not checked against them; recorded now"
-        )
-
-
 def spec_path(args: argparse.Namespace, name: str) -> Path:
     """The study's spec file: ``--spec``, else studies/NAME.yaml."""
     return args.spec or Path("studies") / f"{name}.yaml"
+
+
+@dataclass(frozen=True)
+class TraceRead:
+    """The trace ``--trace`` names: a request trace, or a concurrency trace's schedule and where
+    its requests' lengths come from."""
+
+    trace: Trace | None
+    schedule: ConcurrencyTrace | None = None
+    lengths: LengthSource | None = None
+
+
+def read_trace(args: argparse.Namespace) -> TraceRead:
+    """The trace, said in a line."""
+    if decide_format(args.trace, args.format, args.columns) == CONCURRENCY:
+        schedule, lengths = load_concurrency(args.trace), length_source(args)
+        print(f"concurrency trace {args.trace}: {len(schedule.time_s)} samples")
+        return TraceRead(None, schedule, lengths)
+    trace = load_trace(args.trace, args.format, **trace_options(args))
+    print(f"trace {args.trace}: {len(trace)} requests over {trace.span_s:.0f} s")
+    return TraceRead(trace)
+
+
+def workload_of(
+    args: argparse.Namespace,
+    spec: StudySpec,
+    read: TraceRead,
+    time_scale: float,
+    model: ModelInfo,
+) -> Workload:
+    """The window replayed, open-loop from a request trace or closed-loop from a concurrency
+    one, ``--window-s`` seconds long (else the spec's), and how (said, with the capacity search
+    where the objective is capacity)."""
+    # The parser took only positive numbers: an option given is never dropped for the spec's.
+    window_s = spec.window_s if args.window_s is None else args.window_s
+    if read.trace is None:
+        assert read.schedule is not None and read.lengths is not None
+        lengths_from = (
+            sha256_of(args.lengths_trace)
+            if args.lengths_trace
+            else f"{args.input_lengths} {args.output_lengths}"
+        )
+        replay = closed_loop_replay(
+            read.schedule, read.lengths, lengths_from, window_s, time_scale, model.max_model_len
+        )
+    else:
+        replay = open_loop_replay(read.trace, window_s, time_scale, model.max_model_len)
+    print("\n".join(replay_lines(replay)))
+    said = of_spec(spec).measure(spec, replay.requests, replay.offered).describe()
+    if said:
+        print(said)
+    sha = sha256_of(args.trace)
+    return Workload(args.trace, sha, read.trace, replay, window_s, time_scale, model)

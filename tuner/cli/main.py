@@ -18,7 +18,8 @@ from tuner.cli.compile_key import cmd_compile_key
 from tuner.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
 from tuner.cli.parser import build_parser
 from tuner.cli.report import cmd_report
-from tuner.cli.run import cmd_init, cmd_run
+from tuner.cli.run import cmd_run
+from tuner.cli.spec import cmd_init
 from tuner.cli.trace import cmd_trace_from_prometheus, cmd_trace_inspect
 from tuner.errors import InputError, TunerError
 

@@ -1,17 +1,25 @@
-"""The live status line of ``tuner run``: where the running trial is, rewritten in place.
+"""What ``tuner run`` prints as it runs (``RunLines``): its lines, and of each trial a live status
+line (``StatusLine``), where the running trial is, rewritten in place.
 
-Only on a terminal. On anything else (a CI log, a file, a pipe) it writes nothing, and ``tuner
-run`` prints one plain line as each trial starts and one when it ends. The line is cut to the
-terminal's width, so that a carriage return always goes back to its start.
+The status line only on a terminal. On anything else (a CI log, a file, a pipe) it writes
+nothing, and ``tuner run`` prints one plain line as each trial starts and one when it ends. The
+line is cut to the terminal's width, so that a carriage return always goes back to its start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
-from typing import TextIO
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any, TextIO
 
-from tuner.study.measure.trial import RATE, REPLAY, STARTING, WARMUP, TrialProgress
+from optuna.trial import FrozenTrial
+
+from tuner.cli.result import fmt_params, trial_line
+from tuner.study.measure.trial import RATE, REPLAY, STARTING, WARMUP, OnProgress, TrialProgress
+from tuner.study.plan.spec import StudySpec
 
 # Back to the start of the line, and erase it.
 ERASE_LINE = "\r\x1b[2K"
@@ -81,3 +89,56 @@ class StatusLine:
         """A logging filter: clears the line before a record is written; keeps every record."""
         self.clear()
         return True
+
+
+class RunLines:
+    """What ``tuner run`` prints of a run (a ``tuner.study.result.run.Teller``): its lines as
+    they come; of each trial, on a terminal a live line while it runs, elsewhere one line as it
+    starts, once its vLLM process has been started: ``trial   3  max-num-seqs=12  starting vLLM
+    (pid 4321) ...`` (that pid is also the server's process group); a summary line as each
+    ends."""
+
+    def __init__(self, spec: StudySpec) -> None:
+        self.status = StatusLine(sys.stdout)
+        self.progress: OnProgress | None = self.status.show if self.status.live else None
+        # What a trial's line names: the searched arguments, and what the baseline and the
+        # candidates set beyond the fixed ones (a candidate {api-server-count: 2} is not the
+        # defaults).
+        set_by = [*spec.baseline, *(name for candidate in spec.candidates for name in candidate)]
+        self.names = list(dict.fromkeys([*(d.name for d in spec.space), *set_by]))
+        # The trial starting and its engine arguments, until its start line is printed.
+        self._starting: tuple[int, str] | None = None
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+
+    def trial_started(self, number: int, engine_args: Mapping[str, Any]) -> None:
+        params = fmt_params(engine_args, self.names)
+        if self.status.live:
+            self.status.begin(number, params)
+        else:
+            self._starting = (number, params)
+
+    def engine_started(self, pid: int) -> None:
+        """Off a terminal, the start line, now that the trial's vLLM process has been started."""
+        if self._starting is not None:
+            (number, params), self._starting = self._starting, None
+            print(f"trial {number:>3}  {params}  starting vLLM (pid {pid}) ...", flush=True)
+
+    def trial_finished(self, trial: FrozenTrial) -> None:
+        self.status.clear()
+        print(trial_line(trial, self.names), flush=True)
+
+    @contextlib.contextmanager
+    def showing(self) -> Iterator[None]:
+        """While trials run: a log record clears the live line first; at the end, or where the
+        run stopped (interrupted), the line stays as it is, showing where the trial was."""
+        handlers = logging.getLogger().handlers
+        for handler in handlers:
+            handler.addFilter(self.status.before_log)
+        try:
+            yield
+        finally:
+            self.status.keep()
+            for handler in handlers:
+                handler.removeFilter(self.status.before_log)

@@ -1,4 +1,4 @@
-"""What ``tuner run`` prints about trials, and the configuration file it writes."""
+"""What ``tuner run`` prints about trials, and of the configuration it wrote."""
 
 from __future__ import annotations
 
@@ -7,22 +7,18 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import tuner
+import optuna
+
 from tuner.cli.exits import EXIT_DEFAULTS_KEPT, EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
 from tuner.cli.inputs import spec_path
-from tuner.cli.output import write_whole
 from tuner.engine.environment import command_to_serve
-from tuner.errors import TunerError
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.window import LOOP_LAG_WARNING_S
-from tuner.study.measure import scoring
-from tuner.study.measure.objective import of_study, of_trial
-from tuner.study.measure.prepare import Replay
-from tuner.study.measure.time_spent import time_lines
-from tuner.study.plan.spec import StudySpec
-from tuner.study.result.choice import DEFAULTS, TUNED, Choice, choose, summary
-from tuner.study.result.emit import HEADLINE, Provenance, format_figure, render, verdict_lines
-from tuner.study.trials import confirm, fingerprint, picks, search
+from tuner.study.measure.objective import of_trial
+from tuner.study.result.choice import DEFAULTS, TUNED
+from tuner.study.result.emit import HEADLINE, format_figure, verdict_lines
+from tuner.study.result.written import Written
+from tuner.study.trials import confirm, picks, search
 
 
 def fmt_params(args: Mapping[str, Any], space_names: Sequence[str]) -> str:
@@ -81,7 +77,7 @@ def trial_line(trial: Any, space_names: Sequence[str]) -> str:
     return "  ".join(parts)
 
 
-def overhead_summary(study: Any, first: int) -> str:
+def overhead_summary(study: optuna.Study, first: int) -> str:
     """How much of this run's trial time was not measurement, and the engine start-up times."""
     trials = [t for t in study.get_trials(deepcopy=False)[first:] if "time_trial_s" in t.user_attrs]
     if not trials:
@@ -99,8 +95,8 @@ def overhead_summary(study: Any, first: int) -> str:
     )
     if starts:
         text += f"; engine start median {starts[len(starts) // 2]:.1f} s (min {starts[0]:.1f} s)"
-    hits = [t.user_attrs.get("compile_cache_hit") for t in trials]
-    hits = [hit for hit in hits if hit is not None]
+    said = [t.user_attrs.get("compile_cache_hit") for t in trials]
+    hits = [bool(hit) for hit in said if hit is not None]
     if hits:
         text += f"; vLLM's compile cache hit in {sum(hits)} of {len(hits)} starts"
     return text
@@ -125,84 +121,38 @@ def comparison_table(
     return "\n".join(rows)
 
 
-def _labels(choice: Choice) -> tuple[str, str]:
-    """The end table's and the header's two columns: what was written, and what beside it."""
-    if choice.keeps_defaults:
-        closest = choice.closest
-        return "defaults", "n/a" if closest is None else f"trial {closest.number}"
-    return ("best" if choice.meets_slos else "closest"), "defaults"
-
-
-def write_result(
-    args: argparse.Namespace, study: Any, spec: StudySpec, name: str, sha: str, replay: Replay
+def said_result(
+    args: argparse.Namespace, name: str, study: optuna.Study, written: Written | None
 ) -> int:
-    """Write the configuration ``tuner.study.result.choice.choose`` picks; say which, and why.
+    """Say which configuration was written, and why, or why none was; the exit status that
+    says it.
 
     Exit 0 (a tuned configuration: it beats vLLM's defaults beyond the spread, or meets the
     SLOs where they do not), 4 (vLLM's defaults kept), 3 (nothing met the SLOs: the closest is
     written) or 1 (no trial served: nothing written).
     """
-    choice = choose(study)
-    if choice is None:
-        return _nothing_served(study)
-    chosen = choice.trial
-    verdict = scoring.verdict(picks.constraints_of(chosen), chosen.user_attrs)
-    other = choice.other.median_trial if choice.other is not None else None
-    other_attrs = other.user_attrs if other is not None else None
-    labels = _labels(choice)
-    objective = of_study(study)
-    rows, extra, measured = objective.result_lines(
-        chosen, other_attrs, replay.peak_req_per_s, labels[1]
-    )
-    print(comparison_table(chosen.user_attrs, other_attrs, labels, rows))
-    extra += summary(choice) + _time_spent(choice, spec)
-    if extra:
-        print("\n".join(extra))
-    provenance = _provenance(chosen, args, name, sha, replay)
-    text = render(
-        spec.model,
-        picks.engine_args_of(chosen),
-        provenance,
-        verdict,
-        chosen.user_attrs,
-        other_attrs,
-        extra,
-        measured,
-        labels,
-    )
-    out = args.configs / f"{name}.yaml"
-    try:
-        write_whole(out, text)
-    except TunerError as exc:
-        raise TunerError(
-            f"{exc}; the study keeps every trial: --n-trials 0 writes the file again"
-        ) from None
+    if written is None:
+        _nothing_served(study)
+        return EXIT_FAILED
+    chosen, out = written.trial, written.path
+    print(comparison_table(chosen.user_attrs, written.other, written.labels, written.rows))
+    if written.lines:
+        print("\n".join(written.lines))
     serve = f"(serve: {command_to_serve(str(out))})"
-    if choice.outcome == TUNED:
+    if written.choice.outcome == TUNED:
         print(f"tuned: trial {chosen.number}; wrote {out} {serve}")
         return EXIT_MEETS_SLOS
-    if choice.outcome == DEFAULTS:
+    if written.choice.outcome == DEFAULTS:
         print(f"vLLM's defaults kept (trial {chosen.number}); wrote them to {out} {serve}")
         return EXIT_DEFAULTS_KEPT
     print(f"\nno trial met the SLOs; wrote the closest, trial {chosen.number}, to {out}:")
-    print("\n".join(f"  {line}" for line in verdict_lines(verdict)))
+    print("\n".join(f"  {line}" for line in verdict_lines(written.verdict)))
     capacity_run = f"tuner run --trace {args.trace} --study {name}-capacity --objective capacity"
-    steps = objective.what_next(
-        chosen, replay.offered, spec_path(args, name), verdict.misses, capacity_run
-    )
-    print("\n".join(steps))
+    print("\n".join(written.next_steps(spec_path(args, name), capacity_run)))
     return EXIT_MISSES_SLOS
 
 
-def _time_spent(choice: Choice, spec: StudySpec) -> list[str]:
-    """Where the written trial's time went (``tuner.study.measure.time_spent``), vLLM's
-    default max-num-seqs as the spec gives it."""
-    vllm_defaults = {d.name: d.default for d in spec.space if d.has_default}
-    chosen = choice.trial
-    return time_lines(chosen.number, chosen.user_attrs, vllm_defaults, choice.keeps_defaults)
-
-
-def _nothing_served(study: Any) -> int:
+def _nothing_served(study: optuna.Study) -> None:
     """Say why nothing is written: the first trial that failed, and its reason."""
     failed = picks.first_failure(study)
     why = (
@@ -212,25 +162,4 @@ def _nothing_served(study: Any) -> int:
     )
     print(
         f"tuner: no trial served the window; nothing written. First failure: {why}", file=sys.stderr
-    )
-    return EXIT_FAILED
-
-
-def _provenance(
-    chosen: Any, args: argparse.Namespace, name: str, sha: str, replay: Replay
-) -> Provenance:
-    """What the trial ran on; this machine's only for a trial recorded before tuner kept that."""
-    attrs = chosen.user_attrs
-    recorded = all(isinstance(attrs.get(key), str) for key in fingerprint.MEASURED_ON)
-    ran_on: Mapping[str, str] = attrs if recorded else fingerprint.measured_on()
-    return Provenance(
-        tuner_version=tuner.__version__,
-        vllm_version=ran_on[fingerprint.VLLM_VERSION],
-        device=ran_on[fingerprint.DEVICE],
-        study=name,
-        trace_path=str(args.trace),
-        trace_sha256=sha,
-        window=replay.text,
-        trial_number=chosen.number,
-        machine_of_writer=not recorded,
     )

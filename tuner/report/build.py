@@ -16,10 +16,8 @@ from typing import TYPE_CHECKING, Any
 from tuner.flags import SERVER_ONLY, config_yaml
 from tuner.report import plots
 from tuner.report.data import (
-    CAPACITY_GOAL,
     Configuration,
     StudyReport,
-    goal_of,
     recorded_slos,
     rows_of,
     searched_parameters,
@@ -28,6 +26,7 @@ from tuner.report.data import (
 from tuner.report.page import render
 from tuner.report.rate_curves import curves
 from tuner.report.rate_plot import plot_rates
+from tuner.study.measure.objective import of_study
 from tuner.study.measure.time_spent import time_lines
 from tuner.study.result.choice import Choice, choose, summary
 from tuner.study.trials import picks, search
@@ -66,7 +65,7 @@ def read_report(name: str, storage: str, configs: Path) -> StudyReport:
         meets_slos=choice is not None and choice.meets_slos,
         baseline=None if baseline is None else baseline.number,
         configuration=configuration,
-        goal=goal_of(study),
+        objective=of_study(study),
         measurements=() if choice is None else choice.measurements,
         confirmation=tuple(summary(choice)) if choice is not None and said else (),
         feasible_configurations=sum(g.feasible for g in groups(study)),
@@ -117,17 +116,21 @@ def read_configuration(path: Path, name: str, chosen: FrozenTrial) -> Configurat
 
 
 def _rates(report: StudyReport, path: Path) -> Path | None:
-    """A capacity study's latency against offered rate; none in a latency study."""
-    if report.goal != CAPACITY_GOAL:
+    """Latency against offered rate, where the study's trials search rates (a capacity
+    study); none elsewhere."""
+    if not report.objective.searches_rates:
         return None
     return plot_rates(curves(report.rows, report.parameters, report.slos), report.slos, path)
 
 
 FIGURES: tuple[tuple[str, Callable[[StudyReport, Path], Path | None]], ...] = (
     ("rates.png", _rates),
-    ("landscape.png", lambda r, p: plots.plot_landscape(r.rows, r.parameters, r.slos, p, r.goal)),
+    (
+        "landscape.png",
+        lambda r, p: plots.plot_landscape(r.rows, r.parameters, r.slos, p, r.objective),
+    ),
     ("trials.png", lambda r, p: plots.plot_trials(r.rows, r.slos, p)),
-    ("history.png", lambda r, p: plots.plot_history(r.rows, p, r.goal)),
+    ("history.png", lambda r, p: plots.plot_history(r.rows, p, r.objective)),
     ("cost.png", lambda r, p: plots.plot_cost(r.rows, p)),
 )
 

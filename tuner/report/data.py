@@ -8,8 +8,8 @@ plotting code, so that it can be tested without drawing anything:
   figures, and met every SLO or missed one), ``pruned`` (stopped early: its figures are what it
   had reached, lower bounds, and it has no value), ``failed`` (its engine failed or it measured
   nothing usable), ``interrupted`` (Ctrl-C) or ``running``;
-- a trial's value is what the study ranks it by (its ``Goal``): the score, lowest best, or in a
-  capacity study the capacity, highest best;
+- a trial's value is what the study ranks it by (its objective's ``metric``, ranked as the
+  objective says): the score, lowest best, or in a capacity study the capacity, highest best;
 - the landscape and the per-trial figures show feasible, infeasible and pruned trials; the
   value only the first two; failed, interrupted and running trials only the table.
 
@@ -27,13 +27,12 @@ from tuner.study.measure.objective import (
     CAPACITY_OBJECTIVE,
     LATENCY_OBJECTIVE,
     OBJECTIVES,
-    of_study,
+    StudyObjective,
 )
 from tuner.study.trials import picks, search
 from tuner.study.trials.fingerprint import WORKLOAD_ATTR
 
 if TYPE_CHECKING:
-    from optuna.study import Study
     from optuna.trial import FrozenTrial
 
 FEASIBLE, INFEASIBLE, PRUNED = "feasible", "infeasible", "pruned"
@@ -42,9 +41,10 @@ FAILED, INTERRUPTED, RUNNING = "failed", "interrupted", "running"
 SERIES = (FEASIBLE, INFEASIBLE, PRUNED)
 SCORE = LATENCY_OBJECTIVE.metric
 CAPACITY = CAPACITY_OBJECTIVE.metric
-# The names a trial's value goes by, one per objective: a latency study's score, a capacity
-# study's capacity.
-VALUES = tuple(objective.metric for objective in OBJECTIVES.values())
+# The objective whose value goes by each name: a latency study's score, a capacity study's
+# capacity.
+VALUED_BY = {objective.metric: objective for objective in OBJECTIVES.values()}
+VALUES = tuple(VALUED_BY)
 # How SLOs are listed: the usual ones first, the error rate last.
 SLO_ORDER = ("ttft_p95_s", "tpot_p95_s", "e2e_p99_s")
 
@@ -55,31 +55,6 @@ COST_PARTS = (
     ("time_window_s", "window"),
     ("time_engine_stop_s", "engine stop"),
 )
-
-
-@dataclass(frozen=True)
-class Goal:
-    """What a study ranks its trials by: the name of the trials' value, and which way is best."""
-
-    metric: str
-    maximise: bool
-
-    def better(self, value: float, than: float) -> bool:
-        return value > than if self.maximise else value < than
-
-
-# Each objective's goal, by its mode.
-GOALS = {
-    mode: Goal(objective.metric, maximise=objective.maximise)
-    for mode, objective in OBJECTIVES.items()
-}
-LATENCY_GOAL = GOALS[LATENCY_OBJECTIVE.mode]
-CAPACITY_GOAL = GOALS[CAPACITY_OBJECTIVE.mode]
-
-
-def goal_of(study: Study) -> Goal:
-    """The goal of the study's objective."""
-    return GOALS[of_study(study).mode]
 
 
 def in_seconds(metric: str) -> bool:
@@ -267,15 +242,17 @@ def landscape(
     return {name: tuple(points) for name, points in series.items()}
 
 
-def history(rows: Sequence[TrialRow], goal: Goal = LATENCY_GOAL) -> tuple[HistoryStep, ...]:
-    """Each trial in order, with the best feasible value found up to it (the lowest score, or
-    the highest capacity)."""
+def history(
+    rows: Sequence[TrialRow], objective: StudyObjective = LATENCY_OBJECTIVE
+) -> tuple[HistoryStep, ...]:
+    """Each trial in order, with the best feasible value found up to it, as the study's
+    ``objective`` ranks them (the lowest score, or the highest capacity)."""
     best: float | None = None
     steps = []
     for row in sorted(rows, key=lambda r: r.number):
         value = row.value
         if row.outcome == FEASIBLE and value is not None:
-            best = value if best is None or goal.better(value, best) else best
+            best = value if best is None or objective.better(value, best) else best
         steps.append(HistoryStep(row.number, value, row.outcome, best))
     return tuple(steps)
 
@@ -323,7 +300,7 @@ class StudyReport:
     meets_slos: bool
     baseline: int | None
     configuration: Configuration | None
-    goal: Goal = LATENCY_GOAL
+    objective: StudyObjective = LATENCY_OBJECTIVE
     # Every measurement of the chosen configuration, its first trial first (one: measured once).
     measurements: tuple[int, ...] = ()
     # What the confirm step found, as ``tuner run`` prints it and the YAML header carries it.

@@ -13,11 +13,10 @@ from html import escape
 
 from tuner.engine.environment import command_to_serve
 from tuner.report.data import (
-    CAPACITY,
     FEASIBLE,
     INFEASIBLE,
     PRUNED,
-    SCORE,
+    VALUED_BY,
     VALUES,
     StudyReport,
     TrialRow,
@@ -29,7 +28,6 @@ from tuner.report.data import (
 from tuner.report.plots import label_of
 from tuner.report.rate_curves import MOST_CURVES, CurveSet, curves
 from tuner.report.verdict import chosen_is_baseline, confirmation_part, listed, said
-from tuner.study.measure.capacity_text import num
 
 # Figures in the verdict after the SLOs: user attribute, label, scale, digits, unit.
 THROUGHPUT = (
@@ -49,7 +47,6 @@ TIME_ROWS = (
 )
 # A capacity trial's user attributes: how many rates it measured, whether it ended resolved.
 WINDOWS, RESOLVED = "capacity_windows", "capacity_resolved"
-AT_CAPACITY = "those at its capacity (at the lowest rate it tried, where none passed)"
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1300px; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
@@ -70,10 +67,8 @@ def fmt(metric: str, value: float | None) -> str:
         return "n/a"
     if metric == "error_rate":
         return f"{value:.1%}"
-    if metric == SCORE:
-        return f"{value:.3f}"
-    if metric == CAPACITY:
-        return f"{num(value)} req/s"
+    if metric in VALUED_BY:
+        return VALUED_BY[metric].value_text(value)
     for key, _, scale, digits, unit in THROUGHPUT:
         if key == metric:
             return f"{value * scale:.{digits}f}{unit}"
@@ -141,15 +136,16 @@ def verdict_section(report: StudyReport) -> str:
         body.append(
             f"<tr><th>{escape(short_label(metric))}</th><td>{fmt(metric, limit)}</td>{cells}</tr>"
         )
-    goal = report.goal.metric
-    value = "".join(_cell(row, goal, None) for row, _ in columns)
-    value_row = f"<tr><th>{escape(label_of(goal))}</th><td></td>{value}</tr>"
+    objective = report.objective
+    value = "".join(_cell(row, objective.metric, None) for row, _ in columns)
+    value_row = f"<tr><th>{escape(label_of(objective.metric))}</th><td></td>{value}</tr>"
     note = ""
-    if goal == CAPACITY:
-        # The capacity is the headline; the SLO rows are the figures measured at it.
+    if objective.searches_rates:
+        # The value (the rate found) is the headline; the SLO rows are the figures measured at it.
         windows = "".join(_windows_cell(row) for row, _ in columns)
         body[:0] = [value_row, f"<tr><th>rates measured</th><td></td>{windows}</tr>"]
-        note = f'<p class="note">Each trial\'s SLO metrics and throughput are {AT_CAPACITY}.</p>'
+        at = objective.figures_at
+        note = f'<p class="note">Each trial\'s SLO metrics and throughput are {at}.</p>'
     else:
         body.append(value_row)
     outcomes = "".join(
@@ -233,13 +229,15 @@ def configuration_part(report: StudyReport, chosen: int) -> str:
 
 
 def trials_section(report: StudyReport) -> str:
-    """Every trial as a row; a capacity study's capacity and rates measured after its outcome,
-    a latency study's score after its figures."""
+    """Every trial as a row; where trials search rates (a capacity study), the value and the
+    rates measured after its outcome, else (a latency study's score) the value after its
+    figures."""
     names = [p.name for p in report.parameters]
-    capacity = report.goal.metric == CAPACITY
+    objective = report.objective
+    rates = objective.searches_rates
     head = ["trial", "kind", *names, "outcome"]
-    head += ["capacity", "rates measured"] if capacity else []
-    head += [*map(short_label, TABLE_FIGURES)] + ([] if capacity else ["score"])
+    head += [objective.value_name, "rates measured"] if rates else []
+    head += [*map(short_label, TABLE_FIGURES)] + ([] if rates else [objective.value_name])
     head += ["engine start s", "trial s", "why it failed or was pruned"]
     rows = []
     for row in report.rows:
@@ -247,9 +245,9 @@ def trials_section(report: StudyReport) -> str:
         cells = [f'<td class="text">{row.kind}</td>']
         cells += [f"<td>{'default' if v is None else escape(str(v))}</td>" for v in shown]
         cells.append(f'<td class="text">{row.outcome}</td>')
-        if capacity:
-            cells += [_cell(row, CAPACITY, None), _windows_cell(row)]
-        figures = TABLE_FIGURES if capacity else (*TABLE_FIGURES, SCORE)
+        if rates:
+            cells += [_cell(row, objective.metric, None), _windows_cell(row)]
+        figures = TABLE_FIGURES if rates else (*TABLE_FIGURES, objective.metric)
         cells += [_cell(row, m, report.slos.get(m)) for m in figures]
         for key in ("time_engine_healthy_s", "time_trial_s"):
             seconds = row.figure(key)
@@ -259,10 +257,10 @@ def trials_section(report: StudyReport) -> str:
         rows.append(f"<tr{mark}><td>{row.number}</td>{''.join(cells)}</tr>")
     header = "".join(f"<th>{escape(h)}</th>" for h in head)
     note = (
-        f'<p class="note">Each trial\'s latency and throughput are {AT_CAPACITY}; unresolved: '
-        "its search stopped (at its window limit, floor or ceiling) before its passing and "
-        "failing rates were within the resolution.</p>"
-        if capacity
+        f'<p class="note">Each trial\'s latency and throughput are {objective.figures_at}; '
+        "unresolved: its search stopped (at its window limit, floor or ceiling) before its "
+        "passing and failing rates were within the resolution.</p>"
+        if rates
         else ""
     )
     return (
@@ -300,8 +298,9 @@ def rates_caption(drawn: CurveSet) -> str:
 
 
 def rates_section(report: StudyReport, images: Mapping[str, bytes]) -> str:
-    """A capacity study's latency against offered rate; nothing for a latency study."""
-    if report.goal.metric != CAPACITY:
+    """Latency against offered rate, where the study's trials search rates (a capacity study);
+    nothing elsewhere."""
+    if not report.objective.searches_rates:
         return ""
     drawn = curves(report.rows, report.parameters, report.slos)
     return (
@@ -319,8 +318,8 @@ def figures_section(report: StudyReport, images: Mapping[str, bytes]) -> str:
         if share is not None
         else ""
     )
-    value = "capacity" if report.goal.metric == CAPACITY else "score"
-    at = " (at each trial's capacity)" if value == "capacity" else ""
+    value = report.objective.value_name
+    at = f" (at each trial's {value})" if report.objective.searches_rates else ""
     parts: Sequence[str] = (
         rates_section(report, images),
         '<section id="landscape"><h2>Landscape</h2><p class="note">Each searched parameter '

@@ -14,15 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from tuner.report.data import (
-    CAPACITY,
     COST_PARTS,
     FEASIBLE,
     INFEASIBLE,
-    LATENCY_GOAL,
     PRUNED,
-    SCORE,
     SERIES,
-    Goal,
+    VALUED_BY,
     Parameter,
     Point,
     TrialRow,
@@ -32,6 +29,7 @@ from tuner.report.data import (
     landscape,
     not_measurement_share,
 )
+from tuner.study.measure.objective import LATENCY_OBJECTIVE, StudyObjective
 
 # The metrics the landscape draws each parameter against, after the study's value.
 LANDSCAPE_METRICS = ("ttft_p95_s", "tpot_p95_s")
@@ -49,8 +47,7 @@ STYLE: dict[str, dict[str, Any]] = {
 }
 DPI = 100
 LABELS = {
-    SCORE: "score (lower is better)",
-    CAPACITY: "capacity (req/s, higher is better)",
+    **{metric: objective.value_label for metric, objective in VALUED_BY.items()},
     "error_rate": "error rate",
     "throughput_req_per_s": "throughput (req/s)",
     "throughput_output_tokens_per_s": "output tokens (tok/s)",
@@ -161,13 +158,13 @@ def plot_landscape(
     parameters: Sequence[Parameter],
     slos: Mapping[str, float],
     path: Path,
-    goal: Goal = LATENCY_GOAL,
+    objective: StudyObjective = LATENCY_OBJECTIVE,
 ) -> Path | None:
     """Each searched parameter (a row of panels) against the study's value (the score, or the
     capacity), TTFT p95 and TPOT p95."""
     if not parameters:
         return None
-    metrics = (goal.metric, *LANDSCAPE_METRICS)
+    metrics = (objective.metric, *LANDSCAPE_METRICS)
     fig, axes = new_figure(
         len(parameters), len(metrics), (4.2 * len(metrics), 3.2 * len(parameters))
     )
@@ -206,10 +203,12 @@ def plot_trials(rows: Sequence[TrialRow], slos: Mapping[str, float], path: Path)
     return save(fig, path)
 
 
-def plot_history(rows: Sequence[TrialRow], path: Path, goal: Goal = LATENCY_GOAL) -> Path | None:
+def plot_history(
+    rows: Sequence[TrialRow], path: Path, objective: StudyObjective = LATENCY_OBJECTIVE
+) -> Path | None:
     """Every served trial's value, and the best feasible value found so far (the lowest
     score, or the highest capacity)."""
-    steps = history(rows, goal)
+    steps = history(rows, objective)
     if not any(s.value is not None for s in steps):
         return None
     fig, axes = new_figure(1, 1, (8.0, 3.4))
@@ -222,7 +221,7 @@ def plot_history(rows: Sequence[TrialRow], path: Path, goal: Goal = LATENCY_GOAL
         ax.step([s.trial for s in best], [s.best_so_far for s in best], where="post",
                 color="tab:blue", label="best feasible so far")  # fmt: skip
     _trial_axis(ax)
-    ax.set_ylabel(label_of(goal.metric))
+    ax.set_ylabel(label_of(objective.metric))
     fig.legend(loc="outside right upper", fontsize=8)
     return save(fig, path)
 

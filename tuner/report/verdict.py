@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from tuner.report.data import CAPACITY, FEASIBLE, StudyReport, TrialRow
-from tuner.study.measure.capacity_text import num
+from tuner.report.data import FEASIBLE, StudyReport, TrialRow
 from tuner.study.measure.scoring import verdict
 from tuner.study.result.emit import verdict_lines
 
@@ -40,18 +39,14 @@ def median_of(report: StudyReport) -> str:
 
 
 def among(report: StudyReport) -> str:
-    """What the chosen trial is best among: the feasible trials, or where the study was
-    confirmed, the feasible configurations by their medians."""
-    capacity = report.goal.metric == CAPACITY
+    """What the chosen trial is best among, in the objective's words (``among_words``): the
+    feasible trials, or where the study was confirmed, the feasible configurations by their
+    medians."""
     if report.confirmation:
         count = report.feasible_configurations
-        what = f"{count} {'' if capacity else 'feasible '}configuration{'s' if count != 1 else ''}"
-        best = "the highest median capacity" if capacity else "the best median score"
     else:
         count = sum(r.outcome == FEASIBLE for r in report.rows)
-        what = f"the {count} trials" if capacity else f"the {count} feasible trials"
-        best = "the highest capacity" if capacity else "the best score"
-    return f"{best} of {what}{' that met them at some rate' if capacity else ''}"
+    return report.objective.among_words(count, bool(report.confirmation))
 
 
 def said(report: StudyReport, chosen: TrialRow) -> str:
@@ -62,21 +57,16 @@ def said(report: StudyReport, chosen: TrialRow) -> str:
         return f"No trial met the SLOs. The closest, trial {chosen.number}{measured}: " + "; ".join(
             escape(line.strip()) for line in verdict_lines(misses)[1:]
         )
-    if report.goal.metric != CAPACITY:
-        meets = f"Trial {chosen.number} meets every SLO{measured}"
-    else:
-        meets = f"Trial {chosen.number} carries {num(chosen.value or 0.0)} req/s within every SLO"
-        meets += measured
+    objective = report.objective
+    meets = f"Trial {chosen.number} {objective.meets_words(chosen.value or 0.0)}{measured}"
     if report.kept_because:
         # vLLM's defaults were chosen (``choice.DEFAULTS``: the only way they are): why.
         return f"{meets}. It is vLLM's own defaults, kept: {escape(report.kept_because)}."
-    if report.goal.metric != CAPACITY:
-        return f"{meets}, with {among(report)}."
-    text = f"{meets}: {among(report)}."
+    text = f"{meets}{among(report)}."
     baseline = next((r for r in report.rows if r.number == report.baseline), None)
     if baseline is not None and baseline.value is not None and not report.confirmation:
         # Confirmed, the baseline's median is in the confirmation's lines instead.
-        text += f" vLLM's defaults (trial {baseline.number}) carry {num(baseline.value)} req/s."
+        text += objective.defaults_words(baseline.number, baseline.value)
     return text
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.study.measure.capacity import CapacitySettings
-from tuner.study.measure.objective import RateSearch
+from tuner.study.measure.rate_search import RateSearch
 from tuner.study.measure.trial import TrialOutcome, TrialSetup, run_trial
 from tuner.study.plan.spec import StudySpec
 from tuner.traces.model import Request

@@ -10,7 +10,7 @@ no window reuses another's prompts from the prefix cache.
 ``measure_rate`` is one such rate alone, for a caller that picks its own rates (a brute-force
 scan, as ``benchmarks/capacity.py`` does to check the search). Where a trial's search starts,
 from a capacity the study already measured for the same configuration or its nearest neighbour
-rather than the window's rate, is ``tuner.study.measure.objective.start_hint``'s.
+rather than the window's rate, is ``tuner.study.measure.rate_search.start_hint``'s.
 
 A rate is stopped early once its SLOs are lost for certain: more of the window's requests
 have already waited past a TTFT or end-to-end SLO (a request still waiting counting with its
@@ -85,7 +85,7 @@ class CapacitySettings:
     resolution: float = 0.1
     max_windows: int = 10
     client_tolerance_s: float = CLIENT_TOLERANCE_S
-    # A capacity already measured in the study (``objective.start_hint``): where the search starts
+    # A capacity already measured in the study (``rate_search.start_hint``): where the search starts
     # instead of the window's rate.
     hint: StartHint | None = None
     # The best capacity in the study so far, for a searched configuration: measured first, and

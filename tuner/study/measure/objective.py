@@ -5,46 +5,35 @@ implementations, registered in ``OBJECTIVES`` under the spec's ``objective_mode`
   (``WindowReplay``); the pruner stops one that is far off; ``time_scale: auto`` calibrates the
   rate on this machine.
 - ``Capacity``: the highest rate one server carries within every SLO. A trial searches rates on
-  one engine (``RateSearch``), starting from what the study measured nearest, and a searched one
-  is first measured at the best capacity so far; nothing is pruned or calibrated; the result
-  says how many servers the trace's peak needs.
+  one engine (``RateSearch``, ``tuner.study.measure.rate_search``), starting from what the study
+  measured nearest, and a searched one is first measured at the best capacity so far; nothing
+  is pruned or calibrated; the result says how many servers the trace's peak needs.
 
 An objective fixes the study's direction and metric (the value optuna-dashboard shows), how a
 trial measures, how a trial vLLM did not run is scored, what of the spec goes into the study's
-fingerprint, and the words ``tuner run`` prints of a trial and of the result. The rest of tuner
-asks the objective (``of_spec``, ``of_study``, ``of_trial``) rather than testing which one it is.
+fingerprint, and the words ``tuner run`` prints of a trial and of the result and ``tuner report``
+shows. It alone reads the direction: configurations are ranked (``rank``, ``better``, ``gain``,
+``best_first``) through it. The rest of tuner asks the objective (``of_spec``, ``of_study``,
+``of_trial``) rather than testing which one it is.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import statistics
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import optuna
-from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 from optuna.study import StudyDirection
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
-from tuner.engine.launchers import EngineFailed, tail
 from tuner.errors import InputError
-from tuner.load.health import CLIENT_BEHIND
-from tuner.load.metrics import LiveRequest, so_far
-from tuner.study.measure.attrs import ARGS_ATTR
 from tuner.study.measure.capacity import (
     BELOW_ATTR,
     CAPACITY_ATTR,
-    CAPACITY_FAILED,
     COMPARED_ATTR,
     POINTS_ATTR,
     CapacitySettings,
-    StartHint,
-    capacity_score,
-    measure_capacity,
 )
 from tuner.study.measure.capacity_text import (
     capacity_of,
@@ -55,18 +44,9 @@ from tuner.study.measure.capacity_text import (
     table_rows,
 )
 from tuner.study.measure.outcome import Offered, next_steps
-from tuner.study.measure.rates import CapacityFound
-from tuner.study.measure.scoring import FAILED_SCORE, Miss, Score
-from tuner.study.measure.trial import (
-    RATE,
-    Ended,
-    Measure,
-    ShouldStop,
-    TrialOutcome,
-    TrialProgress,
-    TrialSetup,
-    WindowReplay,
-)
+from tuner.study.measure.rate_search import RateSearch
+from tuner.study.measure.scoring import FAILED_SCORE, Miss
+from tuner.study.measure.trial import Measure, WindowReplay
 from tuner.study.plan.spec import CAPACITY, LATENCY, OBJECTIVE_MODES, StudySpec
 
 # The value of each objective, as the study names it (optuna-dashboard shows the name).
@@ -85,14 +65,63 @@ class StudyObjective:
     # and whether ``time_scale: auto`` measures the replay's rate on this machine.
     prunes: ClassVar[bool] = True
     calibrates: ClassVar[bool] = True
+    # The value in words: its name, its unit after a number, and the axis that draws it.
+    value_name: ClassVar[str] = SCORE_NAME
+    value_unit: ClassVar[str] = ""
+    value_label: ClassVar[str] = "score (lower is better)"
+    # Whether a trial searches the rates it is measured at, its figures those at its value
+    # (``figures_at`` says so): the report then leads with the value, shows the rates each trial
+    # measured, and draws latency against offered rate.
+    searches_rates: ClassVar[bool] = False
+    figures_at: ClassVar[str] = ""
 
     @property
-    def maximise(self) -> bool:
+    def maximize(self) -> bool:
+        """Whether a higher value is better: the study's direction, read here only."""
         return self.direction == StudyDirection.MAXIMIZE
 
     def rank(self, value: float) -> float:
         """A trial's value as a rank: lower is better, whichever the direction."""
-        return -value if self.maximise else value
+        return -value if self.maximize else value
+
+    def better(self, value: float, than: float) -> bool:
+        """Whether ``value`` is better than ``than``."""
+        return self.rank(value) < self.rank(than)
+
+    def gain(self, value: float, over: float) -> float:
+        """How much better ``value`` is than ``over``, as a fraction of ``over`` (negative:
+        worse); 0 where ``over`` is 0."""
+        if not over:
+            return 0.0
+        return (self.rank(over) - self.rank(value)) / abs(over)
+
+    def best_first(self, trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
+        """Completed trials from the best value to the worst: ordered by value and number, and
+        read from the best end (of equal values, the later trial first where higher is
+        better)."""
+        ordered = sorted(trials, key=lambda t: (t.value, t.number))
+        return ordered[::-1] if self.maximize else ordered
+
+    def value_text(self, value: float) -> str:
+        """A trial's value as the report's tables show it."""
+        return f"{value:.3f}"
+
+    def meets_words(self, value: float) -> str:
+        """What the chosen configuration (its value ``value``) does, in the report's verdict."""
+        return "meets every SLO"
+
+    def among_words(self, count: int, confirmed: bool) -> str:
+        """What the chosen configuration is best among, as the verdict's sentence goes on from
+        ``meets_words``: ``count`` feasible configurations ranked by their medians
+        (``confirmed``), else ``count`` feasible trials."""
+        if confirmed:
+            return f", with the best median score of {count} feasible {_configurations(count)}"
+        return f", with the best score of the {count} feasible trials"
+
+    def defaults_words(self, number: int, value: float) -> str:
+        """What the verdict adds of vLLM's defaults (trial ``number``, its value ``value``) where
+        no confirmation compared them: nothing."""
+        return ""
 
     def check_trace(self, request_trace: bool) -> None:
         """An ``InputError`` where the objective cannot use this kind of trace."""
@@ -173,6 +202,27 @@ class Capacity(StudyObjective):
     # own rates.
     prunes = False
     calibrates = False
+    value_name = "capacity"
+    value_unit = " req/s"
+    value_label = "capacity (req/s, higher is better)"
+    searches_rates = True
+    figures_at = "those at its capacity (at the lowest rate it tried, where none passed)"
+
+    def value_text(self, value: float) -> str:
+        return f"{num(value)} req/s"
+
+    def meets_words(self, value: float) -> str:
+        return f"carries {num(value)} req/s within every SLO"
+
+    def among_words(self, count: int, confirmed: bool) -> str:
+        if confirmed:
+            what = f"the highest median capacity of {count} {_configurations(count)}"
+        else:
+            what = f"the highest capacity of the {count} trials"
+        return f": {what} that met them at some rate"
+
+    def defaults_words(self, number: int, value: float) -> str:
+        return f" vLLM's defaults (trial {number}) carry {num(value)} req/s."
 
     def check_trace(self, request_trace: bool) -> None:
         if not request_trace:
@@ -276,6 +326,10 @@ OBJECTIVES: dict[str, StudyObjective] = {o.mode: o for o in (LATENCY_OBJECTIVE, 
 assert tuple(OBJECTIVES) == OBJECTIVE_MODES
 
 
+def _configurations(count: int) -> str:
+    return "configuration" if count == 1 else "configurations"
+
+
 def of_spec(spec: StudySpec) -> StudyObjective:
     """The objective the spec's ``objective_mode`` names."""
     return OBJECTIVES[spec.objective_mode]
@@ -297,162 +351,3 @@ def of_trial(trial: FrozenTrial) -> StudyObjective:
     attrs = trial.user_attrs
     capacity = CAPACITY_ATTR in attrs or BELOW_ATTR in attrs
     return CAPACITY_OBJECTIVE if capacity else LATENCY_OBJECTIVE
-
-
-# --- a capacity trial ------------------------------------------------------------------------
-
-
-class RateSearch(Measure):
-    """A capacity trial's measure: the highest rate the running server carries within the SLOs
-    (``tuner.study.measure.capacity.measure_capacity``), from where ``settings`` says."""
-
-    def __init__(self, settings: CapacitySettings) -> None:
-        self.settings = settings
-
-    @property
-    def env(self) -> Mapping[str, str]:
-        # vLLM serves /reset_prefix_cache, which the search calls between rates, only in its
-        # development mode.
-        return {"VLLM_SERVER_DEV_MODE": "1"}
-
-    def describe(self) -> str:
-        settings = self.settings
-        return (
-            f"capacity search: from {settings.window_req_per_s:.3g} req/s (the window's rate; "
-            "a later trial from the capacity of the same or the nearest configuration), "
-            f"{settings.rate_window_s:g} s a rate, to within {settings.resolution:.0%}, at most "
-            f"{settings.max_windows} rates a trial"
-        )
-
-    def for_trial(
-        self,
-        trials: Callable[[], Sequence[FrozenTrial]],
-        args: Mapping[str, Any],
-        params: Mapping[str, Any],
-        gate: Callable[[], float | None],
-        compare: Callable[[], float | None] = lambda: None,
-    ) -> RateSearch:
-        """Start where this configuration, or its nearest neighbour, already measured its
-        capacity (fewer windows than from the trace's rate), gated at ``gate()``; measure one
-        window more at ``compare()`` where it is above the capacity found."""
-        hint = start_hint(trials(), args, params)
-        settings = replace(self.settings, hint=hint, gate_req_per_s=gate())
-        return RateSearch(replace(settings, compare_req_per_s=compare()))
-
-    def run(
-        self, base_url: str, setup: TrialSetup, should_stop: ShouldStop | None
-    ) -> CapacityFound:
-        """The search on the running server, telling progress as each rate replays."""
-        settings, progress = self.settings, setup.progress
-
-        def on_rate(index: int, rate: float, elapsed_s: float, live: Sequence[LiveRequest]) -> None:
-            if progress is not None:
-                done, ttft_p95_s = so_far(live)
-                phase = f"{RATE} {index + 1}/{settings.max_windows}: {rate:.3g} req/s"
-                progress(
-                    TrialProgress(phase, elapsed_s, settings.rate_window_s, done, None, ttft_p95_s)
-                )
-
-        objective = setup.objective
-        return measure_capacity(
-            base_url, settings, setup.replay, objective.slos, objective.weights, on_rate
-        )
-
-    def outcome(
-        self, engine_args: Mapping[str, Any], setup: TrialSetup, measured: Any, ended: Ended
-    ) -> TrialOutcome:
-        """Its value the capacity; its figures those at the capacity (or at the lowest rate
-        tried, if none passed); every rate measured as a point."""
-        found: CapacityFound = measured
-        shown = found.best_point or found.lowest_point
-        metrics = dict(shown.figures) if shown is not None else {}
-        metrics[CAPACITY_ATTR] = found.capacity_req_per_s
-        metrics["capacity_resolved"] = float(found.resolved)
-        metrics["capacity_windows"] = float(len(found.points))
-        if found.points:  # a hint (``start_hint``) or the window's rate
-            metrics["capacity_start_req_per_s"] = found.points[0].rate_req_per_s
-        passed = found.capacity_req_per_s > 0
-        reason = None if passed else f"no rate met the SLOs: {found.why_stopped}"
-        score = capacity_score(found.capacity_req_per_s)
-        if found.client_behind_at is not None and not passed:
-            # No rate passed, and the one that failed did so with tuner's client behind: not the
-            # configuration's figure (a re-measurement so flagged is left out of its median).
-            metrics[CLIENT_BEHIND] = 1.0
-            score = Score(score.value, {**score.constraints, CLIENT_BEHIND: 1.0})
-        gated = found.below_req_per_s is not None and not ended.crashed
-        if gated and found.below_req_per_s is not None:
-            # Stopped at its gate: below the best so far, by how much not measured.
-            del metrics[CAPACITY_ATTR]
-            metrics[BELOW_ATTR] = found.below_req_per_s
-            reason = found.why_stopped
-        log_tail = ""
-        if ended.crashed:
-            reason = "vLLM exited during the search; " + (reason or "")
-            log_tail = tail(ended.log_path)
-        return TrialOutcome(
-            engine_args,
-            score,
-            metrics,
-            ended.timings,
-            reason,
-            log_tail,
-            compile_cache=ended.compiled,
-            points=tuple(p.as_attr() for p in found.points),
-            pruned=gated,
-            compared=None if found.compared is None else found.compared.as_attr(),
-        )
-
-    def failed(self, engine_args: Mapping[str, Any], exc: EngineFailed) -> TrialOutcome:
-        """Infeasible, with a capacity of 0."""
-        return TrialOutcome(
-            engine_args, CAPACITY_FAILED, {CAPACITY_ATTR: 0.0}, {}, exc.reason, exc.log_tail
-        )
-
-
-def start_hint(
-    trials: Sequence[FrozenTrial], args: Mapping[str, Any], params: Mapping[str, Any]
-) -> StartHint | None:
-    """Where the capacity search of a trial with engine arguments ``args`` (its searched values
-    ``params``) starts: the median capacity of earlier measurements of the same arguments (a
-    re-measurement); else the median capacity of the measured trials nearest in the searched
-    space, each dimension scaled to its range (log where the dimension is); None where no trial
-    with the same dimensions measured a capacity above 0."""
-    measured = [
-        t
-        for t in trials
-        if t.state == TrialState.COMPLETE and float(t.user_attrs.get(CAPACITY_ATTR) or 0) > 0
-    ]
-    wanted = json.loads(json.dumps(dict(args)))
-    same = [
-        float(t.user_attrs[CAPACITY_ATTR])
-        for t in measured
-        if t.user_attrs.get(ARGS_ATTR) == wanted
-    ]
-    if same:
-        return StartHint(float(statistics.median(same)), repeat=True)
-    near = [
-        (_distance(params, t.params, t.distributions), float(t.user_attrs[CAPACITY_ATTR]))
-        for t in measured
-        if params and set(t.params) == set(params)
-    ]
-    if not near:
-        return None
-    closest = min(d for d, _ in near)
-    return StartHint(float(statistics.median(c for d, c in near if d == closest)), repeat=False)
-
-
-def _distance(
-    a: Mapping[str, Any], b: Mapping[str, Any], distributions: Mapping[str, BaseDistribution]
-) -> float:
-    """Euclidean distance of two points of the searched space, each dimension scaled to 0..1."""
-    total = 0.0
-    for name, value in a.items():
-        dist = distributions[name]
-        if not isinstance(dist, IntDistribution | FloatDistribution):
-            total += 0.0 if value == b[name] else 1.0
-            continue
-        scale = math.log if dist.log else float
-        low, high, x, y = (scale(v) for v in (dist.low, dist.high, value, b[name]))
-        if high > low:
-            total += ((x - y) / (high - low)) ** 2
-    return math.sqrt(total)

@@ -1,13 +1,14 @@
 """What every trial of a run shares, built from the spec and the trace: the model made ready,
-the window replayed (``Replay``), and the ``TrialSetup``. ``tuner run`` builds its trials with
-these, and so do the benchmarks that measure as tuner does (``prepare``); the command line only
-says what they built.
+the window replayed (``Replay``, and with the trace it came from a ``Workload``), and the
+``TrialSetup``. ``tuner run`` builds its trials with these, and so do the benchmarks that
+measure as tuner does (``prepare``); the command line only says what they built.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tuner.engine.dummy_model import is_complete, write_model
@@ -43,6 +44,37 @@ class Replay:
     peak_req_per_s: float | None = None
     # Where prompts or outputs were cut to the model's context: what to say of it, else None.
     clipped: str | None = None
+
+
+def replay_lines(replay: Replay) -> list[str]:
+    """What is said of a replay: what was clipped to the model's context, if anything, and the
+    window."""
+    return [*([replay.clipped] if replay.clipped else []), f"window: {replay.text}"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The trace a run replays and the window of it that every trial replays (``replay``, at
+    ``time_scale``), with the model it is fitted to: what the study's fingerprint records of
+    them, and the written configuration's header names."""
+
+    trace_path: Path
+    trace_sha256: str
+    # A request trace, replayed open-loop; None for a concurrency trace (a closed loop).
+    trace: Trace | None
+    replay: Replay
+    window_s: float
+    time_scale: float
+    model: ModelInfo
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The workload's part of the study's fingerprint."""
+        return {
+            "trace_sha256": self.trace_sha256,
+            "window_s": self.window_s,
+            "time_scale": self.time_scale,
+            **self.replay.fingerprint,
+        }
 
 
 def write_dummy_model(spec: StudySpec) -> bool:

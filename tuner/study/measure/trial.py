@@ -87,7 +87,7 @@ class TrialSetup:
     # been started, before it is healthy.
     on_engine_start: Callable[[int], None] | None = None
     # How the trial measures on its running server: the window replayed once (the default),
-    # or a capacity study's search of rates (``tuner.study.measure.objective.RateSearch``).
+    # or a capacity study's search of rates (``tuner.study.measure.rate_search.RateSearch``).
     measure: Measure = field(default_factory=lambda: WindowReplay())
     client_tolerance_s: float = CLIENT_TOLERANCE_S
 
@@ -136,7 +136,7 @@ class Measure:
     """How a trial measures on its running server, and the outcome it makes of that.
 
     ``WindowReplay`` replays the window once; a capacity study's trials search rates
-    (``tuner.study.measure.objective.RateSearch``). ``run_trial`` starts the engine, hands it to
+    (``tuner.study.measure.rate_search.RateSearch``). ``run_trial`` starts the engine, hands it to
     ``run`` and builds the outcome with ``outcome``, or with ``failed`` where vLLM never served.
     """
 

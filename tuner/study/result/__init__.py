@@ -1,2 +1,3 @@
-"""What a study answers: the configuration it writes (``choice``) and the YAML file for ``vllm
-serve --config`` (``emit``)."""
+"""What a study answers, and a run that gets it: the configuration it writes (``choice``), the
+YAML file for ``vllm serve --config`` (``emit``) written whole (``written``), and the ``Run``
+that calibrates, adds trials, confirms and writes it (``run``)."""

@@ -158,7 +158,7 @@ def describe(group: Group, label: str) -> str:
     """``winner trial 7: score median 0.612 of 3 (0.58 to 0.66; trials 7, 12, 15)``."""
     values = group.values
     numbers = ", ".join(str(t.number) for t in group.trials)
-    what, unit = ("capacity", " req/s") if group.maximize else ("score", "")
+    what, unit = group.objective.value_name, group.objective.value_unit
     if len(values) == 1:
         return f"{label} trial {group.number}: {what} {values[0]:.4g}{unit}, measured once"
     low, high = min(values), max(values)

@@ -16,7 +16,10 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+import optuna
+
 from tuner.engine import environment
+from tuner.errors import InputError
 from tuner.study.measure.objective import of_spec
 from tuner.study.plan.spec import StudySpec
 
@@ -53,6 +56,39 @@ def of_study(
     # As the storage gives it back: tuples become lists, integers in floats stay floats.
     loaded: dict[str, Any] = json.loads(json.dumps(fields))
     return loaded
+
+
+def check_workload(study: optuna.Study, fingerprint: Mapping[str, Any]) -> str | None:
+    """Refuse a study whose trials were measured or judged otherwise than ``fingerprint`` says
+    (an ``InputError``); else what to say of keys it did not record, if anything.
+
+    Compared on the keys both hold: the machine's (vLLM version, device) only when this run
+    adds trials, and a study recorded before tuner checked the spec has only the trace and the
+    window. Keys the study lacks are recorded now, and checked from then on; if the study has
+    trials already, the line returned says which keys its earlier trials were not checked
+    against.
+    """
+    recorded = study.user_attrs.get(WORKLOAD_ATTR)
+    if recorded is None:
+        study.set_user_attr(WORKLOAD_ATTR, dict(fingerprint))
+        return None
+    differ = differences(recorded, fingerprint)
+    if differ:
+        raise InputError(
+            f"study {study.study_name!r} was measured another way ({'; '.join(differ)}): its "
+            "trials would not compare with new ones; use --study NEWNAME (or delete the DB) to "
+            "start a new study"
+        )
+    missing = [key for key in fingerprint if key not in recorded]
+    if not missing:
+        return None
+    study.set_user_attr(WORKLOAD_ATTR, {**recorded, **fingerprint})
+    if not study.trials:
+        return None
+    return (
+        f"study {study.study_name!r} predates tuner checking {', '.join(sorted(missing))}: "
+        f"its {len(study.trials)} trials were not checked against them; recorded now"
+    )
 
 
 def differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:

@@ -17,17 +17,18 @@ from optuna.trial import FrozenTrial
 
 from tuner.load.health import CLIENT_BEHIND
 from tuner.study.measure.attrs import BASELINE_ATTR, CANDIDATE_ATTR, CONFIRMS_ATTR, FEASIBLE_ATTR
-from tuner.study.measure.objective import of_study
+from tuner.study.measure.objective import StudyObjective, of_study
 from tuner.study.trials.picks import served
 
 
 @dataclass(frozen=True)
 class Group:
-    """One configuration's measurements: its first trial and every re-measurement."""
+    """One configuration's measurements: its first trial and every re-measurement, ranked by
+    the study's ``objective``."""
 
     first: FrozenTrial
     trials: tuple[FrozenTrial, ...]
-    maximize: bool
+    objective: StudyObjective
     # Re-measurements whose client fell behind: not in ``trials`` (nor the median), but they
     # were taken, so the confirmation counts them (``measured``).
     left_out: tuple[FrozenTrial, ...] = ()
@@ -55,11 +56,11 @@ class Group:
 
     @property
     def best(self) -> float:
-        return max(self.values) if self.maximize else min(self.values)
+        return min(self.values, key=self.objective.rank)
 
     @property
     def worst(self) -> float:
-        return min(self.values) if self.maximize else max(self.values)
+        return max(self.values, key=self.objective.rank)
 
     @property
     def median_trial(self) -> FrozenTrial:
@@ -69,33 +70,26 @@ class Group:
         trial written says what the configuration does."""
         feasible = self.feasible
         trials = tuple(t for t in self.trials if bool(t.user_attrs.get(FEASIBLE_ATTR)) == feasible)
-        ordered = sorted(trials, key=lambda t: (t.value, t.number))
-        if self.maximize:
-            ordered.reverse()
+        ordered = self.objective.best_first(trials)
         return ordered[len(ordered) // 2]
 
     def key(self) -> tuple[float, int]:
         """Sorts the best first: the median, then the earlier configuration."""
-        return (-self.median if self.maximize else self.median, self.number)
+        return (self.objective.rank(self.median), self.number)
 
     def beats(self, other: Group) -> bool:
         """Better than ``other`` in every measurement: this one's worst beats its best."""
-        if self.maximize:
-            return self.worst > other.best
-        return self.worst < other.best
+        return self.objective.better(self.worst, other.best)
 
     def gain_over(self, other: Group) -> float:
         """How much better this median is than ``other``'s, as a fraction of ``other``'s
         (negative: worse); 0 where ``other``'s median is 0."""
-        if not other.median:
-            return 0.0
-        gain = (self.median - other.median) / abs(other.median)
-        return gain if self.maximize else -gain
+        return self.objective.gain(self.median, other.median)
 
 
 def groups(study: optuna.Study) -> list[Group]:
     """The served trials, grouped by configuration (a first trial and its re-measurements)."""
-    maximize = of_study(study).maximise
+    objective = of_study(study)
     trials = [t for t in study.get_trials(deepcopy=False) if served(t)]
     members: dict[int, list[FrozenTrial]] = {}
     left_out: dict[int, list[FrozenTrial]] = {}
@@ -111,7 +105,7 @@ def groups(study: optuna.Study) -> list[Group]:
             firsts[trial.number] = trial
             members.setdefault(trial.number, []).insert(0, trial)
     return [
-        Group(first, tuple(members[n]), maximize, tuple(left_out.get(n, ())))
+        Group(first, tuple(members[n]), objective, tuple(left_out.get(n, ())))
         for n, first in firsts.items()
     ]
 

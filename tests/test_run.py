@@ -1,0 +1,131 @@
+"""A run below the command line: ``Run``'s steps driven as ``tuner run`` and the benchmarks drive
+them, each telling what it does.
+
+The study is a real Optuna study in SQLite; the trials are measured by the scripted runner of
+``test_confirm.py`` (scores per configuration and measurement, no engine), passed through
+``RunSettings.runner``. What ``tuner run`` prints of the same steps is checked against the
+stand-in server in ``test_run_e2e.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import write_small_trace
+from optuna.trial import FrozenTrial
+from test_confirm import Scripted, spec_dict
+
+from tuner.engine.launchers import ProcessLauncher
+from tuner.errors import InputError
+from tuner.study.measure.prepare import Workload, model_of, open_loop_replay
+from tuner.study.measure.trial import OnProgress
+from tuner.study.plan.spec import StudySpec, parse_spec
+from tuner.study.result.choice import TUNED
+from tuner.study.result.run import Run, RunSettings
+from tuner.study.trials.search import open_study
+from tuner.traces.formats import load_trace
+
+
+class Heard:
+    """A ``Teller`` that keeps what it is told."""
+
+    progress: OnProgress | None = None
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.started: list[int] = []
+        self.finished: list[int] = []
+
+    def say(self, line: str) -> None:
+        self.lines.append(line)
+
+    def trial_started(self, number: int, engine_args: Mapping[str, Any]) -> None:
+        self.started.append(number)
+
+    def engine_started(self, pid: int) -> None:
+        pass
+
+    def trial_finished(self, trial: FrozenTrial) -> None:
+        self.finished.append(trial.number)
+
+
+def workload(tmp_path: Path, spec: StudySpec) -> Workload:
+    path = write_small_trace(tmp_path / "trace.csv")
+    trace = load_trace(path)
+    model = model_of(spec)
+    replay = open_loop_replay(trace, spec.window_s, 1.0, model.max_model_len)
+    return Workload(path, "0" * 64, trace, replay, spec.window_s, 1.0, model)
+
+
+def settings(tmp_path: Path, scripted: Scripted, **overrides: Any) -> RunSettings:
+    return RunSettings(
+        run_dir=tmp_path / "runs",
+        config_path=tmp_path / "configs" / "s.yaml",
+        launcher=ProcessLauncher(),
+        runner=scripted,
+        **overrides,
+    )
+
+
+def test_a_run_adds_trials_confirms_and_writes_the_winner(tmp_path, cpu_model):
+    scripted = Scripted({None: [1.0, 1.05, 0.98], 4: [0.5, 0.6, 0.55], 8: [0.7]})
+    # Trial 0 the baseline, trials 1 and 2 the spec's candidates (max-num-seqs 4 and 8).
+    spec = parse_spec(spec_dict(cpu_model, n_trials=3, confirm_top_k=1, confirm_repeats=2))
+    study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
+    heard = Heard()
+    run = Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), heard)
+
+    assert run.calibrate().time_scale == 1.0  # no time_scale: auto, nothing measured
+    assert run.add_trials() == spec.n_trials == 3
+    assert run.confirm() == 4  # the leader and the baseline, twice more each
+    written = run.result()
+
+    assert heard.started == heard.finished == list(range(7))
+    assert scripted.order == [None, 4, 8, 4, None, 4, None]
+    assert heard.lines == [
+        "confirming: the top 1 and the baseline, measured 2 more times each, in turns"
+    ]
+    assert written is not None and written.choice.outcome == TUNED
+    assert written.trial.number in written.choice.measurements and written.choice.group.number == 1
+    text = written.path.read_text()
+    assert "# Study 's', trial" in text and "max-num-seqs: 4" in text
+    assert any(line.startswith("winner trial 1: score median 0.55 of 3") for line in written.lines)
+
+
+def test_a_budget_is_planned_and_told_before_the_first_trial(tmp_path, cpu_model):
+    scripted = Scripted({None: [1.0], 4: [0.5]})
+    spec = parse_spec(spec_dict(cpu_model, confirm_top_k=0, n_trials=2))
+    study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
+    heard = Heard()
+    run = Run(
+        study,
+        spec,
+        workload(tmp_path, spec),
+        settings(tmp_path, scripted, time_budget_s=3600.0),
+        heard,
+    )
+    assert run.budget is not None and run.budget_s == 3600.0
+    run.calibrate()
+    assert run.add_trials() == 2
+    # Before the first trial from the estimate, after it from its measured cost.
+    assert [line.rsplit(", ", 1)[-1] for line in heard.lines] == ["estimated)", "measured)"]
+    assert heard.lines[0].startswith("the budget buys about 2 of the 2 trials (about ")
+
+
+def test_a_run_without_a_launcher_measures_nothing(tmp_path, cpu_model):
+    raw = spec_dict(cpu_model, time_scale="auto")
+    spec = parse_spec(raw)
+    study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
+    only_result = RunSettings(run_dir=tmp_path / "runs", config_path=tmp_path / "s.yaml")
+    run = Run(study, spec, workload(tmp_path, spec), only_result)
+    assert run.calibrates and run.budget is None and run.machine == {}
+    # The calibration would start vLLM's defaults: refused, as the study has none to reuse.
+    with pytest.raises(InputError, match="no calibration yet"):
+        run.calibrate()
+    with pytest.raises(ValueError, match="without a launcher"):
+        run.add_trials()
+    assert run.result() is None  # no trial served: nothing written
+    assert not (tmp_path / "s.yaml").exists()

@@ -1,0 +1,143 @@
+"""The study spec as ``tuner run`` and ``tuner init`` take it: written for the trace, model and
+machine where there is none, read with the command line's settings over it, and checked against
+the installed vLLM and this machine."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from tuner.cli.inputs import spec_path
+from tuner.cli.output import check_writable
+from tuner.cli.parser import trace_options
+from tuner.engine import arguments, environment
+from tuner.errors import InputError
+from tuner.flags import LOAD_FORMAT, RANDOM_WEIGHTS, random_weights
+from tuner.study.measure.objective import of_spec
+from tuner.study.measure.prepare import write_dummy_model
+from tuner.study.plan.space import default_spec_text, runnable_baseline
+from tuner.study.plan.spec import StudySpec, load_spec, parse_spec
+from tuner.study.plan.spec_file import read_spec_document
+from tuner.study.result.written import write_whole
+from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
+from tuner.traces.model import Trace
+from tuner.traces.workload import model_info
+
+
+def spec_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """What the command line sets in the spec: its SLOs (each weighted 1) and objective."""
+    out: dict[str, Any] = {}
+    if args.slo:
+        out["slos"] = dict(args.slo)
+        out["objective"] = dict.fromkeys(out["slos"], 1.0)
+    if args.objective is not None:
+        out["objective_mode"] = args.objective
+    return out
+
+
+def write_default_spec(args: argparse.Namespace, path: Path, trace: Trace | None) -> None:
+    """The spec for this trace, model and machine, with the command line's settings.
+
+    Off vLLM's CPU build, max-num-seqs reaches vLLM's default on the GPU vLLM will open first,
+    and the defaults search the CUDA-graph capture range, over values that cover the trace's
+    prompt lengths. On it, gpu-memory-utilization is searched up to what this machine starts.
+    A ``--model`` that cannot be read is an ``InputError`` before anything is written.
+    """
+    if args.model:
+        model_info(args.model, None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prompts = None if trace is None else [int(n) for n in trace.input_tokens]
+    gpu = not environment.is_cpu_build()
+    device = next(iter(environment.visible_gpus()), None) if gpu else None
+    memory = None if gpu else environment.host_memory()
+    text = default_spec_text(
+        args.model,
+        gpu=gpu,
+        prompt_tokens=prompts,
+        device=device,
+        cpu_memory=memory,
+        dummy_weights=args.dummy_weights,
+        overrides=spec_overrides(args),
+    )
+    write_whole(path, text)
+
+
+def load_study_spec(args: argparse.Namespace, name: str, trace: Trace | None) -> StudySpec:
+    """The study spec, written when absent, with the command line's settings over it; its
+    dummy model written, if it has one."""
+    path = spec_path(args, name)
+    if not path.exists():
+        write_default_spec(args, path, trace)
+        print(f"wrote a default study spec to {path}")
+    document = read_spec_document(path)
+    if isinstance(document, dict):
+        document = {**document, **spec_overrides(args)}
+    spec = parse_spec(document, str(path))
+    if args.model and args.model != spec.model:
+        raise InputError(f"--model {args.model} differs from {path}'s model {spec.model}")
+    if args.dummy_weights and not random_weights(spec.engine_args):
+        spec = dataclasses.replace(
+            spec, engine_args={**spec.engine_args, LOAD_FORMAT: RANDOM_WEIGHTS}
+        )
+    if random_weights(spec.engine_args):
+        print(
+            "measuring on random weights (load-format dummy); the configuration written "
+            "leaves that out, to serve the model's weights"
+        )
+    if write_dummy_model(spec):
+        weights = "none saved" if random_weights(spec.engine_args) else "saved"
+        print(f"wrote a {spec.dummy_model} model to {spec.model} (random weights, {weights})")
+    return spec
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """``tuner init``: write the study spec for this trace, model and machine; run nothing."""
+    name = args.study or args.trace.stem
+    trace = None
+    if decide_format(args.trace, args.format, args.columns) != CONCURRENCY:
+        trace = load_trace(args.trace, args.format, **trace_options(args))
+    path = spec_path(args, name)
+    if path.exists():
+        raise InputError(f"{path} exists: edit it, or give another --study or --spec")
+    write_default_spec(args, path, trace)
+    load_spec(path)
+    print(f"wrote {path}: read it, edit it, then: tuner run --trace {args.trace} --study {name}")
+    return 0
+
+
+def check_engine_arguments(spec: StudySpec, path: Path) -> None:
+    """An ``InputError`` for an engine argument the installed vLLM does not accept."""
+    known = arguments.known_arguments()
+    if known is None:
+        return
+    names = [*spec.engine_args, *spec.baseline, *(d.name for d in spec.space)]
+    names += [name for candidate in spec.candidates for name in candidate]
+    unknown = arguments.unknown_arguments(dict.fromkeys(names), known)
+    if unknown:
+        name, close = next(iter(unknown.items()))
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise InputError(
+            f"{path}: {name}: not an engine argument of vLLM {environment.vllm_version()}{hint}"
+        )
+
+
+def checked_spec(
+    args: argparse.Namespace, name: str, spec: StudySpec, request_trace: bool, measures: bool
+) -> StudySpec:
+    """The spec as this run uses it, once the folders, the engine arguments and the objective
+    are checked: on vLLM's CPU build with a baseline that starts there (said), with
+    ``--client-procs``."""
+    check_writable(args.configs, "--configs")
+    if measures:
+        check_writable(args.runs, "--runs")
+        check_engine_arguments(spec, spec_path(args, name))
+        if environment.is_cpu_build():
+            spec, note = runnable_baseline(spec, environment.host_memory())
+            if note:
+                print(note)
+    if args.client_procs is not None:
+        spec = dataclasses.replace(spec, client_procs=args.client_procs)
+    of_spec(spec).check_trace(request_trace)
+    return spec

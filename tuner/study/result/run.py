@@ -1,0 +1,311 @@
+"""A run: trials added to a study and the configuration it answers written, step by step.
+
+``Run`` takes an open study, the spec, the ``Workload`` every trial replays and the run's
+``RunSettings``, and is driven in four steps, each telling a ``Teller`` what it does as it goes:
+
+- ``calibrate``: where the spec asks (``time_scale: auto``), the rate the window is replayed at,
+  measured once on vLLM's defaults and kept in the study; then the study's fingerprint checked
+  against this run's (``tuner.study.trials.fingerprint``);
+- ``add_trials``: the search, within the run's time budget, with the CUDA-graph capture range
+  pinned after trial 0 where the spec leaves it to vLLM (``tuner.study.trials.search``);
+- ``confirm``: the top configurations and the baseline measured again
+  (``tuner.study.trials.confirm``);
+- ``result``: the configuration chosen and written (``tuner.study.result.written``).
+
+``tuner run`` builds one and prints what it tells; a benchmark drives one the same way, its
+lines logged (``LogTeller``). The launcher is the caller's to close.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from tuner.engine import environment
+from tuner.engine.launchers import Launcher
+from tuner.errors import InputError, TunerError
+from tuner.study.measure import calibrate as calibration
+from tuner.study.measure.objective import of_spec
+from tuner.study.measure.prepare import Workload, open_loop_replay, replay_lines, trial_setup
+from tuner.study.measure.trial import OnProgress, TrialSetup, run_trial
+from tuner.study.plan.space import capture_pin
+from tuner.study.plan.spec import AUTO, StudySpec
+from tuner.study.result.written import Written, write_configuration
+from tuner.study.trials import confirm, fingerprint, search
+from tuner.study.trials.budget import ENGINE_START_GUESS_S, Budget, confirm_trials
+from tuner.study.trials.groups import any_feasible, groups
+
+logger = logging.getLogger(__name__)
+
+
+class Teller(Protocol):
+    """Who hears what a run does: its lines, each trial as it starts (and its engine once
+    started) and ends, and where the running trial is (``progress``: None where nobody shows
+    it)."""
+
+    progress: OnProgress | None
+
+    def say(self, line: str) -> None: ...
+
+    def trial_started(self, number: int, engine_args: Mapping[str, Any]) -> None: ...
+
+    def engine_started(self, pid: int) -> None: ...
+
+    def trial_finished(self, trial: FrozenTrial) -> None: ...
+
+
+class LogTeller:
+    """A ``Teller`` that logs (``logging``, at INFO): for a run without a terminal of its own."""
+
+    progress: OnProgress | None = None
+
+    def say(self, line: str) -> None:
+        logger.info("%s", line)
+
+    def trial_started(self, number: int, engine_args: Mapping[str, Any]) -> None:
+        logger.info("trial %d: %s", number, dict(engine_args))
+
+    def engine_started(self, pid: int) -> None:
+        logger.info("vLLM started (pid %d)", pid)
+
+    def trial_finished(self, trial: FrozenTrial) -> None:
+        logger.info("trial %d: %s, value %s", trial.number, trial.state.name, trial.value)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run does beside its spec: where its logs and its configuration go, how many trials
+    it adds (None: the spec's ``n_trials``), the ``launcher`` that starts vLLM (None: the run
+    starts no engine, it only writes the result of the trials there), its time budget in seconds
+    from ``began`` (``time.monotonic()``; None: the spec's ``time_budget_s``), whether a spec's
+    ``time_scale: auto`` is calibrated (False where the caller set the time scale), and what
+    measures a trial (``runner``: ``run_trial``, which starts vLLM)."""
+
+    run_dir: Path
+    config_path: Path
+    n_trials: int | None = None
+    launcher: Launcher | None = None
+    time_budget_s: float | None = None
+    began: float = field(default_factory=time.monotonic)
+    calibrate: bool = True
+    runner: search.TrialRunner = run_trial
+
+
+class Run:
+    """One run over ``study``: ``calibrate``, ``add_trials``, ``confirm`` and ``result``, in that
+    order (``add_trials`` and ``confirm`` only with a launcher)."""
+
+    def __init__(
+        self,
+        study: optuna.Study,
+        spec: StudySpec,
+        workload: Workload,
+        settings: RunSettings,
+        teller: Teller | None = None,
+    ) -> None:
+        self.study = study
+        self.spec = spec
+        self.workload = workload
+        self.settings = settings
+        self.tell: Teller = teller if teller is not None else LogTeller()
+        self.n_trials = spec.n_trials if settings.n_trials is None else settings.n_trials
+        measures = settings.launcher is not None
+        # Asked once a run, and only to add trials: a report may be written on another machine.
+        self.machine = fingerprint.measured_on() if measures else {}
+        budget_s = spec.time_budget_s if settings.time_budget_s is None else settings.time_budget_s
+        self.budget_s = budget_s if measures else None
+        self.budget = self._budget(self.budget_s)
+        self._setup: TrialSetup | None = None
+
+    @property
+    def calibrates(self) -> bool:
+        """Whether this run replays at a calibrated rate: ``time_scale: auto``, not set by the
+        caller, of a request trace, in a study whose objective calibrates (a latency study)."""
+        return (
+            self.settings.calibrate
+            and self.spec.time_scale == AUTO
+            and self.workload.trace is not None
+            and of_spec(self.spec).calibrates
+        )
+
+    def calibrate(self) -> Workload:
+        """The workload every trial replays, once the study is checked to have been measured
+        as this run measures (an ``InputError`` if not): where the run ``calibrates``, at the
+        rate of the calibration the study holds, else of one measured now on vLLM's defaults
+        and kept in the study (said, with the window it sets)."""
+        if self.calibrates:
+            trace, workload = self.workload.trace, self.workload
+            assert trace is not None
+            found = self._calibration()
+            self.tell.say(found.describe())
+            replay = open_loop_replay(
+                trace,
+                workload.window_s,
+                found.time_scale,
+                workload.model.max_model_len,
+                found.replay_s,
+            )
+            for line in replay_lines(replay):
+                self.tell.say(line)
+            self.workload = dataclasses.replace(
+                workload, replay=replay, time_scale=found.time_scale
+            )
+        measured = fingerprint.of_study(self.spec, self.workload.fingerprint(), self.machine)
+        note = fingerprint.check_workload(self.study, measured)
+        if note is not None:
+            self.tell.say(note)
+        return self.workload
+
+    def add_trials(self) -> int:
+        """The search: ``n_trials`` more trials (the baseline first in a new study), none
+        started where it and the confirmation would end after the budget; how many ran."""
+        spec, budget = self.spec, self.budget
+        pinned = capture_pin(spec, environment.is_cpu_build())
+        for key, value in pinned.items():
+            self.tell.say(
+                f"pinned after trial 0, so that trials share vLLM's compiles: {key}={value}"
+            )
+        self._plan()
+
+        def finished(trial: FrozenTrial) -> None:
+            self.tell.trial_finished(trial)
+            if budget is not None and len(budget.costs) == 1:
+                self._plan()  # from the first trial's measured cost
+
+        ran = search.run_study(
+            self.study,
+            spec,
+            self.trial_setup(),
+            self.settings.run_dir,
+            self.n_trials,
+            on_trial=finished,
+            runner=self.settings.runner,
+            on_start=self.tell.trial_started,
+            budget=budget,
+            pinned=pinned,
+            measured_on=self.machine,
+        )
+        if ran < self.n_trials:
+            self.tell.say(
+                f"time budget: ran {ran} of {self.n_trials} trials, keeping the rest of it for "
+                "the confirmation"
+            )
+        return ran
+
+    def confirm(self) -> int:
+        """The confirm step, where the spec asks for one: the top configurations and the
+        baseline measured again, in turns; how many trials it ran."""
+        spec, say = self.spec, self.tell.say
+        if not (spec.confirm_top_k and spec.confirm_repeats):
+            return 0
+        if not any_feasible(self.study):
+            say(
+                "not confirming: no configuration met the SLOs, and measuring vLLM's defaults "
+                "again would not give one"
+            )
+            return 0
+        if len(groups(self.study)) < 2:
+            say("not confirming: no searched configuration served to hold against vLLM's defaults")
+            return 0
+        also = " and the spec's candidates" if spec.confirm_candidates else ""
+        say(
+            f"confirming: the top {spec.confirm_top_k} and the baseline{also}, measured "
+            f"{spec.confirm_repeats} more times each, in turns"
+        )
+        how = search.Measuring(
+            self.trial_setup(), self.settings.run_dir, self.settings.runner, self.machine,
+            self.tell.trial_started,
+        )  # fmt: skip
+        return confirm.confirm(
+            self.study,
+            how,
+            spec.confirm_top_k,
+            spec.confirm_repeats,
+            on_trial=self.tell.trial_finished,
+            budget=self.budget,
+            candidates=spec.confirm_candidates,
+        )
+
+    def result(self) -> Written | None:
+        """The configuration the study answers, written to ``settings.config_path``
+        (``write_configuration``); None where no trial served (nothing written)."""
+        return write_configuration(self.study, self.spec, self.workload, self.settings.config_path)
+
+    def trial_setup(self) -> TrialSetup:
+        """What every trial of this run shares; made once, and only for a run with a launcher."""
+        if self._setup is None:
+            launcher = self.settings.launcher
+            if launcher is None:
+                raise ValueError("a run without a launcher measures nothing")
+            model = self.workload.model
+            setup = trial_setup(
+                self.spec, self.workload.replay, model.vocab_size, launcher, self.tell.progress
+            )
+            self._setup = dataclasses.replace(setup, on_engine_start=self.tell.engine_started)
+        return self._setup
+
+    def _budget(self, budget_s: float | None) -> Budget | None:
+        """The run's time budget, counted from ``settings.began``, with the confirm step's
+        measurements held back from the start; None without one."""
+        if budget_s is None:
+            return None
+        spec, replay = self.spec, self.workload.replay
+        replay_s = replay.offered.replay_s if replay.offered is not None else spec.window_s
+        estimate_s = ENGINE_START_GUESS_S + of_spec(spec).measure_s(spec, replay_s)
+        candidates = len(spec.candidates) if spec.confirm_candidates else 0
+        held = confirm_trials(spec.confirm_top_k, spec.confirm_repeats, candidates)
+        return Budget(self.settings.began + budget_s, confirm_trials=held, estimate_s=estimate_s)
+
+    def _plan(self) -> None:
+        """Say what the budget buys (nothing without one)."""
+        if self.budget is not None:
+            spec = self.spec
+            self.tell.say(self.budget.plan(self.n_trials, spec.confirm_top_k, spec.confirm_repeats))
+
+    def _calibration(self) -> calibration.Calibration:
+        """The study's calibration: the one it holds, else measured now on vLLM's defaults (the
+        study's baseline) and kept in the study. An ``InputError`` where there is none and this
+        run starts no engine; a ``TunerError`` where vLLM's defaults did not serve."""
+        study, spec, replay = self.study, self.spec, self.workload.replay
+        held = calibration.stored(study.user_attrs)
+        if held is not None:
+            return held
+        if self.settings.launcher is None:
+            raise InputError(
+                f"study {study.study_name!r} has no calibration yet (time_scale: auto): run it "
+                "with trials to measure one"
+            )
+        assert replay.offered is not None  # an open-loop window
+        search_at = calibration.settings(
+            replay.requests, replay.offered.replay_s, spec.calibrate_replay_s,
+            spec.client_tolerance_s,
+        )  # fmt: skip
+        self.tell.say(
+            "calibrating (time_scale: auto): how much of this window vLLM's defaults carry "
+            f"within the SLOs on this machine, from {search_at.window_req_per_s:.3g} req/s, "
+            f"{search_at.rate_window_s:g} s a rate, to within {search_at.resolution:.0%}"
+        )
+        setup = trial_setup(spec, replay, self.workload.model.vocab_size, self.settings.launcher)
+        try:
+            measured = calibration.measure(
+                setup, search_at, spec, self.settings.run_dir / "calibration"
+            )
+        except calibration.CalibrationFailed as exc:
+            tail = f"\n{exc.log_tail}" if exc.log_tail else ""
+            raise TunerError(
+                f"calibration: vLLM's defaults did not serve: {exc.reason}{tail}"
+            ) from None
+        # Another worker of a shared study may have calibrated meanwhile: its calibration wins.
+        held = calibration.stored(study.user_attrs)
+        if held is not None:
+            return held
+        study.set_user_attr(calibration.CALIBRATION_ATTR, measured.as_attr())
+        return measured

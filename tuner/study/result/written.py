@@ -1,0 +1,157 @@
+"""The configuration a run writes: ``tuner.study.result.choice.choose``'s, rendered for ``vllm
+serve --config`` (``tuner.study.result.emit``) and written whole, with what is said of it.
+
+A file is written to a temporary file beside it and renamed over it, so a reader (``vllm serve
+--config``, a second worker writing the same study's file) sees the old file or the new one,
+never a part; a disk that fills leaves the old file as it was and no temporary one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+import tuner
+from tuner.errors import TunerError
+from tuner.study.measure import scoring
+from tuner.study.measure.objective import StudyObjective, of_study
+from tuner.study.measure.prepare import Workload
+from tuner.study.measure.time_spent import time_lines
+from tuner.study.plan.spec import StudySpec
+from tuner.study.result.choice import Choice, choose, summary
+from tuner.study.result.emit import Provenance, render
+from tuner.study.trials import fingerprint, picks
+
+
+@dataclass(frozen=True)
+class Written:
+    """A configuration written to ``path``: the ``choice`` it is (its outcome, why, and what it
+    was held against), how the trial written met the SLOs (``verdict``), and what is said beside
+    it: the end table's two columns (``labels``: what was written, and what beside it, whose
+    figures are ``other``), the objective's rows of that table, and the lines the file's header
+    carries too (the objective's headline, the confirmation, where the time went)."""
+
+    choice: Choice
+    path: Path
+    verdict: scoring.Verdict
+    labels: tuple[str, str]
+    other: Mapping[str, Any] | None
+    rows: list[tuple[str, str, str]]
+    lines: list[str]
+    objective: StudyObjective
+    workload: Workload
+
+    @property
+    def trial(self) -> FrozenTrial:
+        """The trial written: the chosen configuration's median measurement."""
+        return self.choice.trial
+
+    def next_steps(self, spec_path: Path, capacity_command: str) -> list[str]:
+        """What to try where nothing met the SLOs (``StudyObjective.what_next``)."""
+        return self.objective.what_next(
+            self.trial, self.workload.replay.offered, spec_path, self.verdict.misses,
+            capacity_command,
+        )  # fmt: skip
+
+
+def write_configuration(
+    study: optuna.Study, spec: StudySpec, workload: Workload, path: Path
+) -> Written | None:
+    """Write the configuration ``choose`` picks for ``study`` to ``path``, and say what it is;
+    None where no trial served (nothing written). A ``TunerError`` where the file cannot be
+    written (the study keeps its trials)."""
+    choice = choose(study)
+    if choice is None:
+        return None
+    chosen = choice.trial
+    verdict = scoring.verdict(picks.constraints_of(chosen), chosen.user_attrs)
+    other = choice.other.median_trial.user_attrs if choice.other is not None else None
+    labels = _labels(choice)
+    objective = of_study(study)
+    peak = workload.replay.peak_req_per_s
+    rows, lines, measured = objective.result_lines(chosen, other, peak, labels[1])
+    lines += summary(choice) + _time_spent(choice, spec)
+    text = render(
+        spec.model,
+        picks.engine_args_of(chosen),
+        _provenance(chosen, study.study_name, workload),
+        verdict,
+        chosen.user_attrs,
+        other,
+        lines,
+        measured,
+        labels,
+    )
+    try:
+        write_whole(path, text)
+    except TunerError as exc:
+        raise TunerError(
+            f"{exc}; the study keeps every trial: --n-trials 0 writes the file again"
+        ) from None
+    return Written(choice, path, verdict, labels, other, rows, lines, objective, workload)
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file renamed over it.
+
+    A ``TunerError`` naming the file and the cause if that fails, with nothing left behind.
+    """
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            raise
+    except OSError as exc:
+        raise TunerError(
+            f"cannot write {path}: {exc.strerror or exc}; it is left as it was"
+        ) from None
+
+
+def _labels(choice: Choice) -> tuple[str, str]:
+    """The end table's and the header's two columns: what was written, and what beside it."""
+    if choice.keeps_defaults:
+        closest = choice.closest
+        return "defaults", "n/a" if closest is None else f"trial {closest.number}"
+    return ("best" if choice.meets_slos else "closest"), "defaults"
+
+
+def _time_spent(choice: Choice, spec: StudySpec) -> list[str]:
+    """Where the written trial's time went (``tuner.study.measure.time_spent``), vLLM's
+    default max-num-seqs as the spec gives it."""
+    vllm_defaults = {d.name: d.default for d in spec.space if d.has_default}
+    chosen = choice.trial
+    return time_lines(chosen.number, chosen.user_attrs, vllm_defaults, choice.keeps_defaults)
+
+
+def _provenance(chosen: FrozenTrial, name: str, workload: Workload) -> Provenance:
+    """What the trial ran on; this machine's only for a trial recorded before tuner kept that."""
+    attrs = chosen.user_attrs
+    recorded = all(isinstance(attrs.get(key), str) for key in fingerprint.MEASURED_ON)
+    ran_on: Mapping[str, str] = attrs if recorded else fingerprint.measured_on()
+    return Provenance(
+        tuner_version=tuner.__version__,
+        vllm_version=ran_on[fingerprint.VLLM_VERSION],
+        device=ran_on[fingerprint.DEVICE],
+        study=name,
+        trace_path=str(workload.trace_path),
+        trace_sha256=workload.trace_sha256,
+        window=workload.replay.text,
+        trial_number=chosen.number,
+        machine_of_writer=not recorded,
+    )
