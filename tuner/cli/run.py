@@ -69,15 +69,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         calibrate=args.time_scale is None,
     )
     lines = RunLines(spec)
-    run = Run(study, spec, workload, settings, lines)
-    if run.budget_s is not None:
-        where = "--time-budget-s" if args.time_budget_s is not None else "the spec's time_budget_s"
-        print(
-            f"time budget: {run.budget_s:g} s for the whole run ({where}); the search stops where "
-            "one more trial would leave too little for the confirmation; the first trial always "
-            "runs (in a new study, vLLM's defaults)"
-        )
     try:
+        run = Run(study, spec, workload, settings, lines)
+        if run.budget_s is not None:
+            where = "--time-budget-s" if args.time_budget_s else "the spec's time_budget_s"
+            print(
+                f"time budget: {run.budget_s:g} s for the whole run ({where}); the search stops "
+                "where one more trial would leave too little for the confirmation; the first "
+                "trial always runs (in a new study, vLLM's defaults)"
+            )
         run.calibrate()
         print(f"study {name!r} in {storage}: {len(study.trials)} trials so far, adding {n_trials}")
         if launcher is not None:
