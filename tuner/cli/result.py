@@ -14,7 +14,7 @@ from tuner.cli.output import write_whole
 from tuner.engine.environment import command_to_serve
 from tuner.errors import TunerError
 from tuner.load.health import CLIENT_BEHIND
-from tuner.load.window import LOOP_LAG_WARNING_S
+from tuner.load.observe import LOOP_LAG_WARNING_S
 from tuner.study.measure import scoring
 from tuner.study.measure.objective import of_study, of_trial
 from tuner.study.measure.prepare import Replay

@@ -30,9 +30,14 @@ import httpx
 
 from tuner.load.health import CLIENT_TOLERANCE_S, client_to_blame
 from tuner.load.http import ReplaySettings
-from tuner.load.metrics import LiveRequest, parse_scrape, provisional
+from tuner.load.metrics import (
+    LiveRequest,
+    client_figures,
+    parse_scrape,
+    provisional,
+    replay_figures,
+)
 from tuner.load.spread import replay
-from tuner.load.window import client_figures, replay_figures
 from tuner.study.measure.rates import GROWTH, CapacityFound, RatePoint, hinted_step, search_capacity
 from tuner.study.measure.scoring import Score, score
 from tuner.study.plan.spec import CAPACITY_WINDOW_S

@@ -20,9 +20,9 @@ from tuner.engine.process import Engine
 from tuner.load.closed_loop import replay_closed_loop
 from tuner.load.health import CLIENT_BEHIND, CLIENT_TOLERANCE_S, client_behind
 from tuner.load.http import ReplaySettings
-from tuner.load.metrics import LiveRequest, provisional, so_far
+from tuner.load.metrics import LiveRequest, ReplayResult, provisional, replay_figures, so_far
+from tuner.load.session import Monitor
 from tuner.load.spread import replay
-from tuner.load.window import Monitor, ReplayResult, replay_figures
 from tuner.study.measure.scoring import FAILED, Score, score, worst_slo_ratio
 from tuner.traces.concurrency import ClosedLoop
 from tuner.traces.model import Request
