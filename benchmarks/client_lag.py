@@ -38,8 +38,8 @@ from tuner.engine.launchers import ProcessLauncher, ServerProcess
 from tuner.engine.process import Engine
 from tuner.engine.zygote import die_with
 from tuner.load.http import ReplaySettings
+from tuner.load.metrics import replay_figures
 from tuner.load.open_loop import replay_in_process
-from tuner.load.window import replay_figures
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload
 

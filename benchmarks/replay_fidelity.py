@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tuner.load.health import client_behind
 from tuner.load.http import ReplaySettings, request_body
+from tuner.load.metrics import replay_figures
 from tuner.load.spread import replay
 from tuner.load.standin import body_key
-from tuner.load.window import replay_figures
 from tuner.traces.model import Request
 
 TARGET_ERROR_MS = 5.0

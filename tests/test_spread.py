@@ -20,9 +20,9 @@ from conftest import cpu_spec, run_tuner, write_small_trace, write_spec
 from tuner.cli.result import trial_line
 from tuner.load.health import CLIENT_BEHIND, client_behind, client_to_blame, missed_beyond_lag
 from tuner.load.http import ReplaySettings, request_body
+from tuner.load.metrics import replay_figures
 from tuner.load.spread import procs_for, replay
 from tuner.load.standin import body_key
-from tuner.load.window import replay_figures
 from tuner.study.measure.rates import RatePoint, search_capacity
 from tuner.traces.model import Request
 

@@ -28,8 +28,8 @@ from tuner.engine.launchers import EngineFailed, ZygoteLauncher
 from tuner.engine.process import Engine
 from tuner.flags import MAX_CAPTURE_SIZE
 from tuner.load.http import ReplaySettings
+from tuner.load.metrics import replay_figures
 from tuner.load.open_loop import replay_in_process
-from tuner.load.window import replay_figures
 from tuner.study.measure.prepare import model_of, write_dummy_model
 from tuner.study.plan.space import PINNED_CAPTURE_SIZE
 from tuner.study.plan.spec import load_spec

@@ -49,9 +49,8 @@ import yaml
 
 from tuner.engine.launchers import ServerProcess, ZygoteLauncher
 from tuner.engine.process import Engine
-from tuner.load.metrics import RequestResult, parse_scrape, summarize_client
+from tuner.load.metrics import RequestResult, parse_scrape, replay_figures, summarize_client
 from tuner.load.spread import replay
-from tuner.load.window import replay_figures
 from tuner.study.measure.capacity import reset_prefix_cache, wait_idle
 from tuner.study.measure.objective import CAPACITY_OBJECTIVE
 from tuner.study.measure.prepare import prepare

@@ -29,8 +29,8 @@ from tuner.engine.launchers import EngineFailed
 from tuner.engine.process import Engine
 from tuner.flags import SERVER_ONLY, normalize
 from tuner.load.http import ReplaySettings
+from tuner.load.metrics import replay_figures
 from tuner.load.open_loop import replay_in_process
-from tuner.load.window import replay_figures
 from tuner.study.measure.prepare import model_of, write_dummy_model
 from tuner.study.plan.spec import load_spec
 from tuner.traces.formats import load_trace

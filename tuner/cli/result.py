@@ -13,7 +13,7 @@ from tuner.cli.exits import EXIT_DEFAULTS_KEPT, EXIT_FAILED, EXIT_MEETS_SLOS, EX
 from tuner.cli.inputs import spec_path
 from tuner.engine.environment import command_to_serve
 from tuner.load.health import CLIENT_BEHIND
-from tuner.load.window import LOOP_LAG_WARNING_S
+from tuner.load.observe import LOOP_LAG_WARNING_S
 from tuner.study.measure.objective import of_trial
 from tuner.study.result.choice import DEFAULTS, TUNED
 from tuner.study.result.emit import HEADLINE, format_figure, verdict_lines

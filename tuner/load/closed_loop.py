@@ -1,7 +1,7 @@
-"""Closed-loop replay: keep a concurrency trace's number of requests in flight.
+"""Closed loop: keep a concurrency trace's number of requests in flight.
 
 Where only concurrency was recorded (``tuner.traces.concurrency``), each request is sent when a
-slot frees, with lengths drawn from a length source.
+slot frees, with lengths drawn from a length source. A ``Sender`` of ``tuner.load.session``.
 """
 
 from __future__ import annotations
@@ -11,20 +11,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from tuner.load.http import Clock, ReplaySettings, request_body, send
-from tuner.load.metrics import LiveRequest, RequestResult
-from tuner.load.window import (
-    Monitor,
-    ReplayResult,
-    clients,
-    drain,
-    run,
-    unfinished,
-    watch,
-    why_unfinished,
-)
+from tuner.load.http import Clock, ReplaySettings, request_body
+from tuner.load.metrics import ReplayResult, RequestResult
+from tuner.load.session import Monitor, ReplaySession, Sender, replay_async, run
 from tuner.traces.concurrency import ConcurrencyTrace
 from tuner.traces.model import Request
 
@@ -35,9 +26,9 @@ class _Slots:
     """The closed loop's slots: a request in flight holds one, and a failed request keeps it
     for ``error_backoff_s`` more; ``wake`` is set whenever one frees."""
 
-    def __init__(self, error_backoff_s: float) -> None:
+    def __init__(self, error_backoff_s: float, wake: asyncio.Event) -> None:
         self.loop = asyncio.get_running_loop()
-        self.wake = asyncio.Event()
+        self.wake = wake
         self.error_backoff_s = error_backoff_s
         self.in_flight: set[asyncio.Task[RequestResult]] = set()
         self.cooling = 0
@@ -63,59 +54,37 @@ class _Slots:
             self.wake.set()
 
 
-async def replay_closed_loop_async(
-    base_url: str,
-    schedule: ConcurrencyTrace,
-    requests: Iterator[Request],
-    settings: ReplaySettings,
-    clock: Clock = time.perf_counter,
-    error_backoff_s: float = 0.1,
-    monitor: Monitor | None = None,
-) -> ReplayResult:
-    """Keep ``schedule.target_at(t)`` requests in flight until ``schedule.end_s``, then drain.
+@dataclass
+class ClosedLoop(Sender):
+    """Keep ``schedule.target_at(t)`` requests in flight until ``schedule.end_s``.
 
     A request is sent whenever fewer than the target are in flight: at the start, when one
     finishes, and when the target rises. When it falls, nothing new is sent until enough have
     finished. Each request's ``scheduled_s`` is its send time. A failed request holds its slot
-    for ``error_backoff_s``, so that a server refusing everything is not flooded. With a
-    ``monitor``, the replay stops early once it says so, as the open loop does.
+    for ``error_backoff_s``, so that a server refusing everything is not flooded.
     """
-    async with clients(base_url, settings) as (client, observed):
-        slots = _Slots(error_backoff_s)
-        wake = slots.wake
-        stopped = asyncio.Event()
-        sent: list[tuple[Request, asyncio.Task[RequestResult]]] = []
-        live: list[LiveRequest] = []
-        start = clock()
-        watcher = None
-        if monitor is not None:
-            watcher = asyncio.create_task(
-                watch(monitor, live, start, clock, settings.monitor_interval_s, stopped, wake)
-            )
-        while (now := clock() - start) < schedule.end_s and not stopped.is_set():
-            while slots.held < schedule.target_at(now):
-                request = replace(next(requests), arrival_s=now)
-                body = request_body(len(sent), request, settings)
-                live.append(LiveRequest(sent_s=now))
-                task = asyncio.create_task(send(client, body, request, now, start, clock, live[-1]))
-                slots.hold(task)
-                sent.append((request, task))
-            wake.clear()
-            wait_s = schedule.next_change_s(now) - (clock() - start)
+
+    schedule: ConcurrencyTrace
+    requests: Iterator[Request]
+    error_backoff_s: float = 0.1
+
+    async def send(self, session: ReplaySession) -> None:
+        slots = _Slots(self.error_backoff_s, session.wake)
+        await session.begin()
+        sent = 0
+        stopped, end_s = session.stopped, self.schedule.end_s
+        while (now := session.clock() - session.start) < end_s and not stopped.is_set():
+            while slots.held < self.schedule.target_at(now):
+                request = replace(next(self.requests), arrival_s=now)
+                body = request_body(sent, request, session.settings)
+                slots.hold(session.send(sent, request, body, now))
+                sent += 1
+            slots.wake.clear()
+            wait_s = self.schedule.next_change_s(now) - (session.clock() - session.start)
             if wait_s > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), timeout=wait_s)
-        tasks = [task for _, task in sent]
-        pending = await drain(tasks, stopped, settings.drain_timeout_s, clock, watcher)
-        duration_s = clock() - start
-        stopped_at_s = duration_s if stopped.is_set() else None
-    why = why_unfinished(stopped_at_s is not None, settings)
-    results = [
-        task.result() if task not in pending else unfinished(request, request.arrival_s, why)
-        for request, task in sent
-    ]
-    logger.info("closed loop: %d requests over %.1f s", len(results), duration_s)
-    return observed.result(results, duration_s, stopped_at_s, live)
+                    await asyncio.wait_for(slots.wake.wait(), timeout=wait_s)
+        logger.info("closed loop: %d requests sent over %.1f s", sent, now)
 
 
 def replay_closed_loop(
@@ -126,7 +95,6 @@ def replay_closed_loop(
     clock: Clock = time.perf_counter,
     monitor: Monitor | None = None,
 ) -> ReplayResult:
-    """Blocking wrapper around ``replay_closed_loop_async``."""
-    return run(
-        replay_closed_loop_async(base_url, schedule, requests, settings, clock, monitor=monitor)
-    )
+    """Replay ``schedule`` closed-loop (``ClosedLoop``) with ``requests``' lengths, then drain;
+    with a ``monitor``, stopped early once it says so, as the open loop is."""
+    return run(replay_async(base_url, ClosedLoop(schedule, requests), settings, clock, monitor))

@@ -1,7 +1,8 @@
 """Measurements of one replay: client-side request timings and vLLM's own ``/metrics``.
 
-Pure: parses and summarises what a replay (``tuner.load``) collected. Names carry units: ``_s`` for
-seconds, ``_per_s`` for rates, ``_tokens`` for counts.
+Pure: parses and summarises what a replay (``tuner.load.session``) collected, a ``ReplayResult``,
+into its figures (``replay_figures``). Names carry units: ``_s`` for seconds, ``_per_s`` for
+rates, ``_tokens`` for counts.
 """
 
 from __future__ import annotations
@@ -61,6 +62,55 @@ class LiveRequest:
     first_token_s: float | None = None
     done_s: float | None = None
     sent: bool = False
+
+
+@dataclass
+class ReplayResult:
+    """What one replay saw: per-request results and the raw ``/metrics`` texts."""
+
+    results: list[RequestResult]
+    duration_s: float
+    metrics_before: str = ""
+    metrics_after: str = ""
+    metrics_during: list[str] = field(default_factory=list)
+    stopped_at_s: float | None = None
+    live: list[LiveRequest] = field(default_factory=list)
+    # How far the system's wall clock moved against the monotonic one over the window
+    # (``tuner.load.observe.Observed.wall_clock_step_s``).
+    wall_clock_step_s: float = 0.0
+    # How late tuner's own event loop woke for a timer during the window: the worst, and the 99th
+    # percentile. tuner's latencies include up to this much of its own delay.
+    client_lag_max_s: float = 0.0
+    client_lag_p99_s: float = 0.0
+    # The CPU each client process spent over the window, in cores (CPU seconds per second).
+    client_cpu: tuple[float, ...] = ()
+
+
+def replay_figures(result: ReplayResult) -> dict[str, float]:
+    """Everything a whole replay measured: tuner's figures, vLLM's over the window, the gauges,
+    and how far the wall clock and tuner's own loop were off."""
+    figures = summarize_client(result.results, result.duration_s)
+    before, after = parse_scrape(result.metrics_before), parse_scrape(result.metrics_after)
+    figures |= summarize_server(before, after)
+    figures |= summarize_gauges([parse_scrape(text) for text in result.metrics_during])
+    figures["wall_clock_step_s"] = result.wall_clock_step_s
+    return figures | client_figures(result)
+
+
+def client_figures(result: ReplayResult) -> dict[str, float]:
+    """The client's own figures of a window: processes, CPU of the busiest, and how late the
+    requests' bytes were written against their schedule (``write_lag``)."""
+    lags = [r.written_s - r.scheduled_s for r in result.results if r.written_s is not None]
+    figures = {
+        "client_procs": float(max(1, len(result.client_cpu))),
+        "client_cpu_max": max(result.client_cpu, default=0.0),
+        "client_lag_max_s": result.client_lag_max_s,
+        "client_lag_p99_s": result.client_lag_p99_s,
+    }
+    if lags:
+        figures["write_lag_p50_s"] = float(np.percentile(lags, 50))
+        figures["write_lag_p99_s"] = float(np.percentile(lags, 99))
+    return figures
 
 
 def provisional(now_s: float, live: Sequence[LiveRequest]) -> dict[str, float]:

@@ -29,7 +29,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from tuner.load.window import run
+from tuner.load.session import run
 
 _EVENT = (
     b'{"id":"cmpl-standin","object":"text_completion","created":0,"model":"standin",'

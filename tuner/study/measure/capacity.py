@@ -28,13 +28,13 @@ from dataclasses import dataclass, replace
 
 import httpx
 
-from tuner.load.health import CLIENT_TOLERANCE_S, client_to_blame
+from tuner.load.health import CLIENT_TOLERANCE_S
 from tuner.load.http import ReplaySettings
-from tuner.load.metrics import LiveRequest, parse_scrape, provisional
+from tuner.load.metrics import LiveRequest, parse_scrape
 from tuner.load.spread import replay
-from tuner.load.window import client_figures, replay_figures
+from tuner.study.measure.judge import Objective, judge
 from tuner.study.measure.rates import GROWTH, CapacityFound, RatePoint, hinted_step, search_capacity
-from tuner.study.measure.scoring import Score, score
+from tuner.study.measure.scoring import Score
 from tuner.study.plan.spec import CAPACITY_WINDOW_S
 from tuner.traces.model import Request
 from tuner.traces.workload import at_rate
@@ -233,26 +233,18 @@ def measure_rate(
         return bool(lost)
 
     result = replay(base_url, window, seeded, monitor=monitor)
-    if result.stopped_at_s is not None:
-        figures = provisional(result.stopped_at_s, result.live)
-        figures["stopped_at_s"] = result.stopped_at_s
-        figures |= client_figures(result)
-        reason = f"stopped {result.stopped_at_s:.0f} s in: {', '.join(lost)} lost"
-        behind = client_to_blame(
-            figures, slos, passed=False, tolerance_s=settings.client_tolerance_s
-        )
-        point_figures = _point_figures(figures, len(window), idle, reset)
-        return RatePoint(rate, False, point_figures, reason, behind)
-    figures = replay_figures(result)
-    judged = score(figures, slos, weights)
-    errors = sum(1 for r in result.results if r.error)
-    reasons = [] if judged.feasible else [f"missed {', '.join(judged.violations)}"]
-    if errors:
-        reasons.append(f"{errors} requests failed")
-    passed = judged.feasible and not errors
-    point_figures = _point_figures(figures, len(window), idle, reset)
-    behind = client_to_blame(figures, slos, passed, settings.client_tolerance_s)
-    return RatePoint(rate, passed, point_figures, "; ".join(reasons) or None, behind)
+    judged = judge(result, Objective(slos, weights), settings.client_tolerance_s)
+    reason: str | None
+    if judged.stopped_at_s is not None:
+        reason = f"stopped {judged.stopped_at_s:.0f} s in: {', '.join(lost)} lost"
+    else:
+        missed = judged.score.violations
+        reasons = [f"missed {', '.join(missed)}"] if missed else []
+        if judged.errors:
+            reasons.append(f"{len(judged.errors)} requests failed")
+        reason = "; ".join(reasons) or None
+    point_figures = _point_figures(judged.figures, len(window), idle, reset)
+    return RatePoint(rate, judged.passed, point_figures, reason, judged.client_to_blame)
 
 
 def measure_capacity(

@@ -15,9 +15,10 @@ from tuner.engine.dummy_model import is_complete, write_model
 from tuner.engine.launchers import Launcher
 from tuner.flags import random_weights
 from tuner.load.http import ReplaySettings
+from tuner.study.measure.judge import Objective
 from tuner.study.measure.objective import of_spec
 from tuner.study.measure.outcome import Offered
-from tuner.study.measure.trial import Objective, OnProgress, TrialSetup
+from tuner.study.measure.trial import OnProgress, TrialSetup
 from tuner.study.plan.spec import AUTO, StudySpec
 from tuner.traces import concurrency
 from tuner.traces.concurrency import ClosedLoop, ConcurrencyTrace, LengthSource

@@ -18,12 +18,13 @@ from typing import Any
 from tuner.engine.launchers import EngineFailed, Launcher, ProcessLauncher, tail
 from tuner.engine.process import Engine
 from tuner.load.closed_loop import replay_closed_loop
-from tuner.load.health import CLIENT_BEHIND, CLIENT_TOLERANCE_S, client_behind
+from tuner.load.health import CLIENT_BEHIND, CLIENT_TOLERANCE_S
 from tuner.load.http import ReplaySettings
-from tuner.load.metrics import LiveRequest, provisional, so_far
+from tuner.load.metrics import LiveRequest, ReplayResult, provisional, so_far
+from tuner.load.session import Monitor
 from tuner.load.spread import replay
-from tuner.load.window import Monitor, ReplayResult, replay_figures
-from tuner.study.measure.scoring import FAILED, Score, score, worst_slo_ratio
+from tuner.study.measure.judge import Judged, Objective, judge
+from tuner.study.measure.scoring import FAILED, Score, worst_slo_ratio
 from tuner.traces.concurrency import ClosedLoop
 from tuner.traces.model import Request
 
@@ -56,15 +57,6 @@ class TrialProgress:
 
 
 OnProgress = Callable[[TrialProgress], None]
-
-
-@dataclass(frozen=True)
-class Objective:
-    """How a trial is judged: SLOs in seconds, weights, and the errors it may have."""
-
-    slos: Mapping[str, float]
-    weights: Mapping[str, float]
-    max_error_rate: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -234,22 +226,19 @@ def _sending(phase: str, requests: Sequence[Request]) -> TrialProgress:
 def _stopped_early(
     engine_args: Mapping[str, Any],
     setup: TrialSetup,
-    result: ReplayResult,
+    judged: Judged,
     timings: dict[str, float],
 ) -> TrialOutcome:
     """The outcome of a trial its pruner stopped: provisional figures, infeasible if they say so."""
-    assert result.stopped_at_s is not None
-    metrics = provisional(result.stopped_at_s, result.live)
-    metrics["stopped_at_s"] = result.stopped_at_s
-    objective = setup.objective
-    trial_score = score(metrics, objective.slos, objective.weights)
+    assert judged.stopped_at_s is not None
+    metrics = judged.figures
     shown = ", ".join(
         f"{m} >= {metrics[m]:.2f} s (SLO {limit:g} s)"
-        for m, limit in objective.slos.items()
+        for m, limit in setup.objective.slos.items()
         if m in metrics
     )
-    reason = f"stopped {result.stopped_at_s:.0f} s into the window, far off: {shown}"
-    return TrialOutcome(engine_args, trial_score, metrics, timings, reason, pruned=True)
+    reason = f"stopped {judged.stopped_at_s:.0f} s into the window, far off: {shown}"
+    return TrialOutcome(engine_args, judged.score, metrics, timings, reason, pruned=True)
 
 
 def run_trial(
@@ -328,19 +317,17 @@ def _warm_up(base_url: str, setup: TrialSetup) -> float:
 
 def _replay_outcome(
     engine_args: Mapping[str, Any],
-    setup: TrialSetup,
-    result: ReplayResult,
+    judged: Judged,
     late: Mapping[str, float],
     crashed: bool,
     log_path: Path,
 ) -> TrialOutcome:
     """A replayed window's outcome: its figures scored against the SLOs, and why it is
     infeasible or not to be trusted (tuner's client behind, vLLM gone, requests failed)."""
-    metrics = replay_figures(result) | dict(late)
-    objective = setup.objective
-    trial_score = score(metrics, objective.slos, objective.weights, objective.max_error_rate)
+    metrics = judged.figures | dict(late)
+    trial_score = judged.score
     reason = _why_infeasible(trial_score, metrics)
-    if behind := client_behind(metrics, setup.client_tolerance_s):
+    if behind := judged.client_behind:
         # Not the configuration's figures: infeasible, so never ranked (the dashboard shows why).
         metrics[CLIENT_BEHIND] = 1.0
         trial_score = Score(trial_score.value, {**trial_score.constraints, CLIENT_BEHIND: 1.0})
@@ -349,9 +336,8 @@ def _replay_outcome(
     if crashed:
         reason = "vLLM exited during the window; " + (reason or "")
         log_tail = tail(log_path)
-    errors = [r.error for r in result.results if r.error]
-    if errors:
-        reason = f"{reason or 'some requests failed'}; first error: {errors[0]}"
+    if judged.errors:
+        reason = f"{reason or 'some requests failed'}; first error: {judged.errors[0]}"
     return TrialOutcome(engine_args, trial_score, metrics, {}, reason, log_tail)
 
 
@@ -383,11 +369,10 @@ class WindowReplay(Measure):
         measured: ReplayResult,
         ended: Ended,
     ) -> TrialOutcome:
-        if measured.stopped_at_s is not None:
-            stopped = _stopped_early(engine_args, setup, measured, ended.timings)
+        judged = judge(measured, setup.objective, setup.client_tolerance_s)
+        if judged.stopped_at_s is not None:
+            stopped = _stopped_early(engine_args, setup, judged, ended.timings)
             metrics = {**stopped.metrics, **ended.late}
             return replace(stopped, metrics=metrics, compile_cache=ended.compiled)
-        outcome = _replay_outcome(
-            engine_args, setup, measured, ended.late, ended.crashed, ended.log_path
-        )
+        outcome = _replay_outcome(engine_args, judged, ended.late, ended.crashed, ended.log_path)
         return replace(outcome, timings=ended.timings, compile_cache=ended.compiled)
