@@ -103,3 +103,31 @@ def test_a_gpu_capacity_spec_warms_every_engine_up_and_says_why():
     ):
         assert parse_spec(yaml.safe_load(text)).warmup_requests == 0
         assert "warmup_requests: 200" not in text
+
+
+def test_long_prompts_move_max_num_batched_tokens_first_and_say_why():
+    device = first_gpu("0, GPU-1, 81559, NVIDIA H100 80GB HBM3\n")
+
+    def order(prompts: list[int]) -> tuple[list[str], str]:
+        text = default_spec_text("m", gpu=True, prompt_tokens=prompts, device=device)
+        return [d.name for d in parse_spec(yaml.safe_load(text)).space], text.split("\nmodel:")[0]
+
+    # Short prompts (the story trace's shape): the front end first, the chunk size fourth.
+    names, header = order(PROMPTS)
+    assert names[0] == "api-server-count" and names.index("max-num-batched-tokens") == 3
+    assert "max-num-batched-tokens: the prefill" not in header
+    # 1,024 tokens or more on average: prefill is the main work, so its chunk moves first; the
+    # levels and vLLM's default stay what they are.
+    names, header = order([400] * 3 + [4000])
+    assert names[0] == "max-num-batched-tokens" and len(names) == len(set(names)) == 5
+    assert "max-num-batched-tokens: the prefill tokens a step may carry; first" in header
+    assert "benchmarks/results/h100-conv-7b/" in header
+    space = {
+        d.name: d
+        for d in parse_spec(
+            yaml.safe_load(default_spec_text("m", gpu=True, prompt_tokens=[1024], device=device))
+        ).space
+    }
+    assert space["max-num-batched-tokens"].choices == (2048, 4096, 8192, 16384)
+    assert space["max-num-batched-tokens"].default == 8192
+    assert order([1023])[0][0] == "api-server-count"

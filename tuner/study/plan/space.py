@@ -42,6 +42,12 @@ GPU_MAX_NUM_SEQS = 256
 # Its default max-num-batched-tokens for the API server, on the same two tiers.
 LARGE_GPU_BATCHED_TOKENS = 8192
 GPU_BATCHED_TOKENS = 2048
+# Prompts this long on average (tokens) make prefill the GPU's main work: on the Azure
+# conversation trace (1,457 on average) a 7B model's capacity was bound by prefill chunks
+# stretching the decode steps beside them, not by the front end, the capture range or
+# max-num-seqs, and a search that moved max-num-batched-tokens fourth ran out of time before it
+# (benchmarks/results/h100-conv-7b/). For such traces the search moves it first.
+LONG_PROMPT_TOKENS = 1024
 
 
 # API server processes offered on a GPU (``vllm serve``'s api-server-count): one API server's
@@ -200,45 +206,57 @@ def gpu_search_space(prompt_tokens: list[int] | None, device: Gpu | None) -> dic
     capture range comes next (the comment there says why), while a share of memory above
     vLLM's 0.9 only adds KV cache that a large GPU's defaults do not fill. The capture range's
     default is the range vLLM uses at its default max-num-seqs, placed among the levels by its
-    size, so that the search widens or narrows it from there."""
+    size, so that the search widens or narrows it from there. Where the prompts are long
+    (``prefill_bound``), max-num-batched-tokens moves first."""
     seqs_high = vllm_default_max_num_seqs(device)
     large = seqs_high == LARGE_GPU_MAX_NUM_SEQS
     vllm_range = vllm_default_capture_size(seqs_high)
     captures = capture_choices(prompt_tokens, seqs_high, min_num_seqs=1)
-    return {
-        API_SERVER_COUNT: {
-            "type": "categorical",
-            "choices": list(GPU_API_SERVER_COUNTS),
-            "default": 1,
-        },
-        # The CUDA-graph capture range is searched right after the API servers: with two API
-        # servers the engine runs several hundred requests at once, whose steps outgrow vLLM's
-        # default range (512 at max-num-seqs 1024) and run without CUDA graphs, losing TPOT
-        # (benchmarks/results/h200-asc-capture/). Next to each other, whichever of the two
-        # becomes the incumbent, the next move tries the pair, which won a study of this space
-        # on one H100 (benchmarks/results/h100-user-study/).
-        MAX_CAPTURE_SIZE: {
-            "type": "categorical",
-            "choices": sorted({*captures, vllm_range}),
-            "default": vllm_range,
-        },
-        "max-num-seqs": {
-            "type": "int",
-            "low": 1,
-            "high": seqs_high,
-            "log": True,
-            "default": seqs_high,
-        },
-        "max-num-batched-tokens": {
-            "type": "categorical",
-            "choices": list(GPU_BATCHED_TOKENS_LEVELS),
-            "default": LARGE_GPU_BATCHED_TOKENS if large else GPU_BATCHED_TOKENS,
-        },
-        "gpu-memory-utilization": {
-            **DEFAULT_SPEC["search_space"]["gpu-memory-utilization"],
-            "default": VLLM_DEFAULT_SHARE,
-        },
+    batched_tokens = {
+        "type": "categorical",
+        "choices": list(GPU_BATCHED_TOKENS_LEVELS),
+        "default": LARGE_GPU_BATCHED_TOKENS if large else GPU_BATCHED_TOKENS,
     }
+    space: dict[str, Any] = {}
+    if prefill_bound(prompt_tokens):
+        space["max-num-batched-tokens"] = batched_tokens
+    space[API_SERVER_COUNT] = {
+        "type": "categorical",
+        "choices": list(GPU_API_SERVER_COUNTS),
+        "default": 1,
+    }
+    # The CUDA-graph capture range is searched right after the API servers: with two API
+    # servers the engine runs several hundred requests at once, whose steps outgrow vLLM's
+    # default range (512 at max-num-seqs 1024) and run without CUDA graphs, losing TPOT
+    # (benchmarks/results/h200-asc-capture/). Next to each other, whichever of the two
+    # becomes the incumbent, the next move tries the pair, which won a study of this space
+    # on one H100 (benchmarks/results/h100-user-study/).
+    space[MAX_CAPTURE_SIZE] = {
+        "type": "categorical",
+        "choices": sorted({*captures, vllm_range}),
+        "default": vllm_range,
+    }
+    space["max-num-seqs"] = {
+        "type": "int",
+        "low": 1,
+        "high": seqs_high,
+        "log": True,
+        "default": seqs_high,
+    }
+    space.setdefault("max-num-batched-tokens", batched_tokens)
+    space["gpu-memory-utilization"] = {
+        **DEFAULT_SPEC["search_space"]["gpu-memory-utilization"],
+        "default": VLLM_DEFAULT_SHARE,
+    }
+    return space
+
+
+def prefill_bound(prompt_tokens: list[int] | None) -> bool:
+    """Whether the trace's prompts are long enough (``LONG_PROMPT_TOKENS`` on average) that
+    prefill, whose chunk per step is max-num-batched-tokens, is what the GPU mostly does."""
+    if not prompt_tokens:
+        return False
+    return sum(prompt_tokens) / len(prompt_tokens) >= LONG_PROMPT_TOKENS
 
 
 def capture_pin(spec: StudySpec, cpu_build: bool) -> dict[str, Any]:
@@ -292,13 +310,21 @@ SPEC_HEADER = (
 )
 
 
-def _gpu_header(device: Gpu | None, capacity: bool) -> str:
+def _gpu_header(device: Gpu | None, capacity: bool, prompt_tokens: list[int] | None) -> str:
     """What a GPU spec says besides: the order and levels of its space, and for a capacity
     study its warm-up. Each key in one sentence, with the results page behind it."""
     seqs_high = vllm_default_max_num_seqs(device)
     header = (
         "# search_space lists the dimensions in the order the search moves them, the largest\n"
         "#   measured effect first.\n"
+    )
+    if prefill_bound(prompt_tokens):
+        header += (
+            "# max-num-batched-tokens: the prefill tokens a step may carry; first, as this\n"
+            f"#   trace's prompts ({LONG_PROMPT_TOKENS}+ tokens on average) make prefill the main\n"
+            "#   work (benchmarks/results/h100-conv-7b/).\n"
+        )
+    header += (
         f"# max-num-seqs: 1 to {seqs_high}, vLLM's own default on this GPU, log scale: few\n"
         "#   sequences carry far less than the default (benchmarks/results/h100.md).\n"
         "# compilation-config.max_cudagraph_capture_size: the largest step, in tokens, that\n"
@@ -356,5 +382,6 @@ def default_spec_text(
         spec["client_tolerance_s"] = CPU_CLIENT_TOLERANCE_S
     header = SPEC_HEADER
     if gpu:
-        header += _gpu_header(device, capacity=spec.get("objective_mode") == "capacity")
+        capacity = spec.get("objective_mode") == "capacity"
+        header += _gpu_header(device, capacity, prompt_tokens)
     return header + yaml.safe_dump(spec, sort_keys=False)
