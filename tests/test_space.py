@@ -116,18 +116,25 @@ def test_long_prompts_move_max_num_batched_tokens_first_and_say_why():
     names, header = order(PROMPTS)
     assert names[0] == "api-server-count" and names.index("max-num-batched-tokens") == 3
     assert "max-num-batched-tokens: the prefill" not in header
-    # 1,024 tokens or more on average: prefill is the main work, so its chunk moves first; the
-    # levels and vLLM's default stay what they are.
+    # 1,024 tokens or more on average: prefill is the main work, so its chunk moves first.
     names, header = order([400] * 3 + [4000])
     assert names[0] == "max-num-batched-tokens" and len(names) == len(set(names)) == 5
     assert "max-num-batched-tokens: the prefill tokens a step may carry; first" in header
-    assert "benchmarks/results/h100-conv-7b/" in header
+    assert "benchmarks/results/h100-code-7b/" in header
     space = {
         d.name: d
         for d in parse_spec(
             yaml.safe_load(default_spec_text("m", gpu=True, prompt_tokens=[1024], device=device))
         ).space
     }
-    assert space["max-num-batched-tokens"].choices == (2048, 4096, 8192, 16384)
+    # Its levels: a factor of 4 below vLLM's default, which stays the default.
+    assert space["max-num-batched-tokens"].choices == (2048, 8192, 16384)
     assert space["max-num-batched-tokens"].default == 8192
+    short = {
+        d.name: d
+        for d in parse_spec(
+            yaml.safe_load(default_spec_text("m", gpu=True, prompt_tokens=PROMPTS, device=device))
+        ).space
+    }
+    assert short["max-num-batched-tokens"].choices == (2048, 4096, 8192, 16384)
     assert order([1023])[0][0] == "api-server-count"

@@ -48,6 +48,11 @@ GPU_BATCHED_TOKENS = 2048
 # max-num-seqs, and a search that moved max-num-batched-tokens fourth ran out of time before it
 # (benchmarks/results/h100-conv-7b/). For such traces the search moves it first.
 LONG_PROMPT_TOKENS = 1024
+# Its levels there: a factor of 4 below vLLM's default first. On the Azure code trace (prompts of
+# 1,859 tokens on average, outputs of 31) a 7B model's capacity was bound by TPOT p95, decode
+# steps stretched by 8192-token prefill chunks: 4096 and 16384 carried what 8192 did, 2048
+# carried 1.19 and 1.30 times as much on two engines (benchmarks/results/h100-code-7b/).
+PREFILL_BOUND_BATCHED_TOKENS_LEVELS = [2048, 8192, 16384]
 
 
 # API server processes offered on a GPU (``vllm serve``'s api-server-count): one API server's
@@ -212,13 +217,16 @@ def gpu_search_space(prompt_tokens: list[int] | None, device: Gpu | None) -> dic
     large = seqs_high == LARGE_GPU_MAX_NUM_SEQS
     vllm_range = vllm_default_capture_size(seqs_high)
     captures = capture_choices(prompt_tokens, seqs_high, min_num_seqs=1)
+    long_prompts = prefill_bound(prompt_tokens)
     batched_tokens = {
         "type": "categorical",
-        "choices": list(GPU_BATCHED_TOKENS_LEVELS),
+        "choices": list(
+            PREFILL_BOUND_BATCHED_TOKENS_LEVELS if long_prompts else GPU_BATCHED_TOKENS_LEVELS
+        ),
         "default": LARGE_GPU_BATCHED_TOKENS if large else GPU_BATCHED_TOKENS,
     }
     space: dict[str, Any] = {}
-    if prefill_bound(prompt_tokens):
+    if long_prompts:
         space["max-num-batched-tokens"] = batched_tokens
     space[API_SERVER_COUNT] = {
         "type": "categorical",
@@ -322,7 +330,8 @@ def _gpu_header(device: Gpu | None, capacity: bool, prompt_tokens: list[int] | N
         header += (
             "# max-num-batched-tokens: the prefill tokens a step may carry; first, as this\n"
             f"#   trace's prompts ({LONG_PROMPT_TOKENS}+ tokens on average) make prefill the main\n"
-            "#   work (benchmarks/results/h100-conv-7b/).\n"
+            "#   work, and down to 2048 at once: smaller chunks stall decodes less\n"
+            "#   (benchmarks/results/h100-code-7b/).\n"
         )
     header += (
         f"# max-num-seqs: 1 to {seqs_high}, vLLM's own default on this GPU, log scale: few\n"
