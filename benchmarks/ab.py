@@ -28,7 +28,7 @@ import logging
 import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +36,12 @@ import optuna
 import yaml
 
 from tuner.engine import environment
+from tuner.engine.environment import HostMemory
 from tuner.engine.launchers import LAUNCHERS, auto_launcher
 from tuner.report import data
 from tuner.study.measure.objective import of_spec, of_study
 from tuner.study.measure.prepare import Workload, model_of, open_loop_replay, write_dummy_model
+from tuner.study.plan.space import runnable_baseline
 from tuner.study.plan.spec import AUTO, StudySpec, load_spec
 from tuner.study.result.run import Run, RunSettings
 from tuner.study.trials.search import open_study
@@ -58,18 +60,25 @@ class Arm:
     engine_args: Mapping[str, Any]
 
 
-def load_arms(path: Path, spec: StudySpec) -> list[Arm]:
+def load_arms(path: Path, spec: StudySpec, memory: HostMemory | None = None) -> list[Arm]:
     """The arms of ``path`` in the file's order; a ``ValueError`` where the file has fewer than
-    two, an arm is not a mapping of engine arguments, or two arms are one configuration."""
+    two, an arm is not a mapping of engine arguments, or two arms are one configuration.
+
+    With the ``memory`` of vLLM's CPU build, an arm that does not size its KV cache gets the
+    share ``tuner run`` gives its candidates there (``runnable_baseline``): vLLM's default asks
+    more memory than such a machine has free."""
     found = yaml.safe_load(path.read_text())
     arms = found.get("arms") if isinstance(found, dict) else None
     if not isinstance(arms, dict) or len(arms) < 2:
         raise ValueError(f"{path}: 'arms' must map two or more names to engine arguments")
-    out: list[Arm] = []
     for name, args in arms.items():
         if not isinstance(args, dict | None):
             raise ValueError(f"{path}: arm {name!r} is not a mapping of engine arguments")
-        arm = Arm(str(name), {**spec.engine_args, **(args or {})})
+    as_candidates = replace(spec, candidates=tuple(args or {} for args in arms.values()))
+    sized, _ = runnable_baseline(as_candidates, memory)
+    out: list[Arm] = []
+    for name, args in zip(arms, sized.candidates, strict=True):
+        arm = Arm(str(name), {**spec.engine_args, **args})
         same = next((a.name for a in out if a.engine_args == arm.engine_args), None)
         if same is not None:
             raise ValueError(f"{path}: arms {same!r} and {arm.name!r} are one configuration")
@@ -182,7 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     spec = load_spec(args.spec)
-    arms = load_arms(args.arms, spec)
+    memory = environment.host_memory() if environment.is_cpu_build() else None
+    arms = load_arms(args.arms, spec, memory)
     (args.out / "runs").mkdir(parents=True, exist_ok=True)
     storage = args.storage or f"sqlite:///{args.out / 'ab.db'}"
     study = open_study(args.study, storage, spec.seed, objective=of_spec(spec))

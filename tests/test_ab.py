@@ -18,6 +18,7 @@ import pytest
 import yaml
 from conftest import REPO, cpu_spec, write_small_trace, write_spec
 
+from tuner.engine.environment import HostMemory
 from tuner.engine.launchers import ProcessLauncher
 from tuner.study.measure.scoring import score
 from tuner.study.measure.trial import TrialOutcome, TrialSetup
@@ -129,6 +130,22 @@ def test_the_turns_go_round_the_arms_from_what_each_lacks():
     assert ab.turns([a, b], 1, {"a": 3, "b": 1}) == []
 
 
+def test_on_the_cpu_build_an_arm_that_does_not_size_its_kv_cache_gets_trial_0s_share(
+    tmp_path, cpu_model
+):
+    gib = 1 << 30
+    memory = HostMemory(total_bytes=16 * gib, available_bytes=8 * gib)
+    file = arms_file(
+        tmp_path,
+        {"a": {"max-num-seqs": 4}, "b": {"max-num-seqs": 4, "gpu-memory-utilization": 0.1}},
+    )
+    a, b = ab.load_arms(file, spec_of(cpu_model), memory)
+    assert a.engine_args["gpu-memory-utilization"] == 0.25  # half of what is free, in steps
+    assert b.engine_args["gpu-memory-utilization"] == 0.1
+    # Off the CPU build (no memory given) the arms are as written.
+    assert "gpu-memory-utilization" not in ab.load_arms(file, spec_of(cpu_model))[0].engine_args
+
+
 @pytest.mark.parametrize(
     ("arms", "error"),
     [
@@ -152,7 +169,10 @@ def test_the_harness_measures_two_arms_on_vllm_and_reports_them(tmp_path, tiny_m
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| seqs")]
-    assert [row.split(" | ")[:3] for row in rows] == [["| seqs2", "1", "1"], ["| seqs4", "1", "1"]]
+    found = [row.split(" | ")[:3] for row in rows]
+    assert found == [["| seqs2", "1", "1"], ["| seqs4", "1", "1"]], (
+        done.stdout + done.stderr[-3000:]
+    )
     # Each arm's median TTFT p95 and engine start were measured, not left out.
     assert all("| - |" not in row for row in rows), rows
     again = subprocess.run([*command, "--report"], capture_output=True, text=True, timeout=120)
