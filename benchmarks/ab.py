@@ -54,10 +54,21 @@ FIGURES = ("ttft_p95_s", "tpot_p95_s", "e2e_p99_s")
 @dataclass(frozen=True)
 class Arm:
     """One configuration of the A/B: its name and its engine arguments (the spec's, with the
-    arm's over them)."""
+    arm's over them), and those of them set for this machine (``sized``: the KV-cache share
+    on vLLM's CPU build, which follows the memory free at the time)."""
 
     name: str
     engine_args: Mapping[str, Any]
+    sized: tuple[str, ...] = ()
+
+    def measured(self, engine_args: Mapping[str, Any]) -> bool:
+        """Whether a trial of these engine arguments measured this arm: the same arguments,
+        those set for the machine aside (a rerun may size them otherwise)."""
+
+        def written(args: Mapping[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in args.items() if k not in self.sized}
+
+        return written(engine_args) == written(self.engine_args)
 
 
 def load_arms(path: Path, spec: StudySpec, memory: HostMemory | None = None) -> list[Arm]:
@@ -78,8 +89,12 @@ def load_arms(path: Path, spec: StudySpec, memory: HostMemory | None = None) -> 
     sized, _ = runnable_baseline(as_candidates, memory)
     out: list[Arm] = []
     for name, args in zip(arms, sized.candidates, strict=True):
-        arm = Arm(str(name), {**spec.engine_args, **args})
-        same = next((a.name for a in out if a.engine_args == arm.engine_args), None)
+        added = tuple(k for k in args if k not in (arms[name] or {}))
+        arm = Arm(str(name), {**spec.engine_args, **args}, added)
+        same = next(
+            (a.name for a in out if a.measured(arm.engine_args) or arm.measured(a.engine_args)),
+            None,
+        )
         if same is not None:
             raise ValueError(f"{path}: arms {same!r} and {arm.name!r} are one configuration")
         out.append(arm)
@@ -88,7 +103,7 @@ def load_arms(path: Path, spec: StudySpec, memory: HostMemory | None = None) -> 
 
 def arm_of(row: data.TrialRow, arms: Sequence[Arm]) -> Arm | None:
     """The arm whose configuration the trial measured, if any."""
-    return next((a for a in arms if dict(a.engine_args) == dict(row.engine_args)), None)
+    return next((a for a in arms if a.measured(row.engine_args)), None)
 
 
 def measured(rows: Sequence[data.TrialRow], arms: Sequence[Arm]) -> dict[str, list[data.TrialRow]]:

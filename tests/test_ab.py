@@ -137,13 +137,23 @@ def test_on_the_cpu_build_an_arm_that_does_not_size_its_kv_cache_gets_trial_0s_s
     memory = HostMemory(total_bytes=16 * gib, available_bytes=8 * gib)
     file = arms_file(
         tmp_path,
-        {"a": {"max-num-seqs": 4}, "b": {"max-num-seqs": 4, "gpu-memory-utilization": 0.1}},
+        {"a": {"max-num-seqs": 4}, "b": {"max-num-seqs": 8, "gpu-memory-utilization": 0.1}},
     )
     a, b = ab.load_arms(file, spec_of(cpu_model), memory)
     assert a.engine_args["gpu-memory-utilization"] == 0.25  # half of what is free, in steps
     assert b.engine_args["gpu-memory-utilization"] == 0.1
+    # A rerun with other memory free sizes it otherwise: its earlier trials are still its own.
+    assert a.measured({**a.engine_args, "gpu-memory-utilization": 0.3})
+    assert not b.measured({**b.engine_args, "gpu-memory-utilization": 0.3})
     # Off the CPU build (no memory given) the arms are as written.
     assert "gpu-memory-utilization" not in ab.load_arms(file, spec_of(cpu_model))[0].engine_args
+    # Arms that differ only in the share, one of them sized here, could not be told apart.
+    alike = arms_file(
+        tmp_path,
+        {"a": {"max-num-seqs": 4}, "b": {"max-num-seqs": 4, "gpu-memory-utilization": 0.1}},
+    )
+    with pytest.raises(ValueError, match="arms 'a' and 'b' are one configuration"):
+        ab.load_arms(alike, spec_of(cpu_model), memory)
 
 
 @pytest.mark.parametrize(
