@@ -51,7 +51,7 @@ from tuner.load.http import ReplaySettings
 from tuner.load.open_loop import replay_in_process
 from tuner.study.measure.capacity import CapacitySettings, StartHint, measure_capacity, measure_rate
 from tuner.study.measure.rates import CapacityFound, RatePoint
-from tuner.study.plan.spec import StudySpec, load_spec
+from tuner.study.plan.spec import AUTO, StudySpec, load_spec
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload, model_info
 
@@ -96,6 +96,11 @@ def inversions(points: Sequence[RatePoint]) -> list[tuple[float, float]]:
     ]
 
 
+def time_scale_of(spec: StudySpec) -> float:
+    """The spec's time scale; 1 where it is ``auto``: this benchmark calibrates nothing."""
+    return 1.0 if spec.time_scale == AUTO else float(spec.time_scale)
+
+
 def within(ratio: float, resolution: float) -> bool:
     return max(ratio, 1 / ratio) <= 1 + resolution + 1e-9
 
@@ -105,7 +110,7 @@ def search_vs_scan(spec: StudySpec, options: argparse.Namespace, work: Path) -> 
     max_len = spec.engine_args.get("max-model-len")
     info = model_info(model, int(max_len) if max_len else None)
     trace = load_trace(options.trace)
-    workload = build_workload(trace, spec.window_s, spec.time_scale, info.max_model_len)
+    workload = build_workload(trace, spec.window_s, time_scale_of(spec), info.max_model_len)
     requests = workload.trace.requests()
     settings = CapacitySettings(
         requests=requests,
@@ -234,7 +239,7 @@ def sending_s(attrs: Mapping[str, Any], spec: StudySpec, window_s: float) -> flo
     """Seconds the trial sent requests for: each window's length, or until it was stopped."""
     points = attrs.get("capacity_points")
     if points is None:
-        return attrs.get("stopped_at_s", spec.window_s * spec.time_scale)
+        return float(attrs.get("stopped_at_s", spec.window_s * time_scale_of(spec)))
     return sum(p.get("stopped_at_s", window_s) for p in points)
 
 

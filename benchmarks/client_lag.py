@@ -72,7 +72,7 @@ def spin(stop: Event) -> None:
             pass
 
 
-def sleeper(stop: Event, worst: Queue) -> None:  # type: ignore[type-arg]
+def sleeper(stop: Event, worst: Queue[float]) -> None:
     """Sleep 10 ms at a time until ``stop``; put the latest wake-up seen."""
 
     async def probe() -> float:
@@ -91,7 +91,8 @@ def sleeper(stop: Event, worst: Queue) -> None:  # type: ignore[type-arg]
 def beside(busy: int, own_sessions: bool, into: dict[str, float]) -> Iterator[None]:
     """``busy`` spinning processes (``own_sessions``: each a shell loop in a session of its own)
     and one sleeping probe, whose worst lag lands in ``into``."""
-    stop, worst = multiprocessing.Event(), multiprocessing.Queue()
+    stop = multiprocessing.Event()
+    worst: Queue[float] = multiprocessing.Queue()
     procs = [multiprocessing.Process(target=sleeper, args=(stop, worst))]
     loops: list[subprocess.Popen[bytes]] = []
     if own_sessions:
@@ -105,9 +106,9 @@ def beside(busy: int, own_sessions: bool, into: dict[str, float]) -> Iterator[No
         yield
     finally:
         stop.set()
-        for loop in loops:
-            loop.kill()
-            loop.wait()
+        for spinning in loops:
+            spinning.kill()
+            spinning.wait()
         into["sleeper_lag_max_s"] = worst.get(timeout=60)
         for proc in procs:
             proc.join()

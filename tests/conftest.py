@@ -135,12 +135,12 @@ def write_spec(path: Path, spec: dict[str, Any]) -> Path:
     return path
 
 
-def tuner_command(*args: str | Path) -> list[str]:
+def tuner_command(*args: object) -> list[str]:
     return [sys.executable, "-m", "tuner.cli", *map(str, args)]
 
 
 def run_tuner(
-    *args: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout_s: float = 900
+    *args: object, cwd: Path, env: dict[str, str] | None = None, timeout_s: float = 900
 ) -> subprocess.CompletedProcess[str]:
     """``tuner ARGS`` as a subprocess, as a user would run it."""
     return subprocess.run(
@@ -254,7 +254,11 @@ def postgres() -> Iterator[str]:
         os.chown(folder, pwd.getpwnam(user).pw_uid, -1)
         as_user = ["runuser", "-u", user, "--"]
     data, port = folder / "data", free_port()
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT, "check": True}
+    quiet: dict[str, Any] = {
+        "stdout": subprocess.DEVNULL,
+        "stderr": subprocess.STDOUT,
+        "check": True,
+    }
     subprocess.run([*as_user, initdb, "-A", "trust", "-U", user, "-D", str(data)], **quiet)
     options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c max_connections=50"
     start = [*as_user, pg_ctl, "-D", str(data), "-l", str(folder / "log"), "-o", options]

@@ -667,7 +667,7 @@ def test_a_search_whose_client_fell_behind_at_its_only_rate_is_not_a_capacity_of
     assert found.capacity_req_per_s == 0.0 and found.client_behind_at == 24.6
     ended = Ended(timings={}, crashed=False, log_path=tmp_path / "log", compiled={}, late={})
     search = RateSearch(CapacitySettings([Request(0.0, 8, 2)], period_s=1.0))
-    outcome = search.outcome({}, None, found, ended)  # type: ignore[arg-type]
+    outcome = search.outcome({}, None, found, ended)
     assert outcome.metrics[CLIENT_BEHIND] == 1.0 and not outcome.feasible
     # One that passed a rate first keeps it: the capacity is at least that.
     calls = iter([True, False])
@@ -677,7 +677,7 @@ def test_a_search_whose_client_fell_behind_at_its_only_rate_is_not_a_capacity_of
 
     found = search_capacity(passed_then_behind, 10.0, 0.1)
     assert found.capacity_req_per_s == 10.0 and found.client_behind_at is not None
-    outcome = search.outcome({}, None, found, ended)  # type: ignore[arg-type]
+    outcome = search.outcome({}, None, found, ended)
     assert CLIENT_BEHIND not in outcome.metrics and outcome.feasible
 
 

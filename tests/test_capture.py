@@ -26,10 +26,10 @@ from tuner.study.plan.space import (
 from tuner.study.plan.spec import parse_spec
 from tuner.study.trials.search import open_study, run_study
 
-H100_RESULTS = Path(__file__).parent.parent / "benchmarks/results"
+LOGS = Path(__file__).parent / "data" / "engine-logs"
 # Engine logs of vLLM 0.26.0 on the H100: a start that compiled, one served from the cache.
-COMPILED_LOG = H100_RESULTS / "h100-story/runs/story/trial-0000/engine.log"
-CACHED_LOG = H100_RESULTS / "h100-fork/fork-1.engine.log"
+COMPILED_LOG = LOGS / "h100-story-trial-0000.log"
+CACHED_LOG = LOGS / "h100-fork-1.log"
 
 
 def test_a_dotted_name_is_a_field_of_a_nested_config():
@@ -147,7 +147,7 @@ def test_searched_trials_carry_the_pin_and_the_baseline_and_candidates_do_not(tm
     def runner(args, setup, workdir, should_stop=None) -> TrialOutcome:
         ran.append(dict(args))
         metrics = {"e2e_p99_s": 1.0, "error_rate": 0.0}
-        facts = {"compile_key": "k", "compile_cache_hit": len(ran) > 2}
+        facts: dict[str, str | bool] = {"compile_key": "k", "compile_cache_hit": len(ran) > 2}
         result = score(metrics, {"e2e_p99_s": 10.0}, {"e2e_p99_s": 1.0})
         return TrialOutcome(args, result, metrics, {}, compile_cache=facts)
 

@@ -431,7 +431,7 @@ def test_the_committed_gpu_studies_report_the_trial_tuner_wrote(tmp_path, folder
     # h200-story-cap: trial 14 (a re-measurement of the defaults, 120 req/s) is the highest
     # single capacity; tuner wrote trial 0, the defaults' median (104). h100-story: trial 12 is
     # the lowest single score; tuner wrote trial 4.
-    results = REPO / "benchmarks" / "results" / folder
+    results = REPO / "tests" / "data" / folder
     shutil.copy(results / "study.db", tmp_path / "study.db")
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     header = WRITTEN_BY.pattern.replace("'s'", f"'{name}'")

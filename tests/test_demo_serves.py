@@ -9,11 +9,12 @@ nothing added, from another folder, and asked for a completion. One engine start
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 import yaml
 from conftest import REPO, SHIPPED_TRACE, one_completion, served
-from optuna.trial import FixedTrial
+from optuna.trial import FixedTrial, Trial
 
 from tuner.study.measure.prepare import write_dummy_model
 from tuner.study.measure.scoring import Verdict
@@ -43,7 +44,8 @@ def test_the_demo_config_serves_a_completion_as_written(
     monkeypatch.chdir(work)
     spec = load_spec(REPO / "studies" / "demo.yaml")
     assert write_dummy_model(spec)
-    trial = FixedTrial({"max-num-seqs": 16, "max-num-batched-tokens": 4096})
+    # A fixed trial answers as an asked one does (``suggest`` reads nothing else of it).
+    trial = cast(Trial, FixedTrial({"max-num-seqs": 16, "max-num-batched-tokens": 4096}))
     args = {**spec.engine_args, **suggest(trial, spec.space, spec.engine_args)}
     measured = {"ttft_p95_s": 0.5, "tpot_p95_s": 0.02, "e2e_p99_s": 3.0}
     config = work / "configs" / "demo.yaml"

@@ -265,7 +265,7 @@ def wait_gone(pid: int, timeout_s: float = 5.0) -> bool:
 
 def test_stop_kills_the_whole_group_even_when_it_ignores_sigterm(tmp_path, fake):
     engine, worker = stubborn_engine(tmp_path, fake)
-    assert os.getpgid(worker) == engine._server.pid  # type: ignore[union-attr]
+    assert os.getpgid(worker) == engine._server.pid
     assert os.getsid(worker) == os.getsid(0)  # a group of tuner's session, not a session
     engine.stop(grace_s=0.5)
     assert not engine.alive()
@@ -275,7 +275,7 @@ def test_stop_kills_the_whole_group_even_when_it_ignores_sigterm(tmp_path, fake)
 def test_a_second_interrupt_during_stop_waits_for_the_stop(tmp_path, fake):
     """Ctrl-C while a stop is under way is acted on after it: nothing is left running."""
     engine, worker = stubborn_engine(tmp_path, fake)
-    server = engine._server.pid  # type: ignore[union-attr]
+    server = engine._server.pid
     previous = signal.getsignal(signal.SIGINT)
     try:
         threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()

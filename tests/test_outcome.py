@@ -399,10 +399,10 @@ def test_a_miss_that_servers_may_fix_keeps_the_count() -> None:
     # 285 ms (inside the bucket up to 300 ms) but the exact mean is 27.4 ms: no verdict from it.
     h100 = {"throughput_req_per_s": 2.5, "waiting_peak": 4.0, "server_prefill_mean_s": 0.0274}
     h100 |= {"server_prefill_p95_s": 0.285}
-    text = next_steps(
+    lines = next_steps(
         0, h100, Offered(600, 60.0), Path("s.yaml"), [Miss("ttft_p95_s", 0.078, 0.05)]
     )
-    assert text[2].startswith("  roughly 4 servers") and "would not" not in text[2]
+    assert lines[2].startswith("  roughly 4 servers") and "would not" not in lines[2]
     # Two misses, one the prefill's: the count, and which miss it would not fix.
     both = [TTFT_1MS, Miss("e2e_p99_s", 179.3, 30.0)]
     text = next_steps(0, CPU_MEASURED, CPU, Path("s.yaml"), both)[2]

@@ -2,7 +2,8 @@
 
 The studies are real Optuna studies in SQLite: one filled by ``run_study`` with a stand-in trial
 runner (the ``runner`` seam) whose outcomes are scripted, one of every kind; and the committed
-``benchmarks/results/cpu-demo.db``, written by a real ``tuner run`` of the quick start.
+``tests/data/cpu-demo.db`` (a copy of ``benchmarks/results/cpu-demo.db``), written by a real
+``tuner run`` of the quick start.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.trials.search import load_existing, open_study, run_study
 
-DEMO_DB = REPO / "benchmarks" / "results" / "cpu-demo.db"
+DEMO_DB = REPO / "tests" / "data" / "cpu-demo.db"
 # The configuration the run of DEMO_DB wrote.
-DEMO_CONFIG = REPO / "benchmarks" / "results" / "cpu-demo.yaml"
+DEMO_CONFIG = REPO / "tests" / "data" / "cpu-demo.yaml"
 CAPTURE = "compilation-config.max_cudagraph_capture_size"
 SPEC = {
     "model": "m",
@@ -360,8 +361,8 @@ def test_run_ends_with_the_report_command_or_writes_it(tmp_path: Path, cpu_model
     spec = write_spec(tmp_path / "spec.yaml", {**SPEC, "model": str(cpu_model)})
     trace = tmp_path / "trace.csv"
     write_small_trace(trace)
-    run = ("run", "--trace", trace, "--study", "s", "--spec", spec, "--storage", storage)
-    run += ("--n-trials", "0", "--configs", tmp_path / "configs")
+    run: tuple[object, ...] = ("run", "--trace", trace, "--study", "s", "--spec", spec)
+    run += ("--storage", storage, "--n-trials", "0", "--configs", tmp_path / "configs")
     done = run_tuner(*run, cwd=tmp_path, timeout_s=300)
     assert done.returncode == EXIT_DEFAULTS_KEPT, done.stderr
     last = done.stdout.strip().splitlines()[-1]

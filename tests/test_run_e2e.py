@@ -647,6 +647,7 @@ def test_study_loop_records_failures_and_never_picks_one(tmp_path: Path) -> None
     best = best_trial(study)
     assert best is not None
     assert best.number == min(feasible, key=lambda t: t.value or 0).number
+    assert best.value is not None
     assert best.value > min(t.value for t in trials if t.value is not None)
 
 

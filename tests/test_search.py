@@ -388,7 +388,7 @@ def test_the_study_moves_from_vllms_defaults_with_the_incumbent(tmp_path: Path) 
     assert all(isinstance(m, str) for m in moves[1:])
     points = [tuple(sorted(t.params.items())) for t in trials[1:]]
     assert len(points) == len(set(points))
-    best = min(trials, key=lambda t: t.value)
+    best = min(trials, key=lambda t: t.value or 0.0)
     assert best.params == {"max-num-seqs": 8, "max-num-batched-tokens": 8192}
     assert len(seen) == 8
 

@@ -71,7 +71,7 @@ def test_names_are_dashed_and_values_kept():
     assert batched.log
     assert (spec.window_s, spec.time_scale) == (5.0, 4.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        spec.n_trials = 4  # type: ignore[misc]
+        spec.n_trials = 4
 
 
 BAD: list[tuple[dict[str, Any], str]] = [

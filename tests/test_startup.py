@@ -15,11 +15,12 @@ from tuner.engine.startup import (
 )
 
 # An engine log of vLLM 0.26.0 on the H100, kept from a benchmark run (forked engine core).
-H100_LOG = Path(__file__).parent.parent / "benchmarks/results/h100-fork/fork-1.engine.log"
+LOGS = Path(__file__).parent / "data" / "engine-logs"
+H100_LOG = LOGS / "h100-fork-1.log"
 # Two engines of one A/B on the H100 (benchmarks/results/h100-capture.md): max-num-seqs 32 with
 # vLLM's capture range, compiled afresh, and with the range pinned, from the compile cache.
-AB = Path(__file__).parent.parent / "benchmarks/results/h100-capture/ab"
-COMPILED_LOG, CACHED_LOG = AB / "r0-s32-default/engine.log", AB / "r0-s32-pinned/engine.log"
+COMPILED_LOG = LOGS / "h100-capture-r0-s32-default.log"
+CACHED_LOG = LOGS / "h100-capture-r0-s32-pinned.log"
 
 # Lines of a CPU-build (0.32.0) engine log, from a test run of tuner.
 CPU_LOG = """\
@@ -97,11 +98,10 @@ def test_a_start_from_vllms_mega_aot_artefact_is_a_hit():
     # The start-up A/B on the H100 (benchmarks/results/h100-start-steps.md): with
     # VLLM_USE_MEGA_AOT_ARTIFACT=1 a hit logs neither Dynamo's transform nor the per-range load,
     # only the AOT line; its miss compiled as usual.
-    mega = Path(__file__).parent.parent / "benchmarks/results/h100-start-ab"
-    hit = (mega / "r1-sizes15-mega/engine.log").read_text()
+    hit = (LOGS / "h100-start-r1-sizes15-mega.log").read_text()
     assert compile_cache(hit) == {"compile_cache_hit": True}
     assert steps(hit)["step_compile_s"] == 1.0 and "dynamo_s" not in reported_durations(hit)
-    miss = compile_cache((mega / "r0-sizes15-mega/engine.log").read_text())
+    miss = compile_cache((LOGS / "h100-start-r0-sizes15-mega.log").read_text())
     assert miss == {"compile_key": "bbcfc90c2b", "compile_cache_hit": False}
 
 

@@ -63,7 +63,7 @@ def lines(*records: dict[str, Any], separators: tuple[str, str] | None = None) -
 
 
 ROW = {"timestamp": 6, "input_length": 1016, "output_length": 728, "hash_ids": [0, 1]}
-ROWS = [
+ROWS: list[dict[str, Any]] = [
     ROW,
     {"timestamp": 16, "input_length": 4876, "output_length": 326, "hash_ids": list(range(10))},
     {"timestamp": 17, "input_length": 2647, "output_length": 639, "hash_ids": []},

@@ -1,4 +1,5 @@
-"""Markdown tables from what ``capture.sh`` brought back: the A/B and the study's engine starts.
+"""Markdown tables from what ``capture.sh`` (commit e1eee0d) brought back: the A/B and the
+study's engine starts.
 
 python benchmarks/gpu/capture_report.py benchmarks/results/h100-capture
 """

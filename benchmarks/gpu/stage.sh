@@ -7,7 +7,7 @@
 # ../shared/gpu/stage.sh packs the wheels as 60 MiB parts, but a call carries at most 64 MiB
 # with the working tree (7 MiB on 2026-11-25), so the parts are cut again at 50 MiB: 8 install
 # calls, `bash .gpu/install.sh .gpu/partNN 8`. The image lacks httpx-aiohttp (tuner's client):
-# its wheel goes to .whl, carried with the call that starts a study (benchmarks/gpu/README.md).
+# its wheel goes to .whl, carried with the call that starts a study (benchmarks/README.md).
 set -euo pipefail
 commit=${COMMIT:-HEAD}
 bash ../shared/gpu/stage.sh .gpu 2> >(grep -v '^WARNING: Location' >&2) >/dev/null

@@ -32,7 +32,7 @@ from tuner.load.http import ReplaySettings
 from tuner.load.metrics import replay_figures
 from tuner.load.open_loop import replay_in_process
 from tuner.study.measure.prepare import model_of, write_dummy_model
-from tuner.study.plan.spec import load_spec
+from tuner.study.plan.spec import AUTO, load_spec
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload
 
@@ -109,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     write_dummy_model(spec)
     info = model_of(spec)
     workload = build_workload(
-        load_trace(args.trace), spec.window_s, spec.time_scale, info.max_model_len
+        load_trace(args.trace),
+        spec.window_s,
+        1.0 if spec.time_scale == AUTO else float(spec.time_scale),
+        info.max_model_len,
     )
     requests = workload.trace.requests()
     warmup = requests[: spec.warmup_requests]

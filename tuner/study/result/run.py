@@ -12,6 +12,8 @@
   (``tuner.study.trials.confirm``);
 - ``result``: the configuration chosen and written (``tuner.study.result.written``).
 
+``measure`` takes one configuration as given, outside the search: an A/B's arm.
+
 ``tuner run`` builds one and prints what it tells; a benchmark drives one the same way, its
 lines logged (``LogTeller``). The launcher is the caller's to close.
 """
@@ -233,6 +235,21 @@ class Run:
             budget=self.budget,
             candidates=spec.confirm_candidates,
         )
+
+    def measure(self, engine_args: Mapping[str, Any]) -> FrozenTrial:
+        """One configuration measured as given, on a fresh engine, as a trial of the study of its
+        own: not drawn by the search, never pruned nor held to the best capacity so far (an
+        arm of an A/B, which ``benchmarks/ab.py`` measures in turns). The trial is told as it
+        starts and ends; an engine that fails is an infeasible trial, as in ``add_trials``.
+        Only for a run with a launcher."""
+        how = search.Measuring(
+            self.trial_setup(), self.settings.run_dir, self.settings.runner, self.machine,
+            self.tell.trial_started,
+        )  # fmt: skip
+        trial = self.study.ask()
+        frozen = search.measure(self.study, trial, dict(engine_args), how, prunable=False)
+        self.tell.trial_finished(frozen)
+        return frozen
 
     def result(self) -> Written | None:
         """The configuration the study answers, written to ``settings.config_path``

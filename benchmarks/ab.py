@@ -1,0 +1,233 @@
+"""Configurations measured against each other on fresh engines, in turns: an A/B harness.
+
+    python benchmarks/ab.py benchmarks/arms/capture.yaml \\
+        --spec benchmarks/gpu/studies/capture.yaml \\
+        --trace benchmarks/gpu/traces/story-12rps.csv --repeats 3 --out out/capture-ab
+
+The arms are a YAML (or JSON) file: ``arms``, a mapping of names to engine arguments, each put
+over the spec's ``engine_args`` (``{}``: the spec's own, vLLM's defaults for the rest). Every
+measurement is one of tuner's trials (``Run.measure``: a fresh engine, the spec's warm-up, its
+window and SLOs, its objective: a latency study's score or a capacity study's capacity), taken
+in turns, A, B, A, B, so that a slow minute of the machine falls on every arm alike, until each
+arm has ``--repeats`` of them. The trials go to an Optuna study (``OUT/ab.db`` unless
+``--storage``): run the same command again and it measures only what is missing (a trial cut
+off is measured again). A spec with ``time_scale: auto`` is calibrated once, as ``tuner run``
+calibrates it, and the calibration is kept in the study.
+
+At the end, and with ``--report`` alone (no engine started), a table per arm: how many
+measurements, how many met the SLOs, the median of the study's value and its spread (lowest,
+highest), the median of the figures the SLOs name and of the engine's start; then the command
+that reruns it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import statistics
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+
+from tuner.engine import environment
+from tuner.engine.environment import HostMemory
+from tuner.engine.launchers import LAUNCHERS, auto_launcher
+from tuner.report import data
+from tuner.study.measure.objective import of_spec, of_study
+from tuner.study.measure.prepare import Workload, model_of, open_loop_replay, write_dummy_model
+from tuner.study.plan.space import runnable_baseline
+from tuner.study.plan.spec import AUTO, StudySpec, load_spec
+from tuner.study.result.run import Run, RunSettings
+from tuner.study.trials.search import open_study
+from tuner.traces.formats import load_trace
+
+# Figures of a measurement the report shows beside the study's value, where it has them.
+FIGURES = ("ttft_p95_s", "tpot_p95_s", "e2e_p99_s")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One configuration of the A/B: its name and its engine arguments (the spec's, with the
+    arm's over them), and those of them set for this machine (``sized``: the KV-cache share
+    on vLLM's CPU build, which follows the memory free at the time)."""
+
+    name: str
+    engine_args: Mapping[str, Any]
+    sized: tuple[str, ...] = ()
+
+    def measured(self, engine_args: Mapping[str, Any]) -> bool:
+        """Whether a trial of these engine arguments measured this arm: the same arguments,
+        those set for the machine aside (a rerun may size them otherwise)."""
+
+        def written(args: Mapping[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in args.items() if k not in self.sized}
+
+        return written(engine_args) == written(self.engine_args)
+
+
+def load_arms(path: Path, spec: StudySpec, memory: HostMemory | None = None) -> list[Arm]:
+    """The arms of ``path`` in the file's order; a ``ValueError`` where the file has fewer than
+    two, an arm is not a mapping of engine arguments, or two arms are one configuration.
+
+    With the ``memory`` of vLLM's CPU build, an arm that does not size its KV cache gets the
+    share ``tuner run`` gives its candidates there (``runnable_baseline``): vLLM's default asks
+    more memory than such a machine has free."""
+    found = yaml.safe_load(path.read_text())
+    arms = found.get("arms") if isinstance(found, dict) else None
+    if not isinstance(arms, dict) or len(arms) < 2:
+        raise ValueError(f"{path}: 'arms' must map two or more names to engine arguments")
+    for name, args in arms.items():
+        if not isinstance(args, dict | None):
+            raise ValueError(f"{path}: arm {name!r} is not a mapping of engine arguments")
+    as_candidates = replace(spec, candidates=tuple(args or {} for args in arms.values()))
+    sized, _ = runnable_baseline(as_candidates, memory)
+    out: list[Arm] = []
+    for name, args in zip(arms, sized.candidates, strict=True):
+        added = tuple(k for k in args if k not in (arms[name] or {}))
+        arm = Arm(str(name), {**spec.engine_args, **args}, added)
+        same = next(
+            (a.name for a in out if a.measured(arm.engine_args) or arm.measured(a.engine_args)),
+            None,
+        )
+        if same is not None:
+            raise ValueError(f"{path}: arms {same!r} and {arm.name!r} are one configuration")
+        out.append(arm)
+    return out
+
+
+def arm_of(row: data.TrialRow, arms: Sequence[Arm]) -> Arm | None:
+    """The arm whose configuration the trial measured, if any."""
+    return next((a for a in arms if a.measured(row.engine_args)), None)
+
+
+def measured(rows: Sequence[data.TrialRow], arms: Sequence[Arm]) -> dict[str, list[data.TrialRow]]:
+    """Each arm's measurements: its trials that ran to the end (served, failed or pruned), not
+    those cut off (interrupted) or still running, which are measured again."""
+    out: dict[str, list[data.TrialRow]] = {a.name: [] for a in arms}
+    for row in rows:
+        arm = arm_of(row, arms)
+        if arm is not None and row.outcome not in (data.INTERRUPTED, data.RUNNING):
+            out[arm.name].append(row)
+    return out
+
+
+def turns(arms: Sequence[Arm], repeats: int, done: Mapping[str, int]) -> list[Arm]:
+    """The measurements still to take, in turns: round ``r`` measures every arm that has fewer
+    than ``r + 1``, in the arms' order, until each has ``repeats``."""
+    return [a for r in range(repeats) for a in arms if done.get(a.name, 0) <= r]
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _cell(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    return "-" if value is None else f"{value * scale:.{digits}f}"
+
+
+def report(study: optuna.Study, arms: Sequence[Arm]) -> list[str]:
+    """A markdown table, one row per arm, of the study's measurements of it."""
+    objective = of_study(study)
+    rows = data.rows_of(study.get_trials(deepcopy=False))
+    starts = {bar.trial: bar.parts_s[0] for bar in data.cost(rows)}
+    unit = objective.value_unit.strip() or "lower is better"
+    head = [
+        "arm", "n", "met SLOs", f"{objective.value_name} median ({unit})", "lowest", "highest",
+        *(f"{name[:-2]} median ms" for name in FIGURES), "engine start median s",
+    ]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for name, mine in measured(rows, arms).items():
+        values = [r.value for r in mine if r.value is not None]
+        figures = [_median([f for r in mine if (f := r.figure(k)) is not None]) for k in FIGURES]
+        started = _median([starts[r.number] for r in mine if r.number in starts])
+        cells = [
+            name, str(len(mine)), str(sum(r.outcome == data.FEASIBLE for r in mine)),
+            _cell(_median(values), digits=3), _cell(min(values, default=None), digits=3),
+            _cell(max(values, default=None), digits=3),
+            *(_cell(f, 1000.0) for f in figures), _cell(started),
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    for arm in arms:
+        lines.append(f"- {arm.name}: {dict(arm.engine_args)}")
+    return lines
+
+
+def workload_of(spec: StudySpec, trace_path: Path) -> Workload:
+    """The window every measurement replays, as ``tuner run`` builds it: the spec's busiest
+    ``window_s`` at its time scale (1 where it is ``auto``, until the run calibrates it)."""
+    write_dummy_model(spec)
+    model = model_of(spec)
+    trace = load_trace(trace_path)
+    time_scale = 1.0 if spec.time_scale == AUTO else float(spec.time_scale)
+    replay = open_loop_replay(trace, spec.window_s, time_scale, model.max_model_len)
+    sha = hashlib.sha256(trace_path.read_bytes()).hexdigest()
+    return Workload(trace_path, sha, trace, replay, spec.window_s, time_scale, model)
+
+
+def run_arms(
+    run: Run, arms: Sequence[Arm], repeats: int, say: Callable[[str], None] = print
+) -> int:
+    """Measure what the study lacks of ``repeats`` per arm, in turns; how many trials ran."""
+    rows = data.rows_of(run.study.get_trials(deepcopy=False))
+    done = {name: len(found) for name, found in measured(rows, arms).items()}
+    todo = turns(arms, repeats, done)
+    say(f"{sum(done.values())} measurements in the study, {len(todo)} to take")
+    run.calibrate()
+    for index, arm in enumerate(todo, 1):
+        trial = run.measure(arm.engine_args)
+        row = data.row_of(trial)
+        say(
+            f"{index}/{len(todo)} {arm.name}: trial {trial.number} {row.outcome}, value {row.value}"
+        )
+    return len(todo)
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("arms", type=Path, help="the arms: a YAML or JSON file")
+    parser.add_argument("--spec", type=Path, required=True, help="tuner's study spec")
+    parser.add_argument("--trace", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True, help="the study and engine logs")
+    parser.add_argument("--repeats", type=int, default=3, help="measurements per arm")
+    parser.add_argument("--study", default="ab", help="the study's name in its storage")
+    parser.add_argument("--storage", help="an Optuna storage URL (default: OUT/ab.db)")
+    parser.add_argument("--launcher", choices=["auto", *LAUNCHERS], default="auto")
+    parser.add_argument("--report", action="store_true", help="print the table only")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    spec = load_spec(args.spec)
+    memory = environment.host_memory() if environment.is_cpu_build() else None
+    arms = load_arms(args.arms, spec, memory)
+    (args.out / "runs").mkdir(parents=True, exist_ok=True)
+    storage = args.storage or f"sqlite:///{args.out / 'ab.db'}"
+    study = open_study(args.study, storage, spec.seed, objective=of_spec(spec))
+    if not args.report:
+        kind = (
+            auto_launcher(environment.is_cpu_build()) if args.launcher == "auto" else args.launcher
+        )
+        launcher = LAUNCHERS[kind](args.out / "runs" / "launcher.log")
+        # An A/B writes no configuration: Run.result is never asked.
+        settings = RunSettings(
+            run_dir=args.out / "runs", config_path=args.out / "chosen.yaml", launcher=launcher
+        )
+        try:
+            run_arms(Run(study, spec, workload_of(spec, args.trace), settings), arms, args.repeats)
+        finally:
+            launcher.close()
+    print("\n".join(report(study, arms)))
+    print(f"command: python {' '.join(sys.argv)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

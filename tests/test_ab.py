@@ -1,0 +1,192 @@
+"""The A/B harness (``benchmarks/ab.py``): arms read from a file, measured through ``Run.measure``
+in turns until each has its repeats, resumed from the study, and reported per arm.
+
+The fast tests measure with a scripted runner (``RunSettings.runner``, values per configuration,
+no engine) in a real Optuna study in SQLite; one test runs the harness as a user does, on vLLM's
+CPU build with the tiny model, two arms, one measurement each.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import REPO, cpu_spec, write_small_trace, write_spec
+
+from tuner.engine.environment import HostMemory
+from tuner.engine.launchers import ProcessLauncher
+from tuner.study.measure.scoring import score
+from tuner.study.measure.trial import TrialOutcome, TrialSetup
+from tuner.study.plan.spec import StudySpec, parse_spec
+from tuner.study.result.run import Run, RunSettings
+from tuner.study.trials.search import open_study
+
+# A script of benchmarks/, not a package: imported from its folder.
+sys.path.insert(0, str(REPO / "benchmarks"))
+import ab
+
+SLO_S = 2.0
+
+
+class ByArm:
+    """Scores by max-num-seqs, one per measurement in order; ``fail`` those that raise (an
+    interrupted trial)."""
+
+    def __init__(self, scores: Mapping[int, list[float]], fail: int | None = None) -> None:
+        self.scores = {k: list(v) for k, v in scores.items()}
+        self.fail = fail
+        self.order: list[int] = []
+
+    def __call__(
+        self, args: Mapping[str, Any], setup: TrialSetup, workdir: Path, should_stop: Any = None
+    ) -> TrialOutcome:
+        seqs = int(args["max-num-seqs"])
+        if seqs == self.fail:
+            self.fail = None
+            raise KeyboardInterrupt
+        self.order.append(seqs)
+        value = self.scores[seqs].pop(0)
+        metrics = {"ttft_p95_s": value * SLO_S, "error_rate": 0.0}
+        scored = score(metrics, {"ttft_p95_s": SLO_S}, {"ttft_p95_s": 1.0})
+        return TrialOutcome(args, scored, metrics, {})
+
+
+def spec_of(model: Path) -> StudySpec:
+    return parse_spec(
+        {
+            "model": str(model),
+            "dummy_model": None,
+            "engine_args": {"load-format": "dummy"},
+            "search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 32}},
+            "slos": {"ttft_p95_s": SLO_S},
+            "objective": {"ttft_p95_s": 1.0},
+            "window_s": 5,
+        }
+    )
+
+
+def arms_file(tmp_path: Path, arms: dict[str, Any]) -> Path:
+    path = tmp_path / "arms.yaml"
+    path.write_text(yaml.safe_dump({"arms": arms}))
+    return path
+
+
+def a_run(tmp_path: Path, spec: StudySpec, runner: ByArm) -> Run:
+    study = open_study("ab", f"sqlite:///{tmp_path / 'ab.db'}", 0)
+    settings = RunSettings(
+        run_dir=tmp_path / "runs",
+        config_path=tmp_path / "written.yaml",
+        launcher=ProcessLauncher(),
+        runner=runner,
+    )
+    return Run(study, spec, ab.workload_of(spec, write_small_trace(tmp_path / "t.csv")), settings)
+
+
+def test_the_arms_are_measured_in_turns_and_reported_per_arm(tmp_path, cpu_model):
+    spec = spec_of(cpu_model)
+    arms = ab.load_arms(
+        arms_file(tmp_path, {"a": {"max-num-seqs": 4}, "b": {"max-num-seqs": 8}}), spec
+    )
+    runner = ByArm({4: [0.5, 0.7, 0.6], 8: [0.9, 1.5, 0.8]})
+    run = a_run(tmp_path, spec, runner)
+
+    assert ab.run_arms(run, arms, 3, say=lambda line: None) == 6
+    assert runner.order == [4, 8, 4, 8, 4, 8]
+    table = ab.report(run.study, arms)
+    # The median and the lowest and highest of each arm; b's 1.5 missed the SLO (1.0).
+    assert table[2].startswith("| a | 3 | 3 | 0.600 | 0.500 | 0.700 | 1200.0 |")
+    assert table[3].startswith("| b | 3 | 2 | 0.900 | 0.800 | 1.500 | 1800.0 |")
+    assert table[4] == "- a: {'load-format': 'dummy', 'max-num-seqs': 4}"
+
+
+def test_a_rerun_measures_only_what_the_study_lacks(tmp_path, cpu_model):
+    spec = spec_of(cpu_model)
+    arms = ab.load_arms(
+        arms_file(tmp_path, {"a": {"max-num-seqs": 4}, "b": {"max-num-seqs": 8}}), spec
+    )
+    # The third measurement (a's second) is cut off: the trial is marked FAIL, not counted.
+    first = ByArm({4: [0.5], 8: [0.9]}, fail=None)
+    assert ab.run_arms(a_run(tmp_path, spec, first), arms, 1, say=lambda line: None) == 2
+    cut = ByArm({4: [], 8: []}, fail=4)
+    with pytest.raises(KeyboardInterrupt):
+        ab.run_arms(a_run(tmp_path, spec, cut), arms, 2, say=lambda line: None)
+
+    again = ByArm({4: [0.6], 8: [1.0]})
+    lines: list[str] = []
+    assert ab.run_arms(a_run(tmp_path, spec, again), arms, 2, say=lines.append) == 2
+    assert again.order == [4, 8]
+    assert lines[0] == "2 measurements in the study, 2 to take"
+
+
+def test_the_turns_go_round_the_arms_from_what_each_lacks():
+    a, b, c = (ab.Arm(name, {"max-num-seqs": n}) for name, n in (("a", 1), ("b", 2), ("c", 3)))
+    assert [x.name for x in ab.turns([a, b, c], 2, {})] == ["a", "b", "c", "a", "b", "c"]
+    assert [x.name for x in ab.turns([a, b, c], 2, {"a": 2, "b": 1})] == ["c", "b", "c"]
+    assert ab.turns([a, b], 1, {"a": 3, "b": 1}) == []
+
+
+def test_on_the_cpu_build_an_arm_that_does_not_size_its_kv_cache_gets_trial_0s_share(
+    tmp_path, cpu_model
+):
+    gib = 1 << 30
+    memory = HostMemory(total_bytes=16 * gib, available_bytes=8 * gib)
+    file = arms_file(
+        tmp_path,
+        {"a": {"max-num-seqs": 4}, "b": {"max-num-seqs": 8, "gpu-memory-utilization": 0.1}},
+    )
+    a, b = ab.load_arms(file, spec_of(cpu_model), memory)
+    assert a.engine_args["gpu-memory-utilization"] == 0.25  # half of what is free, in steps
+    assert b.engine_args["gpu-memory-utilization"] == 0.1
+    # A rerun with other memory free sizes it otherwise: its earlier trials are still its own.
+    assert a.measured({**a.engine_args, "gpu-memory-utilization": 0.3})
+    assert not b.measured({**b.engine_args, "gpu-memory-utilization": 0.3})
+    # Off the CPU build (no memory given) the arms are as written.
+    assert "gpu-memory-utilization" not in ab.load_arms(file, spec_of(cpu_model))[0].engine_args
+    # Arms that differ only in the share, one of them sized here, could not be told apart.
+    alike = arms_file(
+        tmp_path,
+        {"a": {"max-num-seqs": 4}, "b": {"max-num-seqs": 4, "gpu-memory-utilization": 0.1}},
+    )
+    with pytest.raises(ValueError, match="arms 'a' and 'b' are one configuration"):
+        ab.load_arms(alike, spec_of(cpu_model), memory)
+
+
+@pytest.mark.parametrize(
+    ("arms", "error"),
+    [
+        ({"a": {}}, "two or more"),
+        ({"a": {}, "b": [1]}, "arm 'b' is not a mapping"),
+        ({"a": {"load-format": "dummy"}, "b": {}}, "arms 'a' and 'b' are one configuration"),
+    ],
+)
+def test_an_arms_file_that_is_not_two_configurations_is_refused(tmp_path, cpu_model, arms, error):
+    with pytest.raises(ValueError, match=error):
+        ab.load_arms(arms_file(tmp_path, arms), spec_of(cpu_model))
+
+
+@pytest.mark.vllm
+def test_the_harness_measures_two_arms_on_vllm_and_reports_them(tmp_path, tiny_model):
+    spec = write_spec(tmp_path / "spec.yaml", cpu_spec(tiny_model, confirm_top_k=0))
+    trace = write_small_trace(tmp_path / "trace.csv")
+    arms = arms_file(tmp_path, {"seqs2": {"max-num-seqs": 2}, "seqs4": {"max-num-seqs": 4}})
+    command = [sys.executable, str(REPO / "benchmarks" / "ab.py"), str(arms), "--spec", str(spec),
+               "--trace", str(trace), "--out", str(tmp_path / "out"), "--repeats", "1"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| seqs")]
+    found = [row.split(" | ")[:3] for row in rows]
+    assert found == [["| seqs2", "1", "1"], ["| seqs4", "1", "1"]], (
+        done.stdout + done.stderr[-3000:]
+    )
+    # Each arm's median TTFT p95 and engine start were measured, not left out.
+    assert all("| - |" not in row for row in rows), rows
+    again = subprocess.run([*command, "--report"], capture_output=True, text=True, timeout=120)
+    assert (
+        again.returncode == 0
+        and [r for r in again.stdout.splitlines() if r.startswith("| seqs")] == rows
+    )
