@@ -3,6 +3,8 @@ at the edge (``tuner.report.axis``); numbers, not pixels."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tuner.report.axis import (
@@ -15,6 +17,7 @@ from tuner.report.axis import (
     slo_place,
     value_axis,
 )
+from tuner.report.plots import legend_of, new_figure, save, set_value_axis
 
 
 def test_an_slo_far_above_the_trials_is_left_off_the_axis() -> None:
@@ -75,3 +78,19 @@ def test_one_value_or_none() -> None:
     )
     assert value_axis([float("nan")], 200.0) == value_axis([], 200.0)
     assert value_axis([]) is None and value_axis([float("inf")]) is None
+
+
+def test_a_panel_takes_the_axis_and_names_an_slo_off_it(tmp_path: Path) -> None:
+    fig, axes = new_figure(1, 2, (8.0, 3.0))
+    far, near = axes[0]
+    set_value_axis(far, "ttft_p95_s", [70.0, 80.0], 2.0)  # drawn in ms, the SLO in seconds
+    axis = value_axis([70.0, 80.0], 2000.0)
+    assert axis is not None and far.get_ylim() == pytest.approx((axis.low, axis.high))
+    assert far.get_title(loc="right") == "SLO 2000 ms, above ↑"
+    assert far.get_legend_handles_labels()[1] == []  # no line drawn for it
+    set_value_axis(near, "ttft_p95_s", [1500.0, 3000.0], 2.0)
+    assert near.get_title(loc="right") == "" and near.get_legend_handles_labels()[1] == ["SLO"]
+    assert near.get_yscale() == "linear" and near.get_ylim()[0] < 1500.0
+    handles, labels = legend_of(axes)
+    assert labels == ["SLO"] and len(handles) == 1
+    assert save(fig, tmp_path / "panels.png").read_bytes().startswith(b"\x89PNG")
