@@ -22,7 +22,7 @@ import pytest
 
 from tuner.cli.main import main
 from tuner.load.http import ReplaySettings
-from tuner.report.build import FIGURES, HTML_NAME, write_report
+from tuner.report.build import FIGURES, HTML_NAME
 from tuner.study.measure import scoring
 from tuner.study.measure.capacity import (
     BELOW_ATTR,
@@ -214,14 +214,17 @@ def outcomes_of(page: str) -> list[str]:
 
 @pytest.mark.parametrize("mode", list(OBJECTIVES))
 @pytest.mark.parametrize("name", list(STUDIES))
-def test_every_kind_of_study_has_a_page(name: str, mode: str, tmp_path: Path) -> None:
+def test_every_kind_of_study_has_a_page(name: str, mode: str, tmp_path: Path, capsys) -> None:
     kind = STUDIES[name]
     storage = f"sqlite:///{tmp_path / 's.db'}"
     study = fill(storage, mode, kind.script, kind.repeats)
     if kind.killed:
         study.ask()
     out = tmp_path / "report"
-    page = write_report("s", storage, out, tmp_path / "configs").read_text()
+    command = ["report", "s", "--storage", storage, "--out", str(out)]
+    assert main([*command, "--configs", str(tmp_path / "configs")]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {out / HTML_NAME} ")
+    page = (out / HTML_NAME).read_text()
     said = kind.capacity if mode == "capacity" else kind.latency
     assert verdict_of(page).startswith(said), verdict_of(page)
     assert outcomes_of(page) == list(kind.outcomes)
@@ -237,14 +240,3 @@ def test_every_kind_of_study_has_a_page(name: str, mode: str, tmp_path: Path) ->
     drawn = len(EVERY) - (mode != "capacity")
     missing = re.findall(r'<p class="note">No ([^<]*: no trial to draw|parameter was searc)', page)
     assert len(figures) + len(missing) == drawn
-
-
-def test_tuner_report_writes_the_gated_capacity_study(tmp_path: Path, capsys) -> None:
-    """The no-spec capacity run whose report failed: ``tuner report`` exits 0 with the page."""
-    storage = f"sqlite:///{tmp_path / 's.db'}"
-    fill(storage, "capacity", ("feasible", "pruned", "pruned"), repeats=2)
-    out = tmp_path / "report"
-    assert main(["report", "s", "--storage", storage, "--out", str(out)]) == 0
-    assert capsys.readouterr().out.startswith(f"wrote {out / HTML_NAME}")
-    page = (out / HTML_NAME).read_text()
-    assert page.count("failed at 2 req/s, the best capacity so far") == 2  # trials 1 and 2
