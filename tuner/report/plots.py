@@ -3,7 +3,9 @@
 Each function draws series that ``tuner.report.data`` chose and returns the file written, or
 None when there is nothing to draw. matplotlib is imported inside, with the Agg backend.
 Feasible trials are green circles, infeasible ones red crosses, pruned ones hollow orange
-triangles (their figures are lower bounds: where they were when stopped); SLOs are dashed.
+triangles (their figures are lower bounds: where they were when stopped). A value axis runs
+over what is drawn (``tuner.report.axis``): an SLO near it is a dashed line, one far off is
+named at the edge it lies beyond.
 A capacity study's latency against offered rate is ``tuner.report.rate_plot``'s.
 """
 
@@ -13,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tuner.report.axis import ABOVE, BELOW, INSIDE, value_axis
 from tuner.report.data import (
     COST_PARTS,
     FEASIBLE,
@@ -46,6 +49,8 @@ STYLE: dict[str, dict[str, Any]] = {
     },
 }
 DPI = 100
+# An SLO's dashed line in a legend.
+SLO_LABEL = "SLO"
 LABELS = {
     **{metric: objective.value_label for metric, objective in VALUED_BY.items()},
     "error_rate": "error rate",
@@ -94,6 +99,39 @@ def plain_log_axis(axis: Any, set_scale: Any) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
+def set_value_axis(ax: Any, metric: str, drawn: Sequence[float], slo: float | None) -> None:
+    """The y axis of a panel of ``metric`` (``drawn``: the heights plotted, in the axis's unit)
+    as ``tuner.report.axis`` places it: its SLO a dashed line inside, or named over the panel
+    with the edge it lies beyond."""
+    scale = scale_of(metric)
+    limit = None if slo is None else slo * scale
+    axis = value_axis(drawn, limit)
+    if axis is None:
+        return
+    if axis.log:
+        plain_log_axis(ax.yaxis, ax.set_yscale)
+    ax.set_ylim(axis.low, axis.high)
+    if axis.slo_place == INSIDE:
+        ax.axhline(limit, color="grey", linestyle="--", lw=1, label=SLO_LABEL)
+    elif axis.slo_place in (ABOVE, BELOW):
+        # Over the panel's top right corner, clear of the points: "SLO 2000 ms, above ↑".
+        unit = " ms" if in_seconds(metric) else ""
+        where = "above ↑" if axis.slo_place == ABOVE else "below ↓"
+        ax.set_title(f"SLO {limit:g}{unit}, {where}", loc="right", fontsize=8, color="dimgrey")
+
+
+def legend_of(axes: Any) -> tuple[list[Any], list[str]]:
+    """The entries of every panel's legend, each label once, in the order first drawn: a
+    panel whose SLO is off its axis draws no SLO line, another may."""
+    handles, labels = [], []
+    for ax in (ax for row in axes for ax in row):
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    return handles, labels
+
+
 def _trial_axis(ax: Any) -> None:
     from matplotlib.ticker import MaxNLocator
 
@@ -137,19 +175,19 @@ def _landscape_panel(
                     color="tab:blue",
                     va="bottom",
                 )
-    if slo is not None:
-        ax.axhline(slo * scale, color="grey", linestyle="--", lw=1, label="SLO")
+    set_value_axis(ax, metric, [p.y * scale for p in every], slo)
+    name = parameter.name
     if where:
         ax.set_xticks(list(where.values()))
         ax.set_xticklabels(["default" if v is None else str(v) for v in where])
+    elif every and all(p.x is None for p in every):
+        # A panel of levels alone (every trial left the argument to vLLM, the others pruned
+        # or failed): no value to place, so no scale to show.
+        ax.set_xticks([])
+        name += " (vLLM's default only)"
     elif parameter.log and any(isinstance(p.x, int | float) and p.x > 0 for p in every):
-        # Only where a point has a value: a panel of levels alone (every trial left the
-        # argument to vLLM, the others pruned) has no data a log axis could take.
         plain_log_axis(ax.xaxis, ax.set_xscale)
-    ys = [p.y * scale for p in every]
-    if ys and min(ys) > 0 and max(ys) / min(ys) > 20:
-        plain_log_axis(ax.yaxis, ax.set_yscale)
-    ax.set_xlabel(parameter.name)
+    ax.set_xlabel(name)
     ax.set_ylabel(label_of(metric))
 
 
@@ -162,16 +200,20 @@ def plot_landscape(
 ) -> Path | None:
     """Each searched parameter (a row of panels) against the study's value (the score, or the
     capacity), TTFT p95 and TPOT p95."""
-    if not parameters:
-        return None
     metrics = (objective.metric, *LANDSCAPE_METRICS)
+    # A trial in a series with any of the figures: else (every trial failed) nothing to place.
+    placed = any(
+        r.outcome in SERIES and any(r.figure(m) is not None for m in metrics) for r in rows
+    )
+    if not parameters or not placed:
+        return None
     fig, axes = new_figure(
         len(parameters), len(metrics), (4.2 * len(metrics), 3.2 * len(parameters))
     )
     for i, parameter in enumerate(parameters):
         for j, metric in enumerate(metrics):
             _landscape_panel(axes[i][j], rows, parameter, metric, slos.get(metric))
-    handles, labels = axes[0][-1].get_legend_handles_labels()
+    handles, labels = legend_of(axes)
     fig.legend(handles, labels, loc="outside upper center", ncols=len(labels), fontsize=8)
     return save(fig, path)
 
@@ -194,11 +236,11 @@ def plot_trials(rows: Sequence[TrialRow], slos: Mapping[str, float], path: Path)
                 text = "defaults" if r.kind == "baseline" else r.kind
                 ax.annotate(text, (r.number, y * scale), fontsize=7, xytext=(4, 4),
                             textcoords="offset points")  # fmt: skip
-        if metric in slos:
-            ax.axhline(slos[metric] * scale, color="grey", linestyle="--", lw=1, label="SLO")
+        heights = [y * scale for r in drawn if (y := r.figure(metric)) is not None]
+        set_value_axis(ax, metric, heights, slos.get(metric))
         _trial_axis(ax)
         ax.set_ylabel(label_of(metric))
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles, labels = legend_of(axes)
     fig.legend(handles, labels, loc="outside upper center", ncols=len(labels), fontsize=8)
     return save(fig, path)
 

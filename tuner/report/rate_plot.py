@@ -3,7 +3,8 @@
 Draws the curves ``tuner.report.rate_curves`` chose, one panel per metric (TTFT p95 first), with
 the helpers and conventions of ``tuner.report.plots``: a rate that passed is a filled circle,
 one that missed an SLO a cross, one stopped early a hollow triangle (its figures are lower
-bounds, as a pruned trial's are); the star is the configuration's capacity; SLOs are dashed.
+bounds, as a pruned trial's are); the star is the configuration's capacity; an SLO is dashed
+where near the curves, named at the axis's edge where far off.
 """
 
 from __future__ import annotations
@@ -12,7 +13,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tuner.report.plots import label_of, new_figure, plain_log_axis, save, scale_of
+from tuner.report.plots import (
+    SLO_LABEL,
+    label_of,
+    new_figure,
+    plain_log_axis,
+    save,
+    scale_of,
+    set_value_axis,
+)
 from tuner.report.rate_curves import MISSED, PASSED, STOPPED, Curve, CurveSet
 
 # How each kind of point is drawn, in the curve's colour; and its entry in the key.
@@ -26,9 +35,9 @@ BASELINE_COLOUR = "black"
 COLOURS = ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C8", "C9")
 # The configurations' legend, below the panels: this many to a row.
 LEGEND_COLUMNS = 2
-# Beyond these ratios between an axis's largest and smallest value, the axis is logarithmic:
-# the rates (the search doubles and halves them), and the latencies.
-RATE_LOG_SPAN, LATENCY_LOG_SPAN = 2.5, 20.0
+# Beyond this ratio between the largest and smallest rate, the rate axis is logarithmic (the
+# search doubles and halves them); the latency axes are ``tuner.report.axis``'s.
+RATE_LOG_SPAN = 2.5
 
 
 def _colours(curves: tuple[Curve, ...]) -> list[str]:
@@ -79,14 +88,10 @@ def _panel(ax: Any, drawn: CurveSet, colours: list[str], metric: str, slo: float
                 zorder=4,
             )
         ys += [y * scale for _, y in line]
-    if slo is not None:
-        ax.axhline(slo * scale, color="grey", linestyle="--", lw=1)
-        ys.append(slo * scale)
+    set_value_axis(ax, metric, ys, slo)
     rates = [p.rate_req_per_s for c in drawn.curves for p in c.points]
-    if rates and max(rates) / min(rates) > RATE_LOG_SPAN:
+    if rates and min(rates) > 0 and max(rates) / min(rates) > RATE_LOG_SPAN:
         plain_log_axis(ax.xaxis, ax.set_xscale)
-    if ys and min(ys) > 0 and max(ys) / min(ys) > LATENCY_LOG_SPAN:
-        plain_log_axis(ax.yaxis, ax.set_yscale)
     ax.set_xlabel("offered rate (req/s)")
     ax.set_ylabel(label_of(metric))
 
@@ -133,13 +138,15 @@ def plot_rates(drawn: CurveSet, slos: Mapping[str, float], path: Path) -> Path |
     fig.legend(
         key_handles, key_labels, loc="outside upper center", ncols=len(key_labels), fontsize=8
     )
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    # The configurations' lines; the SLO is in the key above.
+    named = zip(*axes[0][0].get_legend_handles_labels(), strict=True)
+    lines = [(handle, text) for handle, text in named if text != SLO_LABEL]
     title = "configurations, highest capacity first"
     if drawn.left_out:
         title += f"; {len(drawn.left_out)} more left out, of less capacity"
     fig.legend(
-        handles,
-        labels,
+        [handle for handle, _ in lines],
+        [text for _, text in lines],
         loc="outside lower center",
         ncols=columns,
         fontsize=8,
