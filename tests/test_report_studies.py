@@ -13,7 +13,7 @@ import base64
 import html
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +97,9 @@ def fill(storage: str, mode: str, script: tuple[str, ...], repeats: int = 0) -> 
         requests=(),
         replay=ReplaySettings(model="m", vocab_size=100),
         objective=Objective(spec.slos, spec.weights),
-        **({"measure": RateSearch(settings)} if mode == "capacity" else {}),
     )
+    if mode == "capacity":
+        setup = replace(setup, measure=RateSearch(settings))
     kinds = iter(script)
 
     def runner(args, setup, workdir, should_stop=None) -> TrialOutcome:
