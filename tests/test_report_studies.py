@@ -34,6 +34,7 @@ from tuner.study.measure.objective import CAPACITY_ATTR, OBJECTIVES
 from tuner.study.measure.rate_search import RateSearch
 from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec, parse_spec
+from tuner.study.result.choice import choose
 from tuner.study.trials import fingerprint
 from tuner.study.trials.confirm import confirm
 from tuner.study.trials.search import Measuring, open_study, run_study
@@ -241,3 +242,15 @@ def test_every_kind_of_study_has_a_page(name: str, mode: str, tmp_path: Path, ca
     drawn = len(EVERY) - (mode != "capacity")
     missing = re.findall(r'<p class="note">No ([^<]*: no trial to draw|parameter was searc)', page)
     assert len(figures) + len(missing) == drawn
+
+
+@pytest.mark.parametrize("mode", ["latency", "capacity"])
+def test_defaults_kept_over_pruned_trials_say_they_were_stopped(mode: str, tmp_path: Path) -> None:
+    # Trials 1 and 2 were measured until the pruner (a capacity study: the gate) stopped them:
+    # not "no other configuration was measured".
+    study = fill(f"sqlite:///{tmp_path / 's.db'}", mode, ("feasible", "pruned", "pruned"), 2)
+    choice = choose(study)
+    assert choice is not None and choice.keeps_defaults
+    assert choice.why == (
+        "every searched configuration was stopped early, behind the best so far (trials 1, 2)"
+    )

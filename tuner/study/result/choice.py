@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner.load.health import CLIENT_BEHIND
 from tuner.study.measure.attrs import ARGS_ATTR
@@ -110,7 +110,8 @@ def choose(study: optuna.Study) -> Choice | None:
         )
         return replace(held, group=winner, why=why)
     nearest = next(iter(often), None) or next(iter(found), None)
-    why = _kept_because(baseline, nearest, searched=len(served) > 1)
+    pruned = tuple(t.number for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)))
+    why = _kept_because(baseline, nearest, searched=len(served) > 1, pruned=pruned)
     return replace(held, group=baseline, outcome=DEFAULTS, why=why, closest=nearest)
 
 
@@ -124,8 +125,15 @@ def _as_often(found: list[Group], baseline: Group) -> list[Group]:
     return [g for g in found if g.measured >= baseline.measured]
 
 
-def _kept_because(baseline: Group, closest: Group | None, searched: bool) -> str:
-    """Why the defaults are kept, in one line (``searched``: any other configuration served)."""
+def _kept_because(
+    baseline: Group, closest: Group | None, searched: bool, pruned: tuple[int, ...] = ()
+) -> str:
+    """Why the defaults are kept, in one line (``searched``: any other configuration served;
+    ``pruned``: the numbers of the trials stopped early)."""
+    if closest is None and not searched and pruned:
+        numbers = ", ".join(str(n) for n in pruned)
+        trials = f"trial{'s' if len(pruned) > 1 else ''} {numbers}"
+        return f"every searched configuration was stopped early, behind the best so far ({trials})"
     if closest is None and not searched:
         return "no other configuration was measured (the time budget or --n-trials ended the run)"
     if closest is None:
