@@ -37,11 +37,9 @@ from tuner.load.health import CLIENT_BEHIND
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest
 from tuner.load.open_loop import replay_in_process
-from tuner.study.measure.attrs import ARGS_ATTR
 from tuner.study.measure.capacity import (
     CAPACITY_FAILED,
     MIN_WINDOW_REQUESTS,
-    POINTS_ATTR,
     CapacitySettings,
     StartHint,
     capacity_score,
@@ -50,12 +48,13 @@ from tuner.study.measure.capacity import (
     measure_rate,
 )
 from tuner.study.measure.capacity_text import num
-from tuner.study.measure.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE
+from tuner.study.measure.objective import CAPACITY_OBJECTIVE
 from tuner.study.measure.rate_search import RateSearch, start_hint
 from tuner.study.measure.rates import RatePoint, hinted_step, search_capacity
+from tuner.study.measure.record import ARGS_ATTR, CAPACITY_ATTR, CONFIRMS_ATTR, POINTS_ATTR
 from tuner.study.measure.trial import Ended, Objective, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
-from tuner.study.trials.confirm import CONFIRMS_ATTR, confirm
+from tuner.study.trials.confirm import confirm
 from tuner.study.trials.search import Measuring, _leader, open_study, run_study
 from tuner.traces.formats import load_trace
 from tuner.traces.model import Request, Trace

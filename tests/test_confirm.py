@@ -23,12 +23,13 @@ from tuner.cli.main import main
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.http import ReplaySettings
 from tuner.report.build import read_report, write_report
+from tuner.study.measure.record import CONFIRMS_ATTR
 from tuner.study.measure.scoring import Score, score
 from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.result.choice import DEFAULTS, MISSES, TUNED, choose
 from tuner.study.trials import picks
-from tuner.study.trials.confirm import CONFIRMS_ATTR, confirm
+from tuner.study.trials.confirm import confirm
 from tuner.study.trials.groups import groups, ranked
 from tuner.study.trials.search import Measuring, open_study, run_study
 

@@ -24,9 +24,10 @@ from optuna.trial import TrialState
 from tuner.cli.result import trial_line
 from tuner.errors import TunerError
 from tuner.load.http import ReplaySettings
-from tuner.study.measure.capacity import BELOW_ATTR, CapacitySettings, capacity_score
-from tuner.study.measure.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE
+from tuner.study.measure.capacity import CapacitySettings, capacity_score
+from tuner.study.measure.objective import CAPACITY_OBJECTIVE
 from tuner.study.measure.rate_search import RateSearch
+from tuner.study.measure.record import BELOW_ATTR, CAPACITY_ATTR
 from tuner.study.measure.scoring import score
 from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec

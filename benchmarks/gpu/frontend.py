@@ -55,6 +55,7 @@ from tuner.study.measure.capacity import reset_prefix_cache, wait_idle
 from tuner.study.measure.objective import CAPACITY_OBJECTIVE
 from tuner.study.measure.prepare import prepare
 from tuner.study.measure.rate_search import RateSearch
+from tuner.study.measure.record import CONFIRMS_ATTR
 from tuner.study.measure.scoring import score
 from tuner.study.measure.trial import TrialSetup
 from tuner.study.plan.spec import StudySpec, load_spec
@@ -438,7 +439,7 @@ def trial_line(trial: Any) -> str:
     capacity = trial.user_attrs.get("capacity_req_per_s")
     args = trial.user_attrs.get("engine_args") or {}
     extra = {k: v for k, v in args.items() if k not in ("load-format", "max-model-len")}
-    confirms = trial.user_attrs.get(confirm.CONFIRMS_ATTR)
+    confirms = trial.user_attrs.get(CONFIRMS_ATTR)
     again = f" (again, of {confirms})" if confirms is not None else ""
     rates = [
         f"{p['rate_req_per_s']:.0f}{'+' if p['passed'] else '-'}"
@@ -462,9 +463,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     budget = Budget(ends=deadline, confirm_trials=0, estimate_s=0.0)
     machine = fingerprint.measured_on()
     firsts = [
-        t
-        for t in study.trials
-        if t.state.is_finished() and confirm.CONFIRMS_ATTR not in t.user_attrs
+        t for t in study.trials if t.state.is_finished() and CONFIRMS_ATTR not in t.user_attrs
     ]
     wanted = 1 + len(spec.candidates)
     print(

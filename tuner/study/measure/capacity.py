@@ -52,13 +52,6 @@ LOST_CHECK_S = 1.0
 # Seeds of successive windows: far apart from the study's seed and from each other.
 SEED_STRIDE = 7919
 
-# A searched trial that failed at the best capacity so far: its capacity is below this.
-BELOW_ATTR = "capacity_below_req_per_s"
-POINTS_ATTR = "capacity_points"
-# A capacity trial's value: the highest rate that met every SLO.
-CAPACITY_ATTR = "capacity_req_per_s"
-# The one window of vLLM's defaults at the leading configuration's capacity.
-COMPARED_ATTR = "capacity_compared_point"
 # The constraint a capacity trial misses when no rate it tried met the SLOs.
 NO_RATE = "no_rate_met_slos"
 

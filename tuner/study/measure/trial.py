@@ -36,6 +36,14 @@ WARMUP = "warm-up"
 REPLAY = "replay"
 RATE = "rate"  # a capacity trial's windows: "rate 2/10: 1.5 req/s"
 STOPPING = "stopping vLLM"
+# The seconds a trial times (``TrialOutcome.timings``; vLLM's start-up steps go by
+# ``startup_`` and their names): its engine's start until healthy, the warm-up, the window
+# (or a capacity trial's search), its engine's stop, and the whole trial.
+ENGINE_START_S = "engine_healthy_s"
+WARMUP_S = "warmup_s"
+WINDOW_S = "window_s"
+ENGINE_STOP_S = "engine_stop_s"
+TRIAL_S = "trial_s"
 
 # How often a pruned trial's partial score goes to the pruner; progress is told every tick of
 # the replay's monitor (``ReplaySettings.monitor_interval_s``).
@@ -269,32 +277,32 @@ def run_trial(
         engine.start()
         if setup.on_engine_start is not None and engine.pid is not None:
             setup.on_engine_start(engine.pid)
-        timings["engine_healthy_s"] = engine.wait_healthy(setup.health_timeout_s, on_poll=starting)
+        timings[ENGINE_START_S] = engine.wait_healthy(setup.health_timeout_s, on_poll=starting)
         timings |= {f"startup_{k}": v for k, v in engine.times.startup.items()}
         compiled = engine.compile_cache()
         warmup_at = engine.log_size()
         if setup.warmup_requests:
-            timings["warmup_s"] = _warm_up(engine.base_url, setup)
+            timings[WARMUP_S] = _warm_up(engine.base_url, setup)
         started = time.monotonic()
         window_at = engine.log_size()
         measured = setup.measure.run(engine.base_url, setup, should_stop)
-        timings["window_s"] = time.monotonic() - started
+        timings[WINDOW_S] = time.monotonic() - started
         late = engine.late_compiles(warmup_at, window_at)
         crashed = not engine.alive()
         tell(TrialProgress(STOPPING))
     except EngineFailed as exc:
         tell(TrialProgress(STOPPING))
         engine.stop()
-        timings["engine_stop_s"] = engine.times.stop_s or 0.0
-        timings["trial_s"] = time.monotonic() - began
+        timings[ENGINE_STOP_S] = engine.times.stop_s or 0.0
+        timings[TRIAL_S] = time.monotonic() - began
         logger.info("trial failed: %s", exc.reason)
         outcome = setup.measure.failed(engine_args, exc)
         return replace(outcome, timings=timings, compile_cache=engine.compile_cache())
     finally:
         # Also on Ctrl-C: the engine never outlives its trial.
         engine.stop()
-    timings["engine_stop_s"] = engine.times.stop_s or 0.0
-    timings["trial_s"] = time.monotonic() - began
+    timings[ENGINE_STOP_S] = engine.times.stop_s or 0.0
+    timings[TRIAL_S] = time.monotonic() - began
     ended = Ended(timings, crashed, engine.log_path, compiled, late)
     return setup.measure.outcome(engine_args, setup, measured, ended)
 
