@@ -75,7 +75,7 @@ def test_what_a_trial_measured_reads_back_as_typed_fields() -> None:
     assert got.points == ({"rate_req_per_s": 3.5, "passed": True},)
     assert got.compared == {"rate_req_per_s": 5.0, "passed": False}
     # The figures are the outcome's metrics, nothing of the record's own.
-    assert dict(got.metrics) == dict(_outcome().metrics)
+    assert dict(got.figures) == dict(_outcome().metrics)
     assert got.capacity_req_per_s == 3.5 and got.capacity_windows == 4 and got.measured_capacity
     assert got.below_req_per_s is None and not got.client_behind
 
@@ -94,7 +94,7 @@ def test_a_trial_without_tuner_s_attributes_reads_as_empty_fields() -> None:
     study.tell(study.ask(), state=TrialState.FAIL)
     got = TrialRecord.of(study.trials[0])
     assert got.value is None and got.engine_args == {} and got.reason is None
-    assert not (got.feasible or got.baseline or got.metrics or got.timings_s or got.points)
+    assert not (got.feasible or got.baseline or got.figures or got.timings_s or got.points)
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(REPO)))
@@ -108,7 +108,7 @@ def test_the_shipped_studies_read_as_records(path: Path, tmp_path: Path) -> None
         for trial in study.get_trials(deepcopy=False):
             got = TrialRecord.of(trial)
             # Every attribute that is not a measured figure is one of the record's fields.
-            words = {k: v for k, v in got.metrics.items() if not isinstance(v, int | float)}
+            words = {k: v for k, v in got.figures.items() if not isinstance(v, int | float)}
             assert not words, f"trial {trial.number} of {summary.study_name}: {words}"
             read += got.state == TrialState.COMPLETE
     assert read

@@ -31,7 +31,7 @@ def fmt_params(args: Mapping[str, Any], space_names: Sequence[str]) -> str:
     )
 
 
-# What a trial's progress line shows: label, figure (``TrialRecord.metrics``), scale, decimals,
+# What a trial's progress line shows: label, figure (``TrialRecord.figures``), scale, decimals,
 # unit.
 LINE_FIGURES = (
     ("ttft p95", "ttft_p95_s", 1000, 0, " ms"),
@@ -45,7 +45,7 @@ LINE_FIGURES = (
 def trial_line(trial: Any, space_names: Sequence[str]) -> str:
     """One finished trial as ``tuner run`` prints it: its arguments, state, figures and why."""
     recorded = TrialRecord.of(trial)
-    figures = recorded.metrics
+    figures = recorded.figures
     state = "feasible" if recorded.feasible else "infeasible"
     if trial.state.name == "PRUNED":
         state = "pruned"

@@ -99,11 +99,11 @@ def time_spent(
     defaults = vllm_defaults(study)
     chosen = TrialRecord.of(choice.trial)
     lines = time_lines(
-        chosen.number, chosen.metrics, defaults, choice.keeps_defaults, chosen.engine_args
+        chosen.number, chosen.figures, defaults, choice.keeps_defaults, chosen.engine_args
     )
     if baseline is not None and baseline.number not in (chosen.number, *choice.measurements):
         held = TrialRecord.of(baseline)
-        lines += time_lines(held.number, held.metrics, defaults, False, held.engine_args)
+        lines += time_lines(held.number, held.figures, defaults, False, held.engine_args)
     return tuple(lines)
 
 

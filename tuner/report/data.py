@@ -75,7 +75,7 @@ class TrialRow:
     kind: str  # "baseline", "candidate N" or "searched"
     engine_args: Mapping[str, Any]
     value: float | None  # the study's value (score or capacity): served trials only
-    figures: Mapping[str, Any] = field(repr=False)  # ``TrialRecord.metrics``
+    figures: Mapping[str, Any] = field(repr=False)  # ``TrialRecord.figures``
     constraints: Mapping[str, float] = field(repr=False)
     reason: str = ""
     timings_s: Mapping[str, float] = field(default_factory=dict, repr=False)
@@ -168,7 +168,7 @@ def row_of(trial: FrozenTrial) -> TrialRow:
         kind=_kind(recorded),
         engine_args=dict(recorded.engine_args),
         value=trial.value if outcome in (FEASIBLE, INFEASIBLE) else None,
-        figures=recorded.metrics,
+        figures=recorded.figures,
         constraints=dict(recorded.constraints),
         reason=recorded.reason or "",
         timings_s=recorded.timings_s,

@@ -48,7 +48,7 @@ def servers_line(capacity_req_per_s: float, peak_req_per_s: float | None, label:
 
 
 def capacity_of(attrs: Mapping[str, Any] | None) -> float | None:
-    """A trial's measured capacity in req/s from its figures (``TrialRecord.metrics``); None
+    """A trial's measured capacity in req/s from its figures (``TrialRecord.figures``); None
     where it has none."""
     value = None if attrs is None else attrs.get(CAPACITY_ATTR)
     return float(value) if isinstance(value, int | float) else None

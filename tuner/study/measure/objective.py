@@ -170,7 +170,7 @@ class StudyObjective:
     ) -> list[str]:
         """What to try where nothing met the SLOs (``capacity_command``: the run that asks the
         capacity question of the same trace)."""
-        figures = TrialRecord.of(chosen).metrics
+        figures = TrialRecord.of(chosen).figures
         steps = next_steps(chosen.number, figures, offered, spec_path, misses)
         if offered is not None:
             steps.append(
@@ -272,7 +272,7 @@ class Capacity(StudyObjective):
         peak_req_per_s: float | None,
         other_label: str = "defaults",
     ) -> tuple[list[tuple[str, str, str]], list[str], str]:
-        figures = TrialRecord.of(chosen).metrics
+        figures = TrialRecord.of(chosen).figures
         found = capacity_of(figures) or 0.0
         lines = [
             headline(figures, other, peak_req_per_s, other_label),

@@ -126,11 +126,11 @@ class TrialRecord:
     """A finished or running trial as tuner recorded it: Optuna's number, state, value and
     constraints (by name, above 0: missed), and tuner's own fields.
 
-    ``metrics``: every figure the trial measured, by the replay's names (``ttft_p95_s``,
-    ``client_behind``, a capacity trial's ``CAPACITY_ATTR``...), what ``tuner.study.measure.
-    scoring`` judges; ``timings_s``: its phases' seconds, by ``TrialOutcome.timings``'s names
-    (``engine_healthy_s``, ``window_s``, ``trial_s``). A field the trial did not record is
-    None, empty or False.
+    ``figures``: every figure the trial measured (``TrialOutcome.metrics``), by the replay's
+    names (``ttft_p95_s``, ``client_behind``, a capacity trial's ``CAPACITY_ATTR``...), what
+    ``tuner.study.measure.scoring`` judges; ``timings_s``: its phases' seconds, by
+    ``TrialOutcome.timings``'s names (``engine_healthy_s``, ``window_s``, ``trial_s``). A field
+    the trial did not record is None, empty or False.
     """
 
     number: int
@@ -147,7 +147,7 @@ class TrialRecord:
     feasible: bool
     reason: str | None
     log_tail: str
-    metrics: Mapping[str, Any]
+    figures: Mapping[str, Any]
     timings_s: Mapping[str, float]
     compile_key: str | None
     compile_cache_hit: bool | None
@@ -174,7 +174,7 @@ class TrialRecord:
             feasible=bool(attrs.get(FEASIBLE_ATTR)),
             reason=_str(attrs.get(REASON_ATTR)),
             log_tail=str(attrs.get(LOG_ATTR) or ""),
-            metrics={
+            figures={
                 k: v for k, v in attrs.items() if k not in _OWN and not k.startswith(TIME_PREFIX)
             },
             timings_s={
@@ -193,7 +193,7 @@ class TrialRecord:
     def figure(self, name: str) -> float | None:
         """The measured figure ``name`` as a float, or None where it has none (or not a
         number)."""
-        return _number(self.metrics.get(name))
+        return _number(self.figures.get(name))
 
     @property
     def capacity_req_per_s(self) -> float | None:
@@ -213,13 +213,13 @@ class TrialRecord:
     @property
     def measured_capacity(self) -> bool:
         """Whether it is a capacity trial: it kept a capacity or the gate it fell below."""
-        return CAPACITY_ATTR in self.metrics or BELOW_ATTR in self.metrics
+        return CAPACITY_ATTR in self.figures or BELOW_ATTR in self.figures
 
     @property
     def client_behind(self) -> bool:
         """Whether tuner's client fell behind: its figures are the client's, not the
         configuration's."""
-        return bool(self.metrics.get(CLIENT_BEHIND))
+        return bool(self.figures.get(CLIENT_BEHIND))
 
 
 def started(

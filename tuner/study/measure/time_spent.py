@@ -56,7 +56,7 @@ def time_spent(
     default_max_num_seqs: int | None = None,
     engine_args: Mapping[str, Any] | None = None,
 ) -> TimeSpent:
-    """The trial's measured ``figures`` (``TrialRecord.metrics``); its max-num-seqs from its
+    """The trial's measured ``figures`` (``TrialRecord.figures``); its max-num-seqs from its
     ``engine_args``, else ``default_max_num_seqs`` (vLLM's own, where the caller knows it)."""
     seqs = _number(engine_args or {}, MAX_NUM_SEQS)
     if seqs is None and default_max_num_seqs is not None:

@@ -36,7 +36,7 @@ class Written:
     """A configuration written to ``path``: the ``choice`` it is (its outcome, why, and what it
     was held against), how the trial written met the SLOs (``verdict``), and what is said beside
     it: the end table's two columns (``labels``: what was written, and what beside it, whose
-    figures, its ``TrialRecord.metrics``, are ``other``), the objective's rows of that table,
+    figures, its ``TrialRecord.figures``, are ``other``), the objective's rows of that table,
     and the lines the file's header carries too (the objective's headline, the confirmation,
     where the time went)."""
 
@@ -57,8 +57,8 @@ class Written:
 
     @property
     def figures(self) -> Mapping[str, Any]:
-        """What the trial written measured (``TrialRecord.metrics``)."""
-        return TrialRecord.of(self.trial).metrics
+        """What the trial written measured (``TrialRecord.figures``)."""
+        return TrialRecord.of(self.trial).figures
 
     def next_steps(self, spec_path: Path, capacity_command: str) -> list[str]:
         """What to try where nothing met the SLOs (``StudyObjective.what_next``)."""
@@ -78,9 +78,9 @@ def write_configuration(
     if choice is None:
         return None
     chosen = choice.trial
-    figures = TrialRecord.of(chosen).metrics
+    figures = TrialRecord.of(chosen).figures
     verdict = scoring.verdict(picks.constraints_of(chosen), figures)
-    other = TrialRecord.of(choice.other.median_trial).metrics if choice.other is not None else None
+    other = TrialRecord.of(choice.other.median_trial).figures if choice.other is not None else None
     labels = _labels(choice)
     objective = of_study(study)
     peak = workload.replay.peak_req_per_s
@@ -145,7 +145,7 @@ def _time_spent(choice: Choice, spec: StudySpec) -> list[str]:
     vllm_defaults = {d.name: d.default for d in spec.space if d.has_default}
     chosen = TrialRecord.of(choice.trial)
     return time_lines(
-        chosen.number, chosen.metrics, vllm_defaults, choice.keeps_defaults, chosen.engine_args
+        chosen.number, chosen.figures, vllm_defaults, choice.keeps_defaults, chosen.engine_args
     )
 
 
