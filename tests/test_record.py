@@ -44,7 +44,7 @@ def _outcome() -> TrialOutcome:
     return TrialOutcome(
         engine_args={"max-num-seqs": 8},
         score=Score(0.4, {"slo_ttft_p95_s": -0.5}),
-        metrics={"ttft_p95_s": 0.25, record.CAPACITY_ATTR: 3.5, record.WINDOWS_ATTR: 4.0},
+        metrics={"ttft_p95_s": 0.25, record.CAPACITY_ATTR: 3.5, record.RATES_ATTR: 4.0},
         timings={ENGINE_START_S: 30.0, WINDOW_S: 60.0, TRIAL_S: 95.0},
         reason="stopped at its gate",
         log_tail="x" * (record.LOG_TAIL_CHARS + 10),
@@ -76,7 +76,7 @@ def test_what_a_trial_measured_reads_back_as_typed_fields() -> None:
     assert got.compared == {"rate_req_per_s": 5.0, "passed": False}
     # The figures are the outcome's metrics, nothing of the record's own.
     assert dict(got.figures) == dict(_outcome().metrics)
-    assert got.capacity_req_per_s == 3.5 and got.capacity_windows == 4 and got.measured_capacity
+    assert got.capacity_req_per_s == 3.5 and got.rates_measured == 4 and got.measured_capacity
     assert got.below_req_per_s is None and not got.client_behind
 
 

@@ -47,8 +47,8 @@ from tuner.report.rate_plot import plot_rates
 from tuner.study.measure.capacity import CAPACITY_FAILED, capacity_score
 from tuner.study.measure.objective import CAPACITY_OBJECTIVE
 from tuner.study.measure.rates import RatePoint, search_capacity
-from tuner.study.measure.record import CAPACITY_ATTR, WINDOWS_ATTR
-from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.record import CAPACITY_ATTR, RATES_ATTR
+from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.trials import fingerprint
 from tuner.study.trials.search import open_study, run_study
@@ -86,7 +86,7 @@ def row(
     args: Mapping[str, Any] | None = None,
 ) -> TrialRow:
     capacity = max((p["rate_req_per_s"] for p in points if p["passed"]), default=0.0)
-    figures = {CAPACITY_ATTR: capacity, WINDOWS_ATTR: len(points)}
+    figures = {CAPACITY_ATTR: capacity, RATES_ATTR: len(points)}
     return TrialRow(
         number=number,
         outcome=FEASIBLE if capacity else INFEASIBLE,
@@ -261,7 +261,7 @@ def measured(knee: float, slos: Mapping[str, float]):
 
 def outcome(args: Mapping[str, Any], slos: Mapping[str, float]) -> TrialOutcome:
     measure = measured(knee_of(args), slos)
-    found = search_capacity(measure, 2.0, 0.1, max_windows=7, floor_req_per_s=0.5)
+    found = search_capacity(measure, 2.0, 0.1, max_rates=7, floor_req_per_s=0.5)
     shown = found.best_point or found.lowest_point
     assert shown is not None
     metrics = dict(shown.figures) | {
@@ -290,7 +290,7 @@ def capacity_study(
         model="m",
         requests=(),
         replay=ReplaySettings(model="m", vocab_size=100),
-        objective=Objective(spec.slos, spec.weights),
+        criteria=Criteria(spec.slos, spec.weights),
     )
 
     calls = []
@@ -299,7 +299,7 @@ def capacity_study(
         calls.append(args)
         if len(calls) - 1 == fails:
             return TrialOutcome(args, CAPACITY_FAILED, {CAPACITY_ATTR: 0.0}, {}, "vLLM exited")
-        return outcome(args, setup.objective.slos)
+        return outcome(args, setup.criteria.slos)
 
     study = open_study("cap", storage, 0, objective=CAPACITY_OBJECTIVE)
     study.set_user_attr(fingerprint.WORKLOAD_ATTR, fingerprint.of_study(spec, {}, {}))
@@ -336,7 +336,7 @@ def test_the_capacity_figure_is_drawn_from_the_study(study: str, tmp_path: Path)
     by_number = {r.number: r for r in report.rows}
     for curve in drawn.curves:
         assert curve.capacity_req_per_s == by_number[curve.trial].value
-        assert len(curve.points) == by_number[curve.trial].figures[WINDOWS_ATTR]
+        assert len(curve.points) == by_number[curve.trial].figures[RATES_ATTR]
     assert any(p.mark == STOPPED for c in drawn.curves for p in c.points)
     path = plot_rates(drawn, report.slos, tmp_path / "rates.png")
     assert path is not None and path.read_bytes().startswith(b"\x89PNG")

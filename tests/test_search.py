@@ -29,7 +29,7 @@ from tuner.study.measure.objective import CAPACITY_OBJECTIVE
 from tuner.study.measure.rate_search import RateSearch
 from tuner.study.measure.record import BELOW_ATTR, CAPACITY_ATTR
 from tuner.study.measure.scoring import score
-from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.trials.budget import Budget
 from tuner.study.trials.search import FarOffPruner, open_study, pruner_for, run_study
@@ -120,7 +120,7 @@ def stand_in_setup() -> TrialSetup:
         model="m",
         requests=(),
         replay=ReplaySettings(model="m", vocab_size=100),
-        objective=Objective(slos=SLOS, weights=WEIGHTS),
+        criteria=Criteria(slos=SLOS, weights=WEIGHTS),
     )
 
 

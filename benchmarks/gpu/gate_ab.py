@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     prepared = prepare(spec, load_trace(options.trace), launcher)
     replay, setup = prepared.replay, prepared.setup
     assert isinstance(setup.measure, RateSearch), "the spec is not a capacity study's"
-    settings = replace(setup.measure.settings, gate_req_per_s=options.gate, max_windows=1)
+    settings = replace(setup.measure.settings, gate_req_per_s=options.gate, max_rates=1)
     setup = replace(setup, measure=RateSearch(settings))
     engine_args = {**spec.engine_args, **capture_pin(spec, cpu_build=False), **options.args}
     arms = {"cold": (), "warm": tuple(replay.requests[: options.warmup])}

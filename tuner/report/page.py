@@ -28,7 +28,7 @@ from tuner.report.data import (
 from tuner.report.plots import label_of
 from tuner.report.rate_curves import MOST_CURVES, CurveSet, curves
 from tuner.report.verdict import chosen_is_baseline, confirmation_part, listed, said
-from tuner.study.measure.record import RESOLVED_ATTR, WINDOWS_ATTR
+from tuner.study.measure.record import RATES_ATTR, RESOLVED_ATTR
 from tuner.study.measure.trial import ENGINE_START_S, TRIAL_S
 
 # Figures in the verdict after the SLOs: user attribute, label, scale, digits, unit.
@@ -116,7 +116,7 @@ def _cell(row: TrialRow, metric: str, limit: float | None) -> str:
 def _windows_cell(row: TrialRow) -> str:
     """How many rates a capacity trial measured; ``unresolved`` where its search stopped (at
     its window limit, floor or ceiling) before its passing and failing rates were close."""
-    windows = row.figure(WINDOWS_ATTR)
+    windows = row.figure(RATES_ATTR)
     if windows is None:
         return "<td></td>"
     return f"<td>{windows:.0f}{' (unresolved)' if row.figure(RESOLVED_ATTR) == 0.0 else ''}</td>"

@@ -181,7 +181,7 @@ class StudyObjective:
 
 
 class Latency(StudyObjective):
-    """The lowest score at the window's rate (``tuner.study.measure.scoring``), minimised."""
+    """The lowest score at the window's rate (``tuner.study.measure.scoring``), minimized."""
 
     mode = LATENCY
     direction = StudyDirection.MINIMIZE
@@ -189,7 +189,7 @@ class Latency(StudyObjective):
 
 
 class Capacity(StudyObjective):
-    """The highest rate of the window one server carries within every SLO, maximised."""
+    """The highest rate of the window one server carries within every SLO, maximized."""
 
     mode = CAPACITY
     direction = StudyDirection.MAXIMIZE
@@ -235,7 +235,7 @@ class Capacity(StudyObjective):
                 period_s=offered.replay_s,
                 rate_window_s=spec.capacity_window_s,
                 resolution=spec.capacity_resolution,
-                max_windows=spec.capacity_max_windows,
+                max_rates=spec.capacity_max_windows,
                 client_tolerance_s=spec.client_tolerance_s,
             )
         )
@@ -259,8 +259,8 @@ class Capacity(StudyObjective):
     def value_words(self, trial: FrozenTrial) -> str | None:
         recorded = TrialRecord.of(trial)
         if recorded.capacity_req_per_s is not None:
-            windows = recorded.capacity_windows
-            return f"capacity {num(recorded.capacity_req_per_s)} req/s ({windows} rates measured)"
+            rates = recorded.rates_measured
+            return f"capacity {num(recorded.capacity_req_per_s)} req/s ({rates} rates measured)"
         if recorded.below_req_per_s is not None:
             return f"capacity below {num(recorded.below_req_per_s)} req/s"
         return super().value_words(trial)

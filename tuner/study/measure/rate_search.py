@@ -29,9 +29,9 @@ from tuner.study.measure.rates import CapacityFound
 from tuner.study.measure.record import (
     BELOW_ATTR,
     CAPACITY_ATTR,
+    RATES_ATTR,
     RESOLVED_ATTR,
     START_ATTR,
-    WINDOWS_ATTR,
     TrialRecord,
 )
 from tuner.study.measure.scoring import Score
@@ -65,7 +65,7 @@ class RateSearch(Measure):
             f"capacity search: from {settings.window_req_per_s:.3g} req/s (the window's rate; "
             "a later trial from the capacity of the same or the nearest configuration), "
             f"{settings.rate_window_s:g} s a rate, to within {settings.resolution:.0%}, at most "
-            f"{settings.max_windows} rates a trial"
+            f"{settings.max_rates} rates a trial"
         )
 
     def for_trial(
@@ -92,14 +92,14 @@ class RateSearch(Measure):
         def on_rate(index: int, rate: float, elapsed_s: float, live: Sequence[LiveRequest]) -> None:
             if progress is not None:
                 done, ttft_p95_s = so_far(live)
-                phase = f"{RATE} {index + 1}/{settings.max_windows}: {rate:.3g} req/s"
+                phase = f"{RATE} {index + 1}/{settings.max_rates}: {rate:.3g} req/s"
                 progress(
                     TrialProgress(phase, elapsed_s, settings.rate_window_s, done, None, ttft_p95_s)
                 )
 
-        objective = setup.objective
+        criteria = setup.criteria
         return measure_capacity(
-            base_url, settings, setup.replay, objective.slos, objective.weights, on_rate
+            base_url, settings, setup.replay, criteria.slos, criteria.weights, on_rate
         )
 
     def outcome(
@@ -112,7 +112,7 @@ class RateSearch(Measure):
         metrics = dict(shown.figures) if shown is not None else {}
         metrics[CAPACITY_ATTR] = found.capacity_req_per_s
         metrics[RESOLVED_ATTR] = float(found.resolved)
-        metrics[WINDOWS_ATTR] = float(len(found.points))
+        metrics[RATES_ATTR] = float(len(found.points))
         if found.points:  # a hint (``start_hint``) or the window's rate
             metrics[START_ATTR] = found.points[0].rate_req_per_s
         passed = found.capacity_req_per_s > 0

@@ -5,8 +5,8 @@ A trial's user attributes are what optuna-dashboard shows and what ``tuner run``
 report`` and the configuration written read back. Every attribute name lives here: the rest of
 tuner writes through ``started``, ``measured``, ``give_reason`` and ``Queued.attrs``, and reads
 a trial through ``TrialRecord.of`` (``Queued.of`` while it is measured), never through a key of
-its own. The names are those studies
-already hold, so a study written by an earlier tuner reads the same.
+its own. The names are those studies already hold, so a study written by an earlier tuner
+reads the same (``RATES_ATTR`` keeps the name it was first stored under).
 """
 
 from __future__ import annotations
@@ -43,11 +43,11 @@ COMPILE_KEY_ATTR = "compile_key"
 CACHE_HIT_ATTR = "compile_cache_hit"
 # A capacity trial's figures: its capacity (the highest rate that met every SLO), or the gate
 # it fell below (the best capacity so far), whether the search resolved it, how many rates it
-# measured and the one it started at.
+# measured (each a window of the trace replayed at one rate) and the one it started at.
 CAPACITY_ATTR = "capacity_req_per_s"
 BELOW_ATTR = "capacity_below_req_per_s"
 RESOLVED_ATTR = "capacity_resolved"
-WINDOWS_ATTR = "capacity_windows"
+RATES_ATTR = "capacity_windows"
 START_ATTR = "capacity_start_req_per_s"
 # Its rates, each with what it measured, and vLLM's defaults' one window at another
 # configuration's capacity.
@@ -65,7 +65,7 @@ _OWN = frozenset(
     }
 )  # fmt: skip
 # Every name this module owns, for the test that finds them nowhere else.
-NAMES = _OWN | {CAPACITY_ATTR, BELOW_ATTR, RESOLVED_ATTR, WINDOWS_ATTR, START_ATTR}
+NAMES = _OWN | {CAPACITY_ATTR, BELOW_ATTR, RESOLVED_ATTR, RATES_ATTR, START_ATTR}
 
 
 class Writable(Protocol):
@@ -206,9 +206,9 @@ class TrialRecord:
         return self.figure(BELOW_ATTR)
 
     @property
-    def capacity_windows(self) -> int:
+    def rates_measured(self) -> int:
         """How many rates a capacity trial measured (0 for a latency trial)."""
-        return int(self.figure(WINDOWS_ATTR) or 0)
+        return int(self.figure(RATES_ATTR) or 0)
 
     @property
     def measured_capacity(self) -> bool:

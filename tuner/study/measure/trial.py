@@ -23,7 +23,7 @@ from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, ReplayResult, provisional, so_far
 from tuner.load.session import Monitor
 from tuner.load.spread import replay
-from tuner.study.measure.judge import Judged, Objective, judge
+from tuner.study.measure.judge import Criteria, Judged, judge
 from tuner.study.measure.scoring import FAILED, Score, worst_slo_ratio
 from tuner.traces.concurrency import ClosedLoop
 from tuner.traces.model import Request
@@ -74,7 +74,7 @@ class TrialSetup:
     model: str
     requests: Sequence[Request]
     replay: ReplaySettings
-    objective: Objective
+    criteria: Criteria
     health_timeout_s: float = 900.0
     warmup_requests: Sequence[Request] = ()
     launcher: Launcher = field(default_factory=ProcessLauncher)
@@ -199,7 +199,7 @@ ShouldStop = Callable[[int, float], bool]
 
 
 def _monitor(
-    objective: Objective,
+    criteria: Criteria,
     should_stop: ShouldStop | None,
     progress: OnProgress | None,
     start: TrialProgress,
@@ -218,7 +218,7 @@ def _monitor(
             return False
         while due_s <= elapsed_s:
             due_s += PRUNE_INTERVAL_S
-        value = worst_slo_ratio(provisional(elapsed_s, live), objective.slos)
+        value = worst_slo_ratio(provisional(elapsed_s, live), criteria.slos)
         return should_stop(round(elapsed_s), value)
 
     return monitor
@@ -242,7 +242,7 @@ def _stopped_early(
     metrics = judged.figures
     shown = ", ".join(
         f"{m} >= {metrics[m]:.2f} s (SLO {limit:g} s)"
-        for m, limit in setup.objective.slos.items()
+        for m, limit in setup.criteria.slos.items()
         if m in metrics
     )
     reason = f"stopped {judged.stopped_at_s:.0f} s into the window, far off: {shown}"
@@ -318,7 +318,7 @@ def _warm_up(base_url: str, setup: TrialSetup) -> float:
     warmup = _sending(WARMUP, setup.warmup_requests)
     _tell(setup.progress, warmup)
     started = time.monotonic()
-    watch = _monitor(setup.objective, None, setup.progress, warmup)
+    watch = _monitor(setup.criteria, None, setup.progress, warmup)
     replay(base_url, setup.warmup_requests, setup.replay, monitor=watch)
     return time.monotonic() - started
 
@@ -363,11 +363,11 @@ class WindowReplay(Measure):
                 setup.closed_loop.schedule,
                 setup.closed_loop.requests(setup.replay.seed),
                 setup.replay,
-                monitor=_monitor(setup.objective, should_stop, progress, window),
+                monitor=_monitor(setup.criteria, should_stop, progress, window),
             )
         window = _sending(REPLAY, setup.requests)
         _tell(progress, window)
-        watch = _monitor(setup.objective, should_stop, progress, window)
+        watch = _monitor(setup.criteria, should_stop, progress, window)
         return replay(base_url, setup.requests, setup.replay, monitor=watch)
 
     def outcome(
@@ -377,7 +377,7 @@ class WindowReplay(Measure):
         measured: ReplayResult,
         ended: Ended,
     ) -> TrialOutcome:
-        judged = judge(measured, setup.objective, setup.client_tolerance_s)
+        judged = judge(measured, setup.criteria, setup.client_tolerance_s)
         if judged.stopped_at_s is not None:
             stopped = _stopped_early(engine_args, setup, judged, ended.timings)
             metrics = {**stopped.metrics, **ended.late}
