@@ -117,7 +117,7 @@ def search_vs_scan(spec: StudySpec, options: argparse.Namespace, work: Path) -> 
         period_s=workload.replay_s,
         rate_window_s=options.window_s,
         resolution=spec.capacity_resolution,
-        max_windows=spec.capacity_max_windows,
+        max_rates=spec.capacity_max_windows,
     )
     replay_settings = ReplaySettings(
         model=model, vocab_size=info.vocab_size, block_tokens=trace.block_tokens, seed=spec.seed
@@ -126,7 +126,7 @@ def search_vs_scan(spec: StudySpec, options: argparse.Namespace, work: Path) -> 
     print(f"window: {workload.describe()}")
     print(
         f"engine: {args}; capacity window {settings.rate_window_s:g} s, resolution "
-        f"{settings.resolution:g}, at most {settings.max_windows} windows a search"
+        f"{settings.resolution:g}, at most {settings.max_rates} windows a search"
     )
     engine = Engine(model, args, work / "engine", env={"VLLM_SERVER_DEV_MODE": "1"})
     found: list[tuple[CapacityFound, float]] = []

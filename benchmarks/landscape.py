@@ -26,7 +26,7 @@ import yaml
 from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import ProcessLauncher
 from tuner.load.http import ReplaySettings
-from tuner.study.measure.trial import Objective, TrialSetup, run_trial
+from tuner.study.measure.trial import Criteria, TrialSetup, run_trial
 from tuner.study.plan.spec import load_spec
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload, model_info
@@ -80,7 +80,7 @@ def main() -> None:
         model=model,
         requests=workload.trace.requests(),
         replay=ReplaySettings(model=model, vocab_size=info.vocab_size, seed=spec.seed),
-        objective=Objective(spec.slos, spec.weights, spec.max_error_rate),
+        criteria=Criteria(spec.slos, spec.weights, spec.max_error_rate),
         launcher=ProcessLauncher(),
     )
     work = Path(tempfile.mkdtemp(prefix="landscape-runs-"))

@@ -96,7 +96,7 @@ def measure(options: argparse.Namespace) -> None:
             period_s=workload.replay_s,
             rate_window_s=options.window_s,
             resolution=options.resolution,
-            max_windows=options.max_windows,
+            max_rates=options.max_windows,
             # The spec's (the demo's 1 s, as tuner run uses on vLLM's CPU build): with the GPU
             # default, 5 ms, tuner's client on two shared cores "fell behind" at vLLM's
             # defaults' third rate and the search stopped there.

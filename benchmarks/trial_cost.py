@@ -26,7 +26,7 @@ import yaml
 from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import Launcher, ProcessLauncher, ZygoteLauncher
 from tuner.load.http import ReplaySettings
-from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup, run_trial
+from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup, run_trial
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload, model_info
 
@@ -125,7 +125,7 @@ def main() -> None:
                     model=model,
                     requests=workload.trace.requests(),
                     replay=ReplaySettings(model=model, vocab_size=info.vocab_size),
-                    objective=Objective({"ttft_p95_s": 1e9}, {"ttft_p95_s": 1.0}, 1.0),
+                    criteria=Criteria({"ttft_p95_s": 1e9}, {"ttft_p95_s": 1.0}, 1.0),
                     launcher=launchers[name],
                     env=env,
                 )

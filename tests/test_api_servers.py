@@ -28,7 +28,7 @@ from conftest import CPU_BASELINE, CPU_ENGINE_ARGS, MARKER, marked_processes, wa
 from tuner.engine.launchers import ZygoteLauncher
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import parse_scrape
-from tuner.study.measure.trial import REPLAY, Objective, TrialProgress, TrialSetup, run_trial
+from tuner.study.measure.trial import REPLAY, Criteria, TrialProgress, TrialSetup, run_trial
 from tuner.traces.model import Request
 
 TWO_API_SERVERS = {**CPU_ENGINE_ARGS, **CPU_BASELINE, "api-server-count": 2}
@@ -84,7 +84,7 @@ def test_a_trial_with_two_api_servers_serves_and_leaves_no_process(
         model=str(cpu_model),
         requests=requests,
         replay=ReplaySettings(model=str(cpu_model), vocab_size=8192),
-        objective=Objective(slos={"e2e_p99_s": 600.0}, weights={"e2e_p99_s": 1.0}),
+        criteria=Criteria(slos={"e2e_p99_s": 600.0}, weights={"e2e_p99_s": 1.0}),
         health_timeout_s=300,
         launcher=launcher,
         progress=look,

@@ -22,7 +22,7 @@ from tuner.cli.exits import MEETS_SLOS_EXITS
 from tuner.engine.environment import HostMemory, host_memory
 from tuner.study.measure import calibrate
 from tuner.study.measure.capacity import CapacitySettings
-from tuner.study.measure.objective import CAPACITY_ATTR
+from tuner.study.measure.record import CAPACITY_ATTR
 from tuner.study.measure.scoring import Score
 from tuner.study.measure.trial import TrialOutcome
 from tuner.study.plan.space import cpu_kv_share, default_spec_text, runnable_baseline

@@ -37,11 +37,9 @@ from tuner.load.health import CLIENT_BEHIND
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest
 from tuner.load.open_loop import replay_in_process
-from tuner.study.measure.attrs import ARGS_ATTR
 from tuner.study.measure.capacity import (
     CAPACITY_FAILED,
     MIN_WINDOW_REQUESTS,
-    POINTS_ATTR,
     CapacitySettings,
     StartHint,
     capacity_score,
@@ -50,12 +48,13 @@ from tuner.study.measure.capacity import (
     measure_rate,
 )
 from tuner.study.measure.capacity_text import num
-from tuner.study.measure.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE
+from tuner.study.measure.objective import CAPACITY_OBJECTIVE
 from tuner.study.measure.rate_search import RateSearch, start_hint
 from tuner.study.measure.rates import RatePoint, hinted_step, search_capacity
-from tuner.study.measure.trial import Ended, Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.record import ARGS_ATTR, CAPACITY_ATTR, CONFIRMS_ATTR, POINTS_ATTR
+from tuner.study.measure.trial import Criteria, Ended, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
-from tuner.study.trials.confirm import CONFIRMS_ATTR, confirm
+from tuner.study.trials.confirm import confirm
 from tuner.study.trials.search import Measuring, _leader, open_study, run_study
 from tuner.traces.formats import load_trace
 from tuner.traces.model import Request, Trace
@@ -83,7 +82,7 @@ def threshold(true_req_per_s: float, calls: list[float]):
 @pytest.mark.parametrize("resolution", [0.05, 0.1, 0.25])
 def test_the_search_lands_within_the_resolution(true_req_per_s, resolution):
     calls: list[float] = []
-    found = search_capacity(threshold(true_req_per_s, calls), 3.0, resolution, max_windows=20)
+    found = search_capacity(threshold(true_req_per_s, calls), 3.0, resolution, max_rates=20)
     assert found.resolved
     assert found.capacity_req_per_s <= true_req_per_s
     assert found.capacity_req_per_s * (1 + resolution) >= true_req_per_s
@@ -98,7 +97,7 @@ def test_the_search_lands_within_the_resolution(true_req_per_s, resolution):
 
 def test_the_search_stops_at_its_window_limit_and_floor():
     calls: list[float] = []
-    found = search_capacity(threshold(100.0, calls), 1.0, 0.1, max_windows=4)
+    found = search_capacity(threshold(100.0, calls), 1.0, 0.1, max_rates=4)
     assert not found.resolved and len(calls) == 4
     assert found.capacity_req_per_s == 8.0  # 1, 2, 4, 8 passed
     assert "window limit" in found.why_stopped
@@ -325,7 +324,7 @@ def test_the_search_finds_a_known_capacity(stand_in, caplog):
     # client bunches a few arrivals, so the boundary measured may sit a little below 10.
     window = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
     settings = CapacitySettings(
-        window, period_s=1.0, rate_window_s=4.0, resolution=0.1, max_windows=8
+        window, period_s=1.0, rate_window_s=4.0, resolution=0.1, max_rates=8
     )
     replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
     slos = {"ttft_p95_s": 0.5}
@@ -336,7 +335,7 @@ def test_the_search_finds_a_known_capacity(stand_in, caplog):
     # Within the resolution below the boundary, itself at most 5 % below the known rate.
     low = CAPACITY_REQ_PER_S * 0.95 / (1 + settings.resolution)
     assert low <= found.capacity_req_per_s <= CAPACITY_REQ_PER_S * 1.01, rates
-    assert len(found.points) <= settings.max_windows
+    assert len(found.points) <= settings.max_rates
     assert len([r for r in caplog.records if "req/s:" in r.getMessage()]) == len(found.points)
     best = found.best_point
     assert best is not None and best.figures["ttft_p95_s"] <= slos["ttft_p95_s"]
@@ -598,7 +597,7 @@ def scripted_capacity_study(
         model=spec.model,
         requests=(),
         replay=ReplaySettings(model="m", vocab_size=100),
-        objective=Objective(spec.slos, spec.weights),
+        criteria=Criteria(spec.slos, spec.weights),
     )
     study = open_study("cap", storage, 0, objective=CAPACITY_OBJECTIVE)
     run_study(study, spec, setup, tmp_path / "runs", len(outcomes) - confirmed, runner=runner)
@@ -744,7 +743,7 @@ def test_each_trial_starts_its_search_from_what_the_study_measured(tmp_path):
         model=spec.model,
         requests=(),
         replay=ReplaySettings(model="m", vocab_size=100),
-        objective=Objective(spec.slos, spec.weights),
+        criteria=Criteria(spec.slos, spec.weights),
         measure=RateSearch(CapacitySettings(requests=window, period_s=4.0, resolution=0.1)),
     )
     study = open_study("cap", f"sqlite:///{tmp_path / 'study.db'}", 0, objective=CAPACITY_OBJECTIVE)

@@ -15,7 +15,7 @@ from tuner.engine.startup import breakdown, compile_cache
 from tuner.flags import MAX_CAPTURE_SIZE, config_yaml, flag_name, nest, sets_capture_range
 from tuner.load.http import ReplaySettings
 from tuner.study.measure.scoring import score
-from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.space import (
     CAPTURE_SIZE_CEILING,
     PINNED_CAPTURE_SIZE,
@@ -126,7 +126,7 @@ def _setup() -> TrialSetup:
         model="m",
         requests=(),
         replay=ReplaySettings(model="m", vocab_size=100),
-        objective=Objective(slos={"e2e_p99_s": 10.0}, weights={"e2e_p99_s": 1.0}),
+        criteria=Criteria(slos={"e2e_p99_s": 10.0}, weights={"e2e_p99_s": 1.0}),
     )
 
 

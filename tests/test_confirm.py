@@ -23,12 +23,13 @@ from tuner.cli.main import main
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.http import ReplaySettings
 from tuner.report.build import read_report, write_report
+from tuner.study.measure.record import CONFIRMS_ATTR
 from tuner.study.measure.scoring import Score, score
-from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.result.choice import DEFAULTS, MISSES, TUNED, choose
 from tuner.study.trials import picks
-from tuner.study.trials.confirm import CONFIRMS_ATTR, confirm
+from tuner.study.trials.confirm import confirm
 from tuner.study.trials.groups import groups, ranked
 from tuner.study.trials.search import Measuring, open_study, run_study
 
@@ -89,7 +90,7 @@ def run_scripted(
         model=spec.model,
         requests=(),
         replay=ReplaySettings(model="m", vocab_size=100),
-        objective=Objective(spec.slos, spec.weights),
+        criteria=Criteria(spec.slos, spec.weights),
     )
     study = open_study("s", storage, 0)
     run_study(study, spec, setup, tmp_path / "runs", 3, runner=scripted, measured_on={})
@@ -173,7 +174,7 @@ def test_the_baseline_winning_says_so_and_an_earlier_confirmation_is_kept(tmp_pa
     # Run again: every configuration it would confirm has its measurements already.
     setup = TrialSetup(
         model="m", requests=(), replay=ReplaySettings(model="m", vocab_size=100),
-        objective=Objective({"ttft_p95_s": SLO_S}, {"ttft_p95_s": 1.0}),
+        criteria=Criteria({"ttft_p95_s": SLO_S}, {"ttft_p95_s": 1.0}),
     )  # fmt: skip
     assert confirm(study, Measuring(setup, tmp_path, runner=scripted), 1, 2) == 0
 

@@ -23,7 +23,7 @@ from tuner.cli.main import main
 from tuner.engine import environment
 from tuner.load.http import ReplaySettings
 from tuner.study.measure.scoring import score
-from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.trials.fingerprint import differences
 from tuner.study.trials.search import open_study, run_study
@@ -88,7 +88,7 @@ class Folder:
             model=spec.model,
             requests=(),
             replay=ReplaySettings(model="m", vocab_size=100),
-            objective=Objective(spec.slos, spec.weights),
+            criteria=Criteria(spec.slos, spec.weights),
         )
         study = open_study(STUDY, self.storage, 0)
         run_study(

@@ -25,7 +25,7 @@ from tuner.load.http import ReplaySettings
 from tuner.study.measure.capacity_text import num, servers_for, servers_line
 from tuner.study.measure.outcome import Offered, next_steps, ratio_text, servers_needed
 from tuner.study.measure.scoring import FAILED, Miss, score
-from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.result.emit import served_config
 from tuner.study.trials.search import open_study, pruner_for, run_study
@@ -78,7 +78,7 @@ class Study:
     def fill(self, outcomes: list[TrialOutcome | str]) -> None:
         """Run one trial per outcome: an outcome as scripted, or "pruned" (stopped early)."""
         script: Iterator[TrialOutcome | str] = iter(outcomes)
-        objective = Objective(self.spec.slos, self.spec.weights, self.spec.max_error_rate)
+        criteria = Criteria(self.spec.slos, self.spec.weights, self.spec.max_error_rate)
 
         def runner(args, setup, workdir, should_stop=None) -> TrialOutcome:
             self.args.append(dict(args))
@@ -87,7 +87,7 @@ class Study:
                 assert should_stop is not None
                 should_stop(1, 0.5)  # reported: Optuna keeps it as the pruned trial's value
                 metrics = {"ttft_p95_s": 0.002, "e2e_p99_s": 1.0}
-                judged = score(metrics, objective.slos, objective.weights)
+                judged = score(metrics, criteria.slos, criteria.weights)
                 return TrialOutcome(args, judged, metrics, {}, "stopped early", pruned=True)
             assert isinstance(scripted, TrialOutcome)
             return TrialOutcome(args, scripted.score, scripted.metrics, {}, scripted.reason)
@@ -96,7 +96,7 @@ class Study:
             model=self.spec.model,
             requests=(),
             replay=ReplaySettings(model="m", vocab_size=100),
-            objective=objective,
+            criteria=criteria,
         )
         study = open_study(STUDY, self.storage, 0, pruner_for(self.spec))
         run_study(study, self.spec, setup, self.folder / "runs", len(outcomes), runner=runner)

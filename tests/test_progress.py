@@ -15,7 +15,7 @@ from tuner.study.measure.trial import (
     STARTING,
     STOPPING,
     WARMUP,
-    Objective,
+    Criteria,
     TrialProgress,
     _monitor,
 )
@@ -85,7 +85,7 @@ def test_status_line_elsewhere_writes_nothing():
 
 
 def test_monitor_tells_progress_every_tick_and_the_pruner_every_5_s():
-    objective = Objective(slos={"ttft_p95_s": 1.0}, weights={"ttft_p95_s": 1.0})
+    criteria = Criteria(slos={"ttft_p95_s": 1.0}, weights={"ttft_p95_s": 1.0})
     told: list[TrialProgress] = []
     asked: list[tuple[int, float]] = []
 
@@ -94,7 +94,7 @@ def test_monitor_tells_progress_every_tick_and_the_pruner_every_5_s():
         return False
 
     start = TrialProgress(REPLAY, sending_s=10.0, total=3)
-    monitor = _monitor(objective, should_stop, told.append, start)
+    monitor = _monitor(criteria, should_stop, told.append, start)
     assert monitor is not None
     live = [
         LiveRequest(0.0, first_token_s=0.5, done_s=0.9),
@@ -110,4 +110,4 @@ def test_monitor_tells_progress_every_tick_and_the_pruner_every_5_s():
     assert [step for step, _ in asked] == [5, 10]
     assert PRUNE_INTERVAL_S == 5.0
     # Neither a pruner nor a display: no monitor at all, nothing computed during the replay.
-    assert _monitor(objective, None, None, start) is None
+    assert _monitor(criteria, None, None, start) is None

@@ -41,7 +41,7 @@ from tuner.report.data import (
 from tuner.report.plots import plot_landscape
 from tuner.study.measure import scoring
 from tuner.study.measure.objective import SCORE_NAME
-from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.trials.search import load_existing, open_study, run_study
 
@@ -102,7 +102,7 @@ def fill(storage: str, script: tuple[str, ...], interrupt: bool = False) -> None
         model="m",
         requests=(),
         replay=ReplaySettings(model="m", vocab_size=100),
-        objective=Objective(spec.slos, spec.weights),
+        criteria=Criteria(spec.slos, spec.weights),
     )
     kinds: Iterator[str] = iter(script)
 

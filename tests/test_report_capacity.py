@@ -44,10 +44,11 @@ from tuner.report.rate_curves import (
     rate_metrics,
 )
 from tuner.report.rate_plot import plot_rates
-from tuner.study.measure.capacity import CAPACITY_FAILED, POINTS_ATTR, capacity_score
-from tuner.study.measure.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE
+from tuner.study.measure.capacity import CAPACITY_FAILED, capacity_score
+from tuner.study.measure.objective import CAPACITY_OBJECTIVE
 from tuner.study.measure.rates import RatePoint, search_capacity
-from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.record import CAPACITY_ATTR, RATES_ATTR
+from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.trials import fingerprint
 from tuner.study.trials.search import open_study, run_study
@@ -85,15 +86,16 @@ def row(
     args: Mapping[str, Any] | None = None,
 ) -> TrialRow:
     capacity = max((p["rate_req_per_s"] for p in points if p["passed"]), default=0.0)
-    attrs = {CAPACITY_ATTR: capacity, POINTS_ATTR: points, "capacity_windows": len(points)}
+    figures = {CAPACITY_ATTR: capacity, RATES_ATTR: len(points)}
     return TrialRow(
         number=number,
         outcome=FEASIBLE if capacity else INFEASIBLE,
         kind=kind,
         engine_args=dict(args or {}),
         value=capacity,
-        attrs=attrs,
+        figures=figures,
         constraints={"no_rate_met_slos": 0.0 if capacity else 1.0},
+        points=tuple(points),
     )
 
 
@@ -107,7 +109,7 @@ MEASURED = [
 
 
 def test_a_trials_rates_are_in_rate_order_and_split_by_how_they_ended() -> None:
-    points = points_of(row(3, MEASURED).attrs)
+    points = points_of(row(3, MEASURED).points)
     assert [p.rate_req_per_s for p in points] == [4.0, 4.76, 5.66, 8.0]
     assert [p.mark for p in points] == [PASSED, PASSED, MISSED, STOPPED]
     assert points[0].figure("requests") == 120.0 and points[0].figure("passed") is None
@@ -259,7 +261,7 @@ def measured(knee: float, slos: Mapping[str, float]):
 
 def outcome(args: Mapping[str, Any], slos: Mapping[str, float]) -> TrialOutcome:
     measure = measured(knee_of(args), slos)
-    found = search_capacity(measure, 2.0, 0.1, max_windows=7, floor_req_per_s=0.5)
+    found = search_capacity(measure, 2.0, 0.1, max_rates=7, floor_req_per_s=0.5)
     shown = found.best_point or found.lowest_point
     assert shown is not None
     metrics = dict(shown.figures) | {
@@ -288,7 +290,7 @@ def capacity_study(
         model="m",
         requests=(),
         replay=ReplaySettings(model="m", vocab_size=100),
-        objective=Objective(spec.slos, spec.weights),
+        criteria=Criteria(spec.slos, spec.weights),
     )
 
     calls = []
@@ -297,7 +299,7 @@ def capacity_study(
         calls.append(args)
         if len(calls) - 1 == fails:
             return TrialOutcome(args, CAPACITY_FAILED, {CAPACITY_ATTR: 0.0}, {}, "vLLM exited")
-        return outcome(args, setup.objective.slos)
+        return outcome(args, setup.criteria.slos)
 
     study = open_study("cap", storage, 0, objective=CAPACITY_OBJECTIVE)
     study.set_user_attr(fingerprint.WORKLOAD_ATTR, fingerprint.of_study(spec, {}, {}))
@@ -325,7 +327,7 @@ def test_the_capacity_figure_is_drawn_from_the_study(study: str, tmp_path: Path)
     report = read_report("cap", study, tmp_path)
     assert report.objective is CAPACITY_OBJECTIVE and report.slos == SLOS | {"error_rate": 0.0}
     drawn = curves(report.rows, report.parameters, report.slos)
-    served = [r for r in report.rows if r.attrs.get(POINTS_ATTR)]
+    served = [r for r in report.rows if r.points]
     assert len(served) == 11 and len(drawn.curves) + len(drawn.left_out) == 11
     assert len(drawn.curves) in (MOST_CURVES, MOST_CURVES + 1)
     assert any(c.baseline for c in drawn.curves)
@@ -334,7 +336,7 @@ def test_the_capacity_figure_is_drawn_from_the_study(study: str, tmp_path: Path)
     by_number = {r.number: r for r in report.rows}
     for curve in drawn.curves:
         assert curve.capacity_req_per_s == by_number[curve.trial].value
-        assert len(curve.points) == by_number[curve.trial].attrs["capacity_windows"]
+        assert len(curve.points) == by_number[curve.trial].figures[RATES_ATTR]
     assert any(p.mark == STOPPED for c in drawn.curves for p in c.points)
     path = plot_rates(drawn, report.slos, tmp_path / "rates.png")
     assert path is not None and path.read_bytes().startswith(b"\x89PNG")

@@ -25,14 +25,15 @@ from tuner.load.http import ReplaySettings
 from tuner.report.build import FIGURES, HTML_NAME
 from tuner.study.measure import scoring
 from tuner.study.measure.capacity import (
-    BELOW_ATTR,
     CAPACITY_FAILED,
     CapacitySettings,
     capacity_score,
 )
+from tuner.study.measure.judge import Criteria
 from tuner.study.measure.objective import CAPACITY_ATTR, OBJECTIVES
 from tuner.study.measure.rate_search import RateSearch
-from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.record import BELOW_ATTR
+from tuner.study.measure.trial import TrialOutcome, TrialSetup
 from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec, parse_spec
 from tuner.study.result.choice import choose
 from tuner.study.trials import fingerprint
@@ -97,7 +98,7 @@ def fill(storage: str, mode: str, script: tuple[str, ...], repeats: int = 0) -> 
         model="m",
         requests=(),
         replay=ReplaySettings(model="m", vocab_size=100),
-        objective=Objective(spec.slos, spec.weights),
+        criteria=Criteria(spec.slos, spec.weights),
     )
     if mode == "capacity":
         setup = replace(setup, measure=RateSearch(settings))

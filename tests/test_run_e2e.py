@@ -43,7 +43,7 @@ from tuner.engine.environment import command_to_serve
 from tuner.engine.process import free_port
 from tuner.load.http import ReplaySettings
 from tuner.study.measure.scoring import FAILED, score
-from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.result.choice import choose
 from tuner.study.trials.picks import best_trial
@@ -607,7 +607,7 @@ def stand_in_setup() -> TrialSetup:
         model="m",
         requests=(),
         replay=ReplaySettings(model="m", vocab_size=100),
-        objective=Objective(slos={"e2e_p99_s": 10.0}, weights={"e2e_p99_s": 1.0}),
+        criteria=Criteria(slos={"e2e_p99_s": 10.0}, weights={"e2e_p99_s": 1.0}),
     )
 
 

@@ -24,11 +24,12 @@ from optuna.trial import TrialState
 from tuner.cli.result import trial_line
 from tuner.errors import TunerError
 from tuner.load.http import ReplaySettings
-from tuner.study.measure.capacity import BELOW_ATTR, CapacitySettings, capacity_score
-from tuner.study.measure.objective import CAPACITY_ATTR, CAPACITY_OBJECTIVE
+from tuner.study.measure.capacity import CapacitySettings, capacity_score
+from tuner.study.measure.objective import CAPACITY_OBJECTIVE
 from tuner.study.measure.rate_search import RateSearch
+from tuner.study.measure.record import BELOW_ATTR, CAPACITY_ATTR
 from tuner.study.measure.scoring import score
-from tuner.study.measure.trial import Objective, TrialOutcome, TrialSetup
+from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.trials.budget import Budget
 from tuner.study.trials.search import FarOffPruner, open_study, pruner_for, run_study
@@ -119,7 +120,7 @@ def stand_in_setup() -> TrialSetup:
         model="m",
         requests=(),
         replay=ReplaySettings(model="m", vocab_size=100),
-        objective=Objective(slos=SLOS, weights=WEIGHTS),
+        criteria=Criteria(slos=SLOS, weights=WEIGHTS),
     )
 
 

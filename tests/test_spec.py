@@ -22,7 +22,7 @@ def test_default_spec_text_parses_to_the_defaults():
     assert dummy.dummy_model == "cpu-demo" and dummy.engine_args == {"load-format": "dummy"}
     assert [d.name for d in spec.space] == list(DEFAULT_SPEC["search_space"])
     assert spec.n_trials == 20
-    assert spec.weights == DEFAULT_SPEC["objective"]
+    assert spec.weights == DEFAULT_SPEC["weights"]
 
 
 @pytest.mark.parametrize("model", ["models/elsewhere", "Qwen/Qwen2.5-0.5B-Instruct"])
@@ -33,8 +33,8 @@ def test_a_users_model_is_tuned_on_its_real_weights_with_nothing_added(model):
     assert dummy.dummy_model is None and dummy.engine_args == {"load-format": "dummy"}
 
 
-def test_the_command_lines_slos_and_objective_are_written_into_a_new_spec():
-    overrides = {"slos": {"ttft_p95_s": 0.3}, "objective": {"ttft_p95_s": 1.0}}
+def test_the_command_lines_slos_and_weights_are_written_into_a_new_spec():
+    overrides = {"slos": {"ttft_p95_s": 0.3}, "weights": {"ttft_p95_s": 1.0}}
     spec = parse_spec(yaml.safe_load(default_spec_text("m", overrides=overrides)))
     assert spec.slos == {"ttft_p95_s": 0.3} and spec.weights == {"ttft_p95_s": 1.0}
 
@@ -94,6 +94,8 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"slos": {"ttft_p95_ms": 200}}, "slos.ttft_p95_ms"),
     ({"slos": {"ttft_p95_s": 0}}, "slos.ttft_p95_s"),
     ({"slos": {}}, "slos"),
+    ({"weights": {"tpot_p99_s": 1.0}}, "weights.tpot_p99_s"),
+    ({"weights": {"ttft_p95_s": -1.0}}, "weights.ttft_p95_s"),
     ({"objective": {"tpot_p99_s": 1.0}}, "objective.tpot_p99_s"),
     ({"objective": {"ttft_p95_s": -1.0}}, "objective.ttft_p95_s"),
     ({"n_trials": 0}, "n_trials"),
@@ -175,6 +177,17 @@ def test_load_spec_reads_a_file(tmp_path):
         {"e2e_p99_s": 9.0},
         {"e2e_p99_s": 1.0},
     )
+
+
+def test_the_weights_earlier_key_is_read_and_not_beside_them():
+    # ``objective`` named the weights before; ``objective_mode`` and ``--objective`` the mode.
+    earlier = {"slos": {"e2e_p99_s": 9}, "objective": {"e2e_p99_s": 2}}
+    assert parse_spec(earlier).weights == {"e2e_p99_s": 2.0}
+    assert parse_spec(earlier | {"objective_mode": "capacity"}).objective_mode == "capacity"
+    assert "objective" not in DEFAULT_SPEC and "objective:" not in default_spec_text()
+    with pytest.raises(SpecError) as caught:
+        parse_spec(earlier | {"weights": {"e2e_p99_s": 1}})
+    assert "objective" in str(caught.value) and "weights" in str(caught.value)
 
 
 def test_the_default_spec_takes_every_setting_from_studyspec():

@@ -9,7 +9,6 @@ import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import httpx
 import numpy as np
@@ -24,6 +23,7 @@ from tuner.load.metrics import replay_figures
 from tuner.load.spread import procs_for, replay
 from tuner.load.standin import body_key
 from tuner.study.measure.rates import RatePoint, search_capacity
+from tuner.study.measure.record import REASON_ATTR
 from tuner.traces.model import Request
 
 SETTINGS = ReplaySettings(model="standin", vocab_size=1000, request_timeout_s=30)
@@ -150,11 +150,9 @@ def test_a_saturated_client_is_flagged_against_the_stand_in(standin):
 def test_a_flagged_trial_says_so_in_its_line():
     """The line tuner prints of a trial whose client fell behind says it was not ranked."""
 
-    trial = SimpleNamespace(
-        number=4,
-        state=SimpleNamespace(name="COMPLETE"),
+    trial = optuna.trial.create_trial(
         value=0.5,
-        user_attrs={CLIENT_BEHIND: 1.0, "reason": "tuner's client fell behind: x"},
+        user_attrs={CLIENT_BEHIND: 1.0, REASON_ATTR: "tuner's client fell behind: x"},
     )
     assert "fell behind: not ranked" in trial_line(trial, [])
 

@@ -15,14 +15,12 @@ from test_confirm import Scripted, run_scripted, written_and_reported
 
 from tuner.cli.exits import EXIT_DEFAULTS_KEPT
 from tuner.cli.main import main
-from tuner.study.measure.attrs import ARGS_ATTR
 from tuner.study.measure.time_spent import TimeSpent, reading, time_line, time_lines, time_spent
 from tuner.study.measure.trial import TrialOutcome
 from tuner.study.result.choice import choose
 
 # The figures of the H100 study of the conversation trace on a 7B model (vLLM's defaults).
 GPU_DEFAULTS: dict[str, Any] = {
-    ARGS_ATTR: {"load-format": "dummy"},
     "server_queue_mean_s": 0.003,
     "server_prefill_mean_s": 0.12,
     "server_decode_mean_s": 2.8,
@@ -50,9 +48,9 @@ def test_the_line_names_each_figure():
 
 
 def test_max_num_seqs_set_on_the_trial_wins_over_vllm_s_default():
-    attrs = GPU_DEFAULTS | {ARGS_ATTR: {"max-num-seqs": 64}}
-    assert time_spent(attrs, 1024).max_num_seqs == 64
-    line = time_line(3, time_spent(attrs, 1024))
+    args = {"max-num-seqs": 64}
+    assert time_spent(GPU_DEFAULTS, 1024, args).max_num_seqs == 64
+    line = time_line(3, time_spent(GPU_DEFAULTS, 1024, args))
     assert line is not None and line.endswith("48 running on average of max-num-seqs 64")
 
 
@@ -74,7 +72,7 @@ def test_only_what_was_measured_is_said():
 
 
 def test_no_figure_no_line():
-    assert time_line(0, time_spent({"ttft_p95_s": 0.2, ARGS_ATTR: {"max-num-seqs": 8}})) is None
+    assert time_line(0, time_spent({"ttft_p95_s": 0.2}, None, {"max-num-seqs": 8})) is None
     assert time_lines(0, {"ttft_p95_s": 0.2}, {"max-num-seqs": 128}, defaults_kept=True) == []
 
 
@@ -129,7 +127,7 @@ class WithFigures(Scripted):
         return replace(outcome, metrics={**outcome.metrics, **FIGURES})
 
 
-FIGURES = {k: v for k, v in GPU_DEFAULTS.items() if k not in (ARGS_ATTR, "ttft_p95_s")}
+FIGURES = {k: v for k, v in GPU_DEFAULTS.items() if k != "ttft_p95_s"}
 # The line of a trial run at vLLM's defaults: the scripted spec gives no default max-num-seqs.
 AT_DEFAULTS = LINE.removesuffix(" of max-num-seqs 1024").removeprefix(
     "where the time went (trial 0)"

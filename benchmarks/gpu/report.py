@@ -27,7 +27,7 @@ from tuner.report.data import StudyReport, rows_of, searched_parameters, slo_lim
 from tuner.report.rate_curves import MOST_CURVES, curves
 from tuner.report.rate_plot import plot_rates
 from tuner.study.measure.capacity_text import servers_for
-from tuner.study.trials.confirm import CONFIRMS_ATTR
+from tuner.study.measure.record import CONFIRMS_ATTR
 
 SPACE = ("max-num-seqs", "max-num-batched-tokens", "gpu-memory-utilization")
 
@@ -262,7 +262,7 @@ def plots(trials: list[FrozenTrial], out: Path, slos: dict[str, float] | None) -
     """
     rows = [
         # Studies before the spec had candidates marked their hand-tuned trial "hand_tuned".
-        replace(row, kind="hand-tuned") if row.attrs.get("hand_tuned") else row
+        replace(row, kind="hand-tuned") if row.figures.get("hand_tuned") else row
         for row in rows_of(trials)
     ]
     limits = slo_limits(rows) if slos is None else slos

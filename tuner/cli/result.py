@@ -12,13 +12,14 @@ import optuna
 from tuner.cli.exits import EXIT_DEFAULTS_KEPT, EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
 from tuner.cli.inputs import spec_path
 from tuner.engine.environment import command_to_serve
-from tuner.load.health import CLIENT_BEHIND
 from tuner.load.observe import LOOP_LAG_WARNING_S
 from tuner.study.measure.objective import of_trial
+from tuner.study.measure.record import TrialRecord
+from tuner.study.measure.trial import ENGINE_START_S, TRIAL_S, WINDOW_S
 from tuner.study.result.choice import DEFAULTS, TUNED
 from tuner.study.result.emit import HEADLINE, format_figure, verdict_lines
 from tuner.study.result.written import Written
-from tuner.study.trials import confirm, picks, search
+from tuner.study.trials import picks
 
 
 def fmt_params(args: Mapping[str, Any], space_names: Sequence[str]) -> str:
@@ -30,7 +31,8 @@ def fmt_params(args: Mapping[str, Any], space_names: Sequence[str]) -> str:
     )
 
 
-# What a trial's progress line shows: label, user attribute, scale, decimals, unit.
+# What a trial's progress line shows: label, figure (``TrialRecord.figures``), scale, decimals,
+# unit.
 LINE_FIGURES = (
     ("ttft p95", "ttft_p95_s", 1000, 0, " ms"),
     ("tpot p95", "tpot_p95_s", 1000, 1, " ms"),
@@ -42,36 +44,40 @@ LINE_FIGURES = (
 
 def trial_line(trial: Any, space_names: Sequence[str]) -> str:
     """One finished trial as ``tuner run`` prints it: its arguments, state, figures and why."""
-    attrs = trial.user_attrs
-    args = attrs.get(search.ARGS_ATTR, {})
-    state = "feasible" if attrs.get(search.FEASIBLE_ATTR) else "infeasible"
+    recorded = TrialRecord.of(trial)
+    figures = recorded.figures
+    state = "feasible" if recorded.feasible else "infeasible"
     if trial.state.name == "PRUNED":
         state = "pruned"
-    if search.BASELINE_ATTR in attrs:
+    if recorded.baseline:
         state += ", baseline"
-    if isinstance(attrs.get(search.MOVE_ATTR), str):
-        state += f", {attrs[search.MOVE_ATTR]}"
-    if isinstance(attrs.get(confirm.CONFIRMS_ATTR), int):
-        state += f", repeats trial {attrs[confirm.CONFIRMS_ATTR]}"
-    parts = [f"trial {trial.number:>3}", fmt_params(args, space_names), f"[{state}]"]
+    if recorded.move is not None:
+        state += f", {recorded.move}"
+    if recorded.confirms is not None:
+        state += f", repeats trial {recorded.confirms}"
+    parts = [
+        f"trial {trial.number:>3}",
+        fmt_params(recorded.engine_args, space_names),
+        f"[{state}]",
+    ]
     shown = [
-        f"{label} {attrs[key] * scale:.{digits}f}{unit}"
+        f"{label} {figures[key] * scale:.{digits}f}{unit}"
         for label, key, scale, digits, unit in LINE_FIGURES
-        if isinstance(attrs.get(key), int | float)
+        if isinstance(figures.get(key), int | float)
     ]
     if shown:
         prefix = ">= " if trial.state.name == "PRUNED" else ""
         parts.append(prefix + ", ".join(shown))
     if (value := of_trial(trial).value_words(trial)) is not None:
         parts.append(value)
-    if attrs.get(CLIENT_BEHIND):
+    if recorded.client_behind:
         parts.append("[tuner's client fell behind: not ranked]")
-    if attrs.get(search.REASON_ATTR):
-        parts.append(f"({attrs[search.REASON_ATTR][:160]})")
-    lag_s = attrs.get("client_lag_max_s", 0.0)
+    if recorded.reason:
+        parts.append(f"({recorded.reason[:160]})")
+    lag_s = figures.get("client_lag_max_s", 0.0)
     if lag_s > LOOP_LAG_WARNING_S:
         parts.append(f"(tuner's client ran up to {lag_s:.2f} s late: latencies include that)")
-    engine_s = attrs.get("time_engine_healthy_s")
+    engine_s = recorded.timings_s.get(ENGINE_START_S)
     if engine_s is not None:
         parts.append(f"start {engine_s:.0f} s")
     return "  ".join(parts)
@@ -79,23 +85,20 @@ def trial_line(trial: Any, space_names: Sequence[str]) -> str:
 
 def overhead_summary(study: optuna.Study, first: int) -> str:
     """How much of this run's trial time was not measurement, and the engine start-up times."""
-    trials = [t for t in study.get_trials(deepcopy=False)[first:] if "time_trial_s" in t.user_attrs]
+    recorded = (TrialRecord.of(t) for t in study.get_trials(deepcopy=False)[first:])
+    trials = [r for r in recorded if TRIAL_S in r.timings_s]
     if not trials:
         return "no trial timings recorded"
-    total_s = sum(t.user_attrs["time_trial_s"] for t in trials)
-    window_s = sum(t.user_attrs.get("time_window_s", 0.0) for t in trials)
-    starts = sorted(
-        t.user_attrs["time_engine_healthy_s"]
-        for t in trials
-        if "time_engine_healthy_s" in t.user_attrs
-    )
+    total_s = sum(r.timings_s[TRIAL_S] for r in trials)
+    window_s = sum(r.timings_s.get(WINDOW_S, 0.0) for r in trials)
+    starts = sorted(r.timings_s[ENGINE_START_S] for r in trials if ENGINE_START_S in r.timings_s)
     text = (
         f"trial time {total_s:.0f} s, of which measurement {window_s:.0f} s: "
         f"overhead {1 - window_s / total_s:.0%}"
     )
     if starts:
         text += f"; engine start median {starts[len(starts) // 2]:.1f} s (min {starts[0]:.1f} s)"
-    said = [t.user_attrs.get("compile_cache_hit") for t in trials]
+    said = [r.compile_cache_hit for r in trials]
     hits = [bool(hit) for hit in said if hit is not None]
     if hits:
         text += f"; vLLM's compile cache hit in {sum(hits)} of {len(hits)} starts"
@@ -135,7 +138,7 @@ def said_result(
         _nothing_served(study)
         return EXIT_FAILED
     chosen, out = written.trial, written.path
-    print(comparison_table(chosen.user_attrs, written.other, written.labels, written.rows))
+    print(comparison_table(written.figures, written.other, written.labels, written.rows))
     if written.lines:
         print("\n".join(written.lines))
     serve = f"(serve: {command_to_serve(str(out))})"
@@ -156,7 +159,7 @@ def _nothing_served(study: optuna.Study) -> None:
     """Say why nothing is written: the first trial that failed, and its reason."""
     failed = picks.first_failure(study)
     why = (
-        f"trial {failed.number}: {failed.user_attrs.get(search.REASON_ATTR, 'no reason kept')}"
+        f"trial {failed.number}: {TrialRecord.of(failed).reason or 'no reason kept'}"
         if failed is not None
         else "none; no trial has finished its window"
     )

@@ -27,11 +27,11 @@ from tuner.traces.workload import model_info
 
 
 def spec_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """What the command line sets in the spec: its SLOs (each weighted 1) and objective."""
+    """What the command line sets in the spec: its SLOs (each weighted 1) and objective mode."""
     out: dict[str, Any] = {}
     if args.slo:
         out["slos"] = dict(args.slo)
-        out["objective"] = dict.fromkeys(out["slos"], 1.0)
+        out["weights"] = dict.fromkeys(out["slos"], 1.0)
     if args.objective is not None:
         out["objective_mode"] = args.objective
     return out

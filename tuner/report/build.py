@@ -27,6 +27,7 @@ from tuner.report.page import render
 from tuner.report.rate_curves import curves
 from tuner.report.rate_plot import plot_rates
 from tuner.study.measure.objective import of_study
+from tuner.study.measure.record import TrialRecord
 from tuner.study.measure.time_spent import time_lines
 from tuner.study.result.choice import Choice, choose, summary
 from tuner.study.trials import picks, search
@@ -96,10 +97,13 @@ def time_spent(
     if choice is None:
         return ()
     defaults = vllm_defaults(study)
-    chosen = choice.trial
-    lines = time_lines(chosen.number, chosen.user_attrs, defaults, choice.keeps_defaults)
+    chosen = TrialRecord.of(choice.trial)
+    lines = time_lines(
+        chosen.number, chosen.figures, defaults, choice.keeps_defaults, chosen.engine_args
+    )
     if baseline is not None and baseline.number not in (chosen.number, *choice.measurements):
-        lines += time_lines(baseline.number, baseline.user_attrs, defaults, defaults_kept=False)
+        held = TrialRecord.of(baseline)
+        lines += time_lines(held.number, held.figures, defaults, False, held.engine_args)
     return tuple(lines)
 
 

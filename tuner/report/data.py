@@ -29,7 +29,9 @@ from tuner.study.measure.objective import (
     OBJECTIVES,
     StudyObjective,
 )
-from tuner.study.trials import picks, search
+from tuner.study.measure.record import TrialRecord
+from tuner.study.measure.trial import ENGINE_START_S, ENGINE_STOP_S, TRIAL_S, WARMUP_S, WINDOW_S
+from tuner.study.trials import picks
 from tuner.study.trials.fingerprint import WORKLOAD_ATTR
 
 if TYPE_CHECKING:
@@ -48,12 +50,13 @@ VALUES = tuple(VALUED_BY)
 # How SLOs are listed: the usual ones first, the error rate last.
 SLO_ORDER = ("ttft_p95_s", "tpot_p95_s", "e2e_p99_s")
 
-# Where a trial's time went, in order: user attribute, label.
+# Where a trial's time went, in order: its phase (``TrialRecord.timings_s``), label; the
+# rest of its ``TRIAL_S`` is set-up and scraping.
 COST_PARTS = (
-    ("time_engine_healthy_s", "engine start"),
-    ("time_warmup_s", "warm-up"),
-    ("time_window_s", "window"),
-    ("time_engine_stop_s", "engine stop"),
+    (ENGINE_START_S, "engine start"),
+    (WARMUP_S, "warm-up"),
+    (WINDOW_S, "window"),
+    (ENGINE_STOP_S, "engine stop"),
 )
 
 
@@ -64,22 +67,29 @@ def in_seconds(metric: str) -> bool:
 
 @dataclass(frozen=True)
 class TrialRow:
-    """One trial as the report shows it."""
+    """One trial as the report shows it: its record's fields (``TrialRecord``) that the page
+    and the figures read."""
 
     number: int
     outcome: str
     kind: str  # "baseline", "candidate N" or "searched"
     engine_args: Mapping[str, Any]
     value: float | None  # the study's value (score or capacity): served trials only
-    attrs: Mapping[str, Any] = field(repr=False)
+    figures: Mapping[str, Any] = field(repr=False)  # ``TrialRecord.figures``
     constraints: Mapping[str, float] = field(repr=False)
     reason: str = ""
+    timings_s: Mapping[str, float] = field(default_factory=dict, repr=False)
+    points: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
 
     def figure(self, metric: str) -> float | None:
         """The trial's ``metric`` (its value for ``SCORE`` or ``CAPACITY``), or None if it has
         none."""
-        value = self.value if metric in VALUES else self.attrs.get(metric)
+        value = self.value if metric in VALUES else self.figures.get(metric)
         return float(value) if isinstance(value, int | float) else None
+
+    def seconds(self, phase: str) -> float | None:
+        """The seconds of the trial's ``phase`` (``COST_PARTS``, ``TRIAL_S``), if recorded."""
+        return self.timings_s.get(phase)
 
 
 @dataclass(frozen=True)
@@ -127,15 +137,15 @@ class CostBar:
         return self.parts_s[2]
 
 
-def _kind(attrs: Mapping[str, Any]) -> str:
-    if attrs.get(search.BASELINE_ATTR):
+def _kind(recorded: TrialRecord) -> str:
+    if recorded.baseline:
         return "baseline"
-    if isinstance(attrs.get(search.CANDIDATE_ATTR), int):
-        return f"candidate {attrs[search.CANDIDATE_ATTR]}"
+    if recorded.candidate is not None:
+        return f"candidate {recorded.candidate}"
     return "searched"
 
 
-def _outcome(trial: FrozenTrial) -> str:
+def _outcome(trial: FrozenTrial, recorded: TrialRecord) -> str:
     state = trial.state.name
     if state == "PRUNED":
         return PRUNED
@@ -145,22 +155,24 @@ def _outcome(trial: FrozenTrial) -> str:
         return RUNNING
     if not picks.served(trial):
         return FAILED
-    return FEASIBLE if trial.user_attrs.get(search.FEASIBLE_ATTR) else INFEASIBLE
+    return FEASIBLE if recorded.feasible else INFEASIBLE
 
 
 def row_of(trial: FrozenTrial) -> TrialRow:
     """One trial as the report's table shows it."""
-    attrs = trial.user_attrs
-    outcome = _outcome(trial)
+    recorded = TrialRecord.of(trial)
+    outcome = _outcome(trial, recorded)
     return TrialRow(
         number=trial.number,
         outcome=outcome,
-        kind=_kind(attrs),
-        engine_args=dict(attrs.get(search.ARGS_ATTR, {})),
+        kind=_kind(recorded),
+        engine_args=dict(recorded.engine_args),
         value=trial.value if outcome in (FEASIBLE, INFEASIBLE) else None,
-        attrs=attrs,
-        constraints=dict(trial.constraints),
-        reason=str(attrs.get(search.REASON_ATTR, "")),
+        figures=recorded.figures,
+        constraints=dict(recorded.constraints),
+        reason=recorded.reason or "",
+        timings_s=recorded.timings_s,
+        points=recorded.points,
     )
 
 
@@ -211,7 +223,7 @@ def slo_limits(rows: Sequence[TrialRow]) -> dict[str, float]:
                 if value is not None and excess > -1:
                     limits[metric] = float(f"{value / (1 + excess):.6g}")
             elif name == "error_rate" and row.figure("error_rate") is not None:
-                limits["error_rate"] = float(f"{row.attrs['error_rate'] - excess:.6g}")
+                limits["error_rate"] = float(f"{row.figures['error_rate'] - excess:.6g}")
     return {metric: limits[metric] for metric in sorted(limits, key=_slo_rank)}
 
 
@@ -261,10 +273,10 @@ def cost(rows: Sequence[TrialRow]) -> tuple[CostBar, ...]:
     """Where each trial's time went, for the trials that recorded their timings."""
     bars = []
     for row in rows:
-        total_s = row.figure("time_trial_s")
+        total_s = row.seconds(TRIAL_S)
         if total_s is None:
             continue
-        parts = tuple(row.figure(key) or 0.0 for key, _ in COST_PARTS)
+        parts = tuple(row.seconds(phase) or 0.0 for phase, _ in COST_PARTS)
         bars.append(CostBar(row.number, parts, max(0.0, total_s - sum(parts))))
     return tuple(bars)
 

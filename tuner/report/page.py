@@ -28,6 +28,8 @@ from tuner.report.data import (
 from tuner.report.plots import label_of
 from tuner.report.rate_curves import MOST_CURVES, CurveSet, curves
 from tuner.report.verdict import chosen_is_baseline, confirmation_part, listed, said
+from tuner.study.measure.record import RATES_ATTR, RESOLVED_ATTR
+from tuner.study.measure.trial import ENGINE_START_S, TRIAL_S
 
 # Figures in the verdict after the SLOs: user attribute, label, scale, digits, unit.
 THROUGHPUT = (
@@ -46,7 +48,6 @@ TIME_ROWS = (
     ("end to end", "e2e_mean_s", "server_e2e_mean_s"),
 )
 # A capacity trial's user attributes: how many rates it measured, whether it ended resolved.
-WINDOWS, RESOLVED = "capacity_windows", "capacity_resolved"
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1300px; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
@@ -115,10 +116,10 @@ def _cell(row: TrialRow, metric: str, limit: float | None) -> str:
 def _windows_cell(row: TrialRow) -> str:
     """How many rates a capacity trial measured; ``unresolved`` where its search stopped (at
     its window limit, floor or ceiling) before its passing and failing rates were close."""
-    windows = row.figure(WINDOWS)
+    windows = row.figure(RATES_ATTR)
     if windows is None:
         return "<td></td>"
-    return f"<td>{windows:.0f}{' (unresolved)' if row.figure(RESOLVED) == 0.0 else ''}</td>"
+    return f"<td>{windows:.0f}{' (unresolved)' if row.figure(RESOLVED_ATTR) == 0.0 else ''}</td>"
 
 
 def verdict_section(report: StudyReport) -> str:
@@ -249,8 +250,8 @@ def trials_section(report: StudyReport) -> str:
             cells += [_cell(row, objective.metric, None), _windows_cell(row)]
         figures = TABLE_FIGURES if rates else (*TABLE_FIGURES, objective.metric)
         cells += [_cell(row, m, report.slos.get(m)) for m in figures]
-        for key in ("time_engine_healthy_s", "time_trial_s"):
-            seconds = row.figure(key)
+        for phase in (ENGINE_START_S, TRIAL_S):
+            seconds = row.seconds(phase)
             cells.append(f"<td>{'' if seconds is None else f'{seconds:.1f}'}</td>")
         cells.append(f'<td class="text">{escape(row.reason)}</td>')
         mark = ' class="chosen"' if row.number == report.chosen else ""

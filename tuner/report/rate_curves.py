@@ -1,7 +1,7 @@
 """A capacity study's latency against offered rate: which rates of which trials are drawn, how.
 
-Pure, like ``tuner.report.data``: reads the rates each trial measured (``POINTS_ATTR``, in the
-order measured) and builds one curve per configuration, its points in rate order:
+Pure, like ``tuner.report.data``: reads the rates each trial measured (``TrialRecord.points``, in
+the order measured) and builds one curve per configuration, its points in rate order:
 
 - a point ``passed`` (every SLO met, no request failed), ``missed`` an SLO over its whole window,
   or was ``stopped`` early once its SLOs were lost for certain (its figures are what it had
@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.report.data import SLO_ORDER, Parameter, TrialRow, value_of
-from tuner.study.measure.capacity import POINTS_ATTR
 
 PASSED, MISSED, STOPPED = "passed", "missed", "stopped"
 # The kinds of point, in drawing order.
@@ -88,10 +87,11 @@ class CurveSet:
     metrics: tuple[str, ...]
 
 
-def points_of(attrs: Mapping[str, Any]) -> tuple[MeasuredRate, ...]:
-    """A trial's rates, in rate order (rates measured twice in the order measured)."""
+def points_of(points: Sequence[Mapping[str, Any]]) -> tuple[MeasuredRate, ...]:
+    """A trial's rates (``TrialRecord.points``), in rate order (rates measured twice in the
+    order measured)."""
     found = []
-    for raw in attrs.get(POINTS_ATTR) or ():
+    for raw in points:
         if not isinstance(raw, Mapping) or not isinstance(raw.get("rate_req_per_s"), int | float):
             continue
         if raw.get("stopped_at_s") is not None:
@@ -130,7 +130,7 @@ def label(row: TrialRow, parameters: Sequence[Parameter]) -> str:
 
 def curve_of(row: TrialRow, parameters: Sequence[Parameter]) -> Curve | None:
     """The trial's curve; None if it measured no rate (its engine failed, or it was stopped)."""
-    points = points_of(row.attrs)
+    points = points_of(row.points)
     if not points:
         return None
     capacity = max((p.rate_req_per_s for p in points if p.mark == PASSED), default=0.0)

@@ -53,7 +53,7 @@ def said(report: StudyReport, chosen: TrialRow) -> str:
     """The verdict, in a sentence or two."""
     measured = median_of(report)
     if not report.meets_slos:
-        misses = verdict(chosen.constraints, chosen.attrs)
+        misses = verdict(chosen.constraints, chosen.figures)
         return f"No trial met the SLOs. The closest, trial {chosen.number}{measured}: " + "; ".join(
             escape(line.strip()) for line in verdict_lines(misses)[1:]
         )

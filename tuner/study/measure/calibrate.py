@@ -3,7 +3,7 @@
 A study whose spec says ``time_scale: auto`` does not replay the trace at a speed written for
 some other machine. Before its first trial, tuner starts vLLM's defaults (the study's baseline)
 once and searches the highest rate of the window they carry within the SLOs (the capacity
-search of ``tuner.study.measure.capacity``, coarser: ``RESOLUTION``, at most ``MAX_WINDOWS``
+search of ``tuner.study.measure.capacity``, coarser: ``RESOLUTION``, at most ``MAX_RATES``
 rates of ``replay_s`` seconds each). Every trial then replays the window at ``load`` times that
 rate, for at most ``replay_s`` seconds (longer where that would hold fewer than
 ``MIN_REPLAY_REQUESTS``): a load the defaults carry with room to spare on this machine, slow or
@@ -30,7 +30,7 @@ from tuner.traces.model import Request
 CALIBRATION_ATTR = "calibration"
 # Coarser than a capacity study's search: the rate only needs to sit well below the capacity.
 RESOLUTION = 0.25
-MAX_WINDOWS = 8
+MAX_RATES = 8
 # A trial's replay holds at least this many requests, however slow the calibrated rate: fewer
 # say too little of a p95. Where ``replay_s`` at that rate holds fewer, the replay is longer.
 MIN_REPLAY_REQUESTS = 20
@@ -118,7 +118,7 @@ def settings(
         period_s=period_s,
         rate_window_s=replay_s,
         resolution=RESOLUTION,
-        max_windows=MAX_WINDOWS,
+        max_rates=MAX_RATES,
         client_tolerance_s=client_tolerance_s,
     )
 

@@ -32,7 +32,7 @@ from tuner.load.health import CLIENT_TOLERANCE_S
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, parse_scrape
 from tuner.load.spread import replay
-from tuner.study.measure.judge import Objective, judge
+from tuner.study.measure.judge import Criteria, judge
 from tuner.study.measure.rates import GROWTH, CapacityFound, RatePoint, hinted_step, search_capacity
 from tuner.study.measure.scoring import Score
 from tuner.study.plan.spec import CAPACITY_WINDOW_S
@@ -52,13 +52,6 @@ LOST_CHECK_S = 1.0
 # Seeds of successive windows: far apart from the study's seed and from each other.
 SEED_STRIDE = 7919
 
-# A searched trial that failed at the best capacity so far: its capacity is below this.
-BELOW_ATTR = "capacity_below_req_per_s"
-POINTS_ATTR = "capacity_points"
-# A capacity trial's value: the highest rate that met every SLO.
-CAPACITY_ATTR = "capacity_req_per_s"
-# The one window of vLLM's defaults at the leading configuration's capacity.
-COMPARED_ATTR = "capacity_compared_point"
 # The constraint a capacity trial misses when no rate it tried met the SLOs.
 NO_RATE = "no_rate_met_slos"
 
@@ -77,13 +70,13 @@ class CapacitySettings:
     """How a capacity trial searches: the window's requests and the seconds they span as
     replayed (``period_s``), the seconds each rate is replayed for (``rate_window_s``; the
     spec's ``capacity_window_s``, not its trace window), the relative resolution, and the most
-    windows one trial measures."""
+    rates one trial measures (``max_rates``; the spec's ``capacity_max_windows``)."""
 
     requests: Sequence[Request]
     period_s: float
     rate_window_s: float = CAPACITY_WINDOW_S
     resolution: float = 0.1
-    max_windows: int = 10
+    max_rates: int = 10
     client_tolerance_s: float = CLIENT_TOLERANCE_S
     # A capacity already measured in the study (``rate_search.start_hint``): where the search starts
     # instead of the window's rate.
@@ -126,7 +119,7 @@ OnRate = Callable[[int, float, float, Sequence[LiveRequest]], None]
 
 
 def capacity_score(capacity_req_per_s: float) -> Score:
-    """A capacity trial's value for the study (maximised) and its one constraint: some rate met
+    """A capacity trial's value for the study (maximized) and its one constraint: some rate met
     every SLO."""
     return Score(capacity_req_per_s, {NO_RATE: 0.0 if capacity_req_per_s > 0 else 1.0})
 
@@ -233,7 +226,7 @@ def measure_rate(
         return bool(lost)
 
     result = replay(base_url, window, seeded, monitor=monitor)
-    judged = judge(result, Objective(slos, weights), settings.client_tolerance_s)
+    judged = judge(result, Criteria(slos, weights), settings.client_tolerance_s)
     reason: str | None
     if judged.stopped_at_s is not None:
         reason = f"stopped {judged.stopped_at_s:.0f} s in: {', '.join(lost)} lost"
@@ -268,7 +261,7 @@ def measure_capacity(
         measure,
         settings.start_req_per_s,
         settings.resolution,
-        settings.max_windows,
+        settings.max_rates,
         settings.floor_req_per_s,
         first_step=settings.first_step,
         gate_req_per_s=settings.gate_req_per_s,

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tuner.study.measure.capacity import CAPACITY_ATTR
+from tuner.study.measure.record import CAPACITY_ATTR
 
 # The figures said of vLLM's defaults at another configuration's capacity.
 COMPARED_FIGURES = (
@@ -48,7 +48,8 @@ def servers_line(capacity_req_per_s: float, peak_req_per_s: float | None, label:
 
 
 def capacity_of(attrs: Mapping[str, Any] | None) -> float | None:
-    """A trial's measured capacity in req/s from its attributes; None where it has none."""
+    """A trial's measured capacity in req/s from its figures (``TrialRecord.figures``); None
+    where it has none."""
     value = None if attrs is None else attrs.get(CAPACITY_ATTR)
     return float(value) if isinstance(value, int | float) else None
 

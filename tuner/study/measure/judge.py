@@ -22,8 +22,9 @@ from tuner.study.measure.scoring import Score, score
 
 
 @dataclass(frozen=True)
-class Objective:
-    """How a window is judged: SLOs in seconds, weights, and the errors it may have."""
+class Criteria:
+    """What a window is judged by: SLOs in seconds, each SLO's weight in the score (the spec's
+    ``weights``), and the share of requests that may fail."""
 
     slos: Mapping[str, float]
     weights: Mapping[str, float]
@@ -53,9 +54,9 @@ class Judged:
 
 
 def judge(
-    result: ReplayResult, objective: Objective, tolerance_s: float = CLIENT_TOLERANCE_S
+    result: ReplayResult, criteria: Criteria, tolerance_s: float = CLIENT_TOLERANCE_S
 ) -> Judged:
-    """Judge what one replay saw against ``objective``; tuner's client kept up if it added no
+    """Judge what one replay saw against ``criteria``; tuner's client kept up if it added no
     more than ``tolerance_s`` to a latency (``tuner.load.health.client_behind``)."""
     stopped_at_s = result.stopped_at_s
     if stopped_at_s is None:
@@ -64,7 +65,7 @@ def judge(
         figures = provisional(stopped_at_s, result.live)
         figures["stopped_at_s"] = stopped_at_s
         figures |= client_figures(result)
-    judged = score(figures, objective.slos, objective.weights, objective.max_error_rate)
+    judged = score(figures, criteria.slos, criteria.weights, criteria.max_error_rate)
     passed = stopped_at_s is None and judged.feasible
     return Judged(
         figures,
@@ -72,5 +73,5 @@ def judge(
         tuple(r.error for r in result.results if r.error),
         stopped_at_s,
         client_behind(figures, tolerance_s),
-        client_to_blame(figures, objective.slos, passed, tolerance_s),
+        client_to_blame(figures, criteria.slos, passed, tolerance_s),
     )

@@ -28,13 +28,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
 from tuner.errors import InputError
-from tuner.study.measure.capacity import (
-    BELOW_ATTR,
-    CAPACITY_ATTR,
-    COMPARED_ATTR,
-    POINTS_ATTR,
-    CapacitySettings,
-)
+from tuner.study.measure.capacity import CapacitySettings
 from tuner.study.measure.capacity_text import (
     capacity_of,
     compared_line,
@@ -45,6 +39,7 @@ from tuner.study.measure.capacity_text import (
 )
 from tuner.study.measure.outcome import Offered, next_steps
 from tuner.study.measure.rate_search import RateSearch
+from tuner.study.measure.record import CAPACITY_ATTR, TrialRecord
 from tuner.study.measure.scoring import FAILED_SCORE, Miss
 from tuner.study.measure.trial import Measure, WindowReplay
 from tuner.study.plan.spec import CAPACITY, LATENCY, OBJECTIVE_MODES, StudySpec
@@ -175,7 +170,8 @@ class StudyObjective:
     ) -> list[str]:
         """What to try where nothing met the SLOs (``capacity_command``: the run that asks the
         capacity question of the same trace)."""
-        steps = next_steps(chosen.number, chosen.user_attrs, offered, spec_path, misses)
+        figures = TrialRecord.of(chosen).figures
+        steps = next_steps(chosen.number, figures, offered, spec_path, misses)
         if offered is not None:
             steps.append(
                 "  or find the rate one server of each configuration carries within these SLOs: "
@@ -185,7 +181,7 @@ class StudyObjective:
 
 
 class Latency(StudyObjective):
-    """The lowest score at the window's rate (``tuner.study.measure.scoring``), minimised."""
+    """The lowest score at the window's rate (``tuner.study.measure.scoring``), minimized."""
 
     mode = LATENCY
     direction = StudyDirection.MINIMIZE
@@ -193,7 +189,7 @@ class Latency(StudyObjective):
 
 
 class Capacity(StudyObjective):
-    """The highest rate of the window one server carries within every SLO, maximised."""
+    """The highest rate of the window one server carries within every SLO, maximized."""
 
     mode = CAPACITY
     direction = StudyDirection.MAXIMIZE
@@ -239,7 +235,7 @@ class Capacity(StudyObjective):
                 period_s=offered.replay_s,
                 rate_window_s=spec.capacity_window_s,
                 resolution=spec.capacity_resolution,
-                max_windows=spec.capacity_max_windows,
+                max_rates=spec.capacity_max_windows,
                 client_tolerance_s=spec.client_tolerance_s,
             )
         )
@@ -258,15 +254,15 @@ class Capacity(StudyObjective):
         return spec.capacity_window_s * spec.capacity_max_windows / 2
 
     def served(self, trial: FrozenTrial) -> bool:
-        return bool(trial.user_attrs.get(POINTS_ATTR))
+        return bool(TrialRecord.of(trial).points)
 
     def value_words(self, trial: FrozenTrial) -> str | None:
-        attrs = trial.user_attrs
-        if isinstance(attrs.get(CAPACITY_ATTR), int | float):
-            windows = attrs.get("capacity_windows", 0)
-            return f"capacity {num(attrs[CAPACITY_ATTR])} req/s ({windows:.0f} rates measured)"
-        if isinstance(attrs.get(BELOW_ATTR), int | float):
-            return f"capacity below {num(attrs[BELOW_ATTR])} req/s"
+        recorded = TrialRecord.of(trial)
+        if recorded.capacity_req_per_s is not None:
+            rates = recorded.rates_measured
+            return f"capacity {num(recorded.capacity_req_per_s)} req/s ({rates} rates measured)"
+        if recorded.below_req_per_s is not None:
+            return f"capacity below {num(recorded.below_req_per_s)} req/s"
         return super().value_words(trial)
 
     def result_lines(
@@ -276,12 +272,13 @@ class Capacity(StudyObjective):
         peak_req_per_s: float | None,
         other_label: str = "defaults",
     ) -> tuple[list[tuple[str, str, str]], list[str], str]:
-        found = capacity_of(chosen.user_attrs) or 0.0
+        figures = TrialRecord.of(chosen).figures
+        found = capacity_of(figures) or 0.0
         lines = [
-            headline(chosen.user_attrs, other, peak_req_per_s, other_label),
+            headline(figures, other, peak_req_per_s, other_label),
             servers_line(found, peak_req_per_s, f"trial {chosen.number}"),
         ]
-        rows = table_rows(chosen.user_attrs, other, peak_req_per_s)
+        rows = table_rows(figures, other, peak_req_per_s)
         mine = f"{num(found)} req/s" if found else "the lowest rate it tried"
         where = f"each at its own capacity (this configuration at {mine}"
         if other is not None:
@@ -292,15 +289,9 @@ class Capacity(StudyObjective):
 
     def at_one_rate(self, defaults: Sequence[FrozenTrial]) -> list[str]:
         """The last window vLLM's defaults replayed at the leading configuration's median
-        capacity (the confirm step's, ``COMPARED_ATTR``), in one line."""
-        point = next(
-            (
-                t.user_attrs[COMPARED_ATTR]
-                for t in reversed(defaults)
-                if COMPARED_ATTR in t.user_attrs
-            ),
-            None,
-        )
+        capacity (the confirm step's, ``TrialRecord.compared``), in one line."""
+        compared = (TrialRecord.of(t).compared for t in reversed(defaults))
+        point = next((point for point in compared if point is not None), None)
         if point is None:
             return []
         return [compared_line(point)]
@@ -348,6 +339,4 @@ def of_study(study: optuna.Study) -> StudyObjective:
 def of_trial(trial: FrozenTrial) -> StudyObjective:
     """The objective a trial was measured for, from what it recorded: a capacity trial keeps
     its capacity (or the gate it fell below)."""
-    attrs = trial.user_attrs
-    capacity = CAPACITY_ATTR in attrs or BELOW_ATTR in attrs
-    return CAPACITY_OBJECTIVE if capacity else LATENCY_OBJECTIVE
+    return CAPACITY_OBJECTIVE if TrialRecord.of(trial).measured_capacity else LATENCY_OBJECTIVE

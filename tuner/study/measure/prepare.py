@@ -15,7 +15,7 @@ from tuner.engine.dummy_model import is_complete, write_model
 from tuner.engine.launchers import Launcher
 from tuner.flags import random_weights
 from tuner.load.http import ReplaySettings
-from tuner.study.measure.judge import Objective
+from tuner.study.measure.judge import Criteria
 from tuner.study.measure.objective import of_spec
 from tuner.study.measure.outcome import Offered
 from tuner.study.measure.trial import OnProgress, TrialSetup
@@ -183,7 +183,7 @@ def trial_setup(
             client_procs=0 if spec.client_procs == AUTO else int(spec.client_procs),
             request_timeout_s=spec.stall_timeout_s,
         ),
-        objective=Objective(spec.slos, spec.weights, spec.max_error_rate),
+        criteria=Criteria(spec.slos, spec.weights, spec.max_error_rate),
         health_timeout_s=spec.health_timeout_s,
         warmup_requests=replay.requests[: spec.warmup_requests],
         launcher=launcher,

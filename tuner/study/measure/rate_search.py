@@ -18,10 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.engine.launchers import EngineFailed, tail
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.metrics import LiveRequest, so_far
-from tuner.study.measure.attrs import ARGS_ATTR
 from tuner.study.measure.capacity import (
-    BELOW_ATTR,
-    CAPACITY_ATTR,
     CAPACITY_FAILED,
     CapacitySettings,
     StartHint,
@@ -29,6 +26,14 @@ from tuner.study.measure.capacity import (
     measure_capacity,
 )
 from tuner.study.measure.rates import CapacityFound
+from tuner.study.measure.record import (
+    BELOW_ATTR,
+    CAPACITY_ATTR,
+    RATES_ATTR,
+    RESOLVED_ATTR,
+    START_ATTR,
+    TrialRecord,
+)
 from tuner.study.measure.scoring import Score
 from tuner.study.measure.trial import (
     RATE,
@@ -60,7 +65,7 @@ class RateSearch(Measure):
             f"capacity search: from {settings.window_req_per_s:.3g} req/s (the window's rate; "
             "a later trial from the capacity of the same or the nearest configuration), "
             f"{settings.rate_window_s:g} s a rate, to within {settings.resolution:.0%}, at most "
-            f"{settings.max_windows} rates a trial"
+            f"{settings.max_rates} rates a trial"
         )
 
     def for_trial(
@@ -87,14 +92,14 @@ class RateSearch(Measure):
         def on_rate(index: int, rate: float, elapsed_s: float, live: Sequence[LiveRequest]) -> None:
             if progress is not None:
                 done, ttft_p95_s = so_far(live)
-                phase = f"{RATE} {index + 1}/{settings.max_windows}: {rate:.3g} req/s"
+                phase = f"{RATE} {index + 1}/{settings.max_rates}: {rate:.3g} req/s"
                 progress(
                     TrialProgress(phase, elapsed_s, settings.rate_window_s, done, None, ttft_p95_s)
                 )
 
-        objective = setup.objective
+        criteria = setup.criteria
         return measure_capacity(
-            base_url, settings, setup.replay, objective.slos, objective.weights, on_rate
+            base_url, settings, setup.replay, criteria.slos, criteria.weights, on_rate
         )
 
     def outcome(
@@ -106,10 +111,10 @@ class RateSearch(Measure):
         shown = found.best_point or found.lowest_point
         metrics = dict(shown.figures) if shown is not None else {}
         metrics[CAPACITY_ATTR] = found.capacity_req_per_s
-        metrics["capacity_resolved"] = float(found.resolved)
-        metrics["capacity_windows"] = float(len(found.points))
+        metrics[RESOLVED_ATTR] = float(found.resolved)
+        metrics[RATES_ATTR] = float(len(found.points))
         if found.points:  # a hint (``start_hint``) or the window's rate
-            metrics["capacity_start_req_per_s"] = found.points[0].rate_req_per_s
+            metrics[START_ATTR] = found.points[0].rate_req_per_s
         passed = found.capacity_req_per_s > 0
         reason = None if passed else f"no rate met the SLOs: {found.why_stopped}"
         score = capacity_score(found.capacity_req_per_s)
@@ -157,21 +162,18 @@ def start_hint(
     space, each dimension scaled to its range (log where the dimension is); None where no trial
     with the same dimensions measured a capacity above 0."""
     measured = [
-        t
+        (t, recorded)
         for t in trials
-        if t.state == TrialState.COMPLETE and float(t.user_attrs.get(CAPACITY_ATTR) or 0) > 0
+        if t.state == TrialState.COMPLETE
+        and ((recorded := TrialRecord.of(t)).capacity_req_per_s or 0) > 0
     ]
     wanted = json.loads(json.dumps(dict(args)))
-    same = [
-        float(t.user_attrs[CAPACITY_ATTR])
-        for t in measured
-        if t.user_attrs.get(ARGS_ATTR) == wanted
-    ]
+    same = [r.capacity_req_per_s or 0.0 for _, r in measured if r.engine_args == wanted]
     if same:
         return StartHint(float(statistics.median(same)), repeat=True)
     near = [
-        (_distance(params, t.params, t.distributions), float(t.user_attrs[CAPACITY_ATTR]))
-        for t in measured
+        (_distance(params, t.params, t.distributions), r.capacity_req_per_s or 0.0)
+        for t, r in measured
         if params and set(t.params) == set(params)
     ]
     if not near:

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.flags import flag_name
-from tuner.study.measure.attrs import ARGS_ATTR
 
 MAX_NUM_SEQS = flag_name("max_num_seqs")
 # No queue: vLLM's waiting gauge read at most this in every sample (a request caught between
@@ -52,20 +51,24 @@ class TimeSpent:
         return any(value is not None for value in (*figures, *gauges))
 
 
-def time_spent(attrs: Mapping[str, Any], default_max_num_seqs: int | None = None) -> TimeSpent:
-    """The figures of a trial's user attributes ``attrs``; its max-num-seqs from its engine
-    arguments, else ``default_max_num_seqs`` (vLLM's own, where the caller knows it)."""
-    seqs = _number(attrs.get(ARGS_ATTR, {}), MAX_NUM_SEQS)
+def time_spent(
+    figures: Mapping[str, Any],
+    default_max_num_seqs: int | None = None,
+    engine_args: Mapping[str, Any] | None = None,
+) -> TimeSpent:
+    """The trial's measured ``figures`` (``TrialRecord.figures``); its max-num-seqs from its
+    ``engine_args``, else ``default_max_num_seqs`` (vLLM's own, where the caller knows it)."""
+    seqs = _number(engine_args or {}, MAX_NUM_SEQS)
     if seqs is None and default_max_num_seqs is not None:
         seqs = float(default_max_num_seqs)
     return TimeSpent(
-        queue_s=_number(attrs, "server_queue_mean_s"),
-        prefill_s=_number(attrs, "server_prefill_mean_s"),
-        decode_s=_number(attrs, "server_decode_mean_s"),
-        kv_cache_peak=_number(attrs, "kv_cache_usage_peak"),
-        preemptions=_number(attrs, "server_preemptions"),
-        waiting_peak=_number(attrs, "waiting_peak"),
-        running_mean=_number(attrs, "running_mean"),
+        queue_s=_number(figures, "server_queue_mean_s"),
+        prefill_s=_number(figures, "server_prefill_mean_s"),
+        decode_s=_number(figures, "server_decode_mean_s"),
+        kv_cache_peak=_number(figures, "kv_cache_usage_peak"),
+        preemptions=_number(figures, "server_preemptions"),
+        waiting_peak=_number(figures, "waiting_peak"),
+        running_mean=_number(figures, "running_mean"),
         max_num_seqs=None if seqs is None else int(seqs),
     )
 
@@ -127,15 +130,17 @@ def reading(spent: TimeSpent) -> str | None:
 
 def time_lines(
     trial_number: int,
-    attrs: Mapping[str, Any],
+    figures: Mapping[str, Any],
     vllm_defaults: Mapping[str, Any],
     defaults_kept: bool,
+    engine_args: Mapping[str, Any] | None = None,
 ) -> list[str]:
-    """The line of a trial's figures (``time_line``) and, where it is vLLM's defaults kept,
+    """The line of a trial's ``figures`` (``time_line``) and, where it is vLLM's defaults kept,
     the ``reading`` of them where there is one; nothing where the trial recorded no figure.
-    ``vllm_defaults``: vLLM's own values of engine arguments, by name, where known."""
+    ``vllm_defaults``: vLLM's own values of engine arguments, by name, where known; the
+    trial's own ``engine_args`` win over them."""
     seqs = vllm_defaults.get(MAX_NUM_SEQS)
-    spent = time_spent(attrs, seqs if isinstance(seqs, int) else None)
+    spent = time_spent(figures, seqs if isinstance(seqs, int) else None, engine_args)
     line = time_line(trial_number, spent)
     if line is None:
         return []

@@ -23,7 +23,7 @@ from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, ReplayResult, provisional, so_far
 from tuner.load.session import Monitor
 from tuner.load.spread import replay
-from tuner.study.measure.judge import Judged, Objective, judge
+from tuner.study.measure.judge import Criteria, Judged, judge
 from tuner.study.measure.scoring import FAILED, Score, worst_slo_ratio
 from tuner.traces.concurrency import ClosedLoop
 from tuner.traces.model import Request
@@ -36,6 +36,14 @@ WARMUP = "warm-up"
 REPLAY = "replay"
 RATE = "rate"  # a capacity trial's windows: "rate 2/10: 1.5 req/s"
 STOPPING = "stopping vLLM"
+# The seconds a trial times (``TrialOutcome.timings``; vLLM's start-up steps go by
+# ``startup_`` and their names): its engine's start until healthy, the warm-up, the window
+# (or a capacity trial's search), its engine's stop, and the whole trial.
+ENGINE_START_S = "engine_healthy_s"
+WARMUP_S = "warmup_s"
+WINDOW_S = "window_s"
+ENGINE_STOP_S = "engine_stop_s"
+TRIAL_S = "trial_s"
 
 # How often a pruned trial's partial score goes to the pruner; progress is told every tick of
 # the replay's monitor (``ReplaySettings.monitor_interval_s``).
@@ -66,7 +74,7 @@ class TrialSetup:
     model: str
     requests: Sequence[Request]
     replay: ReplaySettings
-    objective: Objective
+    criteria: Criteria
     health_timeout_s: float = 900.0
     warmup_requests: Sequence[Request] = ()
     launcher: Launcher = field(default_factory=ProcessLauncher)
@@ -191,7 +199,7 @@ ShouldStop = Callable[[int, float], bool]
 
 
 def _monitor(
-    objective: Objective,
+    criteria: Criteria,
     should_stop: ShouldStop | None,
     progress: OnProgress | None,
     start: TrialProgress,
@@ -210,7 +218,7 @@ def _monitor(
             return False
         while due_s <= elapsed_s:
             due_s += PRUNE_INTERVAL_S
-        value = worst_slo_ratio(provisional(elapsed_s, live), objective.slos)
+        value = worst_slo_ratio(provisional(elapsed_s, live), criteria.slos)
         return should_stop(round(elapsed_s), value)
 
     return monitor
@@ -234,7 +242,7 @@ def _stopped_early(
     metrics = judged.figures
     shown = ", ".join(
         f"{m} >= {metrics[m]:.2f} s (SLO {limit:g} s)"
-        for m, limit in setup.objective.slos.items()
+        for m, limit in setup.criteria.slos.items()
         if m in metrics
     )
     reason = f"stopped {judged.stopped_at_s:.0f} s into the window, far off: {shown}"
@@ -269,32 +277,32 @@ def run_trial(
         engine.start()
         if setup.on_engine_start is not None and engine.pid is not None:
             setup.on_engine_start(engine.pid)
-        timings["engine_healthy_s"] = engine.wait_healthy(setup.health_timeout_s, on_poll=starting)
+        timings[ENGINE_START_S] = engine.wait_healthy(setup.health_timeout_s, on_poll=starting)
         timings |= {f"startup_{k}": v for k, v in engine.times.startup.items()}
         compiled = engine.compile_cache()
         warmup_at = engine.log_size()
         if setup.warmup_requests:
-            timings["warmup_s"] = _warm_up(engine.base_url, setup)
+            timings[WARMUP_S] = _warm_up(engine.base_url, setup)
         started = time.monotonic()
         window_at = engine.log_size()
         measured = setup.measure.run(engine.base_url, setup, should_stop)
-        timings["window_s"] = time.monotonic() - started
+        timings[WINDOW_S] = time.monotonic() - started
         late = engine.late_compiles(warmup_at, window_at)
         crashed = not engine.alive()
         tell(TrialProgress(STOPPING))
     except EngineFailed as exc:
         tell(TrialProgress(STOPPING))
         engine.stop()
-        timings["engine_stop_s"] = engine.times.stop_s or 0.0
-        timings["trial_s"] = time.monotonic() - began
+        timings[ENGINE_STOP_S] = engine.times.stop_s or 0.0
+        timings[TRIAL_S] = time.monotonic() - began
         logger.info("trial failed: %s", exc.reason)
         outcome = setup.measure.failed(engine_args, exc)
         return replace(outcome, timings=timings, compile_cache=engine.compile_cache())
     finally:
         # Also on Ctrl-C: the engine never outlives its trial.
         engine.stop()
-    timings["engine_stop_s"] = engine.times.stop_s or 0.0
-    timings["trial_s"] = time.monotonic() - began
+    timings[ENGINE_STOP_S] = engine.times.stop_s or 0.0
+    timings[TRIAL_S] = time.monotonic() - began
     ended = Ended(timings, crashed, engine.log_path, compiled, late)
     return setup.measure.outcome(engine_args, setup, measured, ended)
 
@@ -310,7 +318,7 @@ def _warm_up(base_url: str, setup: TrialSetup) -> float:
     warmup = _sending(WARMUP, setup.warmup_requests)
     _tell(setup.progress, warmup)
     started = time.monotonic()
-    watch = _monitor(setup.objective, None, setup.progress, warmup)
+    watch = _monitor(setup.criteria, None, setup.progress, warmup)
     replay(base_url, setup.warmup_requests, setup.replay, monitor=watch)
     return time.monotonic() - started
 
@@ -355,11 +363,11 @@ class WindowReplay(Measure):
                 setup.closed_loop.schedule,
                 setup.closed_loop.requests(setup.replay.seed),
                 setup.replay,
-                monitor=_monitor(setup.objective, should_stop, progress, window),
+                monitor=_monitor(setup.criteria, should_stop, progress, window),
             )
         window = _sending(REPLAY, setup.requests)
         _tell(progress, window)
-        watch = _monitor(setup.objective, should_stop, progress, window)
+        watch = _monitor(setup.criteria, should_stop, progress, window)
         return replay(base_url, setup.requests, setup.replay, monitor=watch)
 
     def outcome(
@@ -369,7 +377,7 @@ class WindowReplay(Measure):
         measured: ReplayResult,
         ended: Ended,
     ) -> TrialOutcome:
-        judged = judge(measured, setup.objective, setup.client_tolerance_s)
+        judged = judge(measured, setup.criteria, setup.client_tolerance_s)
         if judged.stopped_at_s is not None:
             stopped = _stopped_early(engine_args, setup, judged, ended.timings)
             metrics = {**stopped.metrics, **ended.late}

@@ -292,7 +292,7 @@ SPEC_HEADER = (
     "# search: incumbent (from vLLM's defaults, one dimension at a time, moving with the\n"
     "#   best so far; TPE once it has nothing left to propose) or tpe.\n"
     "# slos: limits in seconds on client-side tails; a trial over any is infeasible.\n"
-    "# objective: weights of each tail divided by its SLO; lower score is better.\n"
+    "# weights: of each tail divided by its SLO in the score; lower score is better.\n"
     "# baseline: engine arguments of trial 0 beyond engine_args ({} = vLLM's defaults).\n"
     "# candidates: configurations measured right after the baseline, e.g. production's:\n"
     "#   [{max-num-seqs: 16, max-num-batched-tokens: 8192}]; searched trials follow.\n"

@@ -1,7 +1,7 @@
 """The study spec: one validated, frozen object built from ``studies/NAME.yaml``.
 
 Everything a study needs that is not the trace: the model, fixed engine arguments, the search
-space, SLOs, objective weights, the number of trials and the replay window.
+space, SLOs, their weights, the number of trials and the replay window.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ LATENCY = "latency"
 CAPACITY = "capacity"
 OBJECTIVE_MODES = (LATENCY, CAPACITY)
 
-# Metrics a spec may name in SLOs and objective weights: client-side tails, in seconds.
+# Metrics a spec may name in SLOs and weights: client-side tails, in seconds.
 SCORED_METRICS = (
     "ttft_p50_s",
     "ttft_p95_s",
@@ -102,7 +102,7 @@ class StudySpec:
     dummy_model: str | None = None
     prune_factor: float = 3.0
     prune_after_s: float = 10.0
-    # "latency" (minimise the score at the window's rate) or "capacity" (maximise the highest
+    # "latency" (minimize the score at the window's rate) or "capacity" (maximize the highest
     # rate that meets every SLO; tuner.study.measure.capacity), and how the capacity search runs.
     objective_mode: str = LATENCY
     capacity_window_s: float = CAPACITY_WINDOW_S
@@ -152,7 +152,7 @@ DEFAULT_SPEC: dict[str, Any] = {
         "gpu-memory-utilization": {"type": "float", "low": 0.3, "high": 0.95, "step": 0.05},
     },
     "slos": {"ttft_p95_s": 2.0, "tpot_p95_s": 0.2, "e2e_p99_s": 60.0},
-    "objective": {"ttft_p95_s": 1.0, "tpot_p95_s": 1.0, "e2e_p99_s": 1.0},
+    "weights": {"ttft_p95_s": 1.0, "tpot_p95_s": 1.0, "e2e_p99_s": 1.0},
     # Every other key: StudySpec's own default, in its order.
     **{
         f.name: f.default
@@ -161,7 +161,10 @@ DEFAULT_SPEC: dict[str, Any] = {
     },
 }
 
-_TOP_LEVEL = set(DEFAULT_SPEC)
+# The SLO weights' earlier key, a word that names the study's mode (``objective_mode``,
+# ``--objective``) too: a spec that gives it is read as before.
+EARLIER_WEIGHTS = "objective"
+_TOP_LEVEL = set(DEFAULT_SPEC) | {EARLIER_WEIGHTS}
 
 # Beyond these a value is a slip, not a setting: seconds (a day), a time scale, a count of
 # trials or measurements, a bound of a searched argument (what a float holds exactly).
@@ -281,10 +284,7 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         raise SpecError(path, "model", "must be a model name or folder")
     engine_args, baseline, candidates, space = _arguments(path, merged)
     slos = _metric_map(path, "slos", merged["slos"])
-    weights = _metric_map(path, "objective", merged["objective"], allow_zero=True)
-    missing = set(weights) - set(slos)
-    if missing:
-        raise SpecError(path, f"objective.{sorted(missing)[0]}", "has a weight but no SLO")
+    weights = _weights(path, data, slos)
     dummy_model = merged["dummy_model"]
     if dummy_model is not None and (not isinstance(dummy_model, str) or dummy_model not in SHAPES):
         raise SpecError(
@@ -402,6 +402,19 @@ def _candidates(path: str, value: Any) -> tuple[dict[str, Any], ...]:
             raise SpecError(path, f"candidates[{i}]", "sets no engine argument")
         out.append(candidate)
     return tuple(out)
+
+
+def _weights(path: str, data: Mapping[str, Any], slos: Mapping[str, float]) -> dict[str, float]:
+    """The SLO weights, under ``weights`` or their earlier key (``EARLIER_WEIGHTS``), not both;
+    an error names the key as the spec gives it."""
+    key = EARLIER_WEIGHTS if EARLIER_WEIGHTS in data else "weights"
+    if key == EARLIER_WEIGHTS and "weights" in data:
+        raise SpecError(path, key, "the earlier name of weights: give one of them")
+    weights = _metric_map(path, key, data.get(key, DEFAULT_SPEC["weights"]), allow_zero=True)
+    missing = set(weights) - set(slos)
+    if missing:
+        raise SpecError(path, f"{key}.{sorted(missing)[0]}", "has a weight but no SLO")
+    return weights
 
 
 def _metric_map(path: str, name: str, value: Any, *, allow_zero: bool = False) -> dict[str, float]:

@@ -29,9 +29,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.load.health import CLIENT_BEHIND
-from tuner.study.measure.attrs import ARGS_ATTR
 from tuner.study.measure.objective import of_trial
+from tuner.study.measure.record import TrialRecord
 from tuner.study.trials.groups import Group, any_confirms, groups, rank
 
 TUNED = "tuned"
@@ -86,7 +85,7 @@ def choose(study: optuna.Study) -> Choice | None:
     confirmation = any_confirms(study)
     if not feasible:
         # A configuration whose client fell behind is not ranked while any other served.
-        kept = [g for g in served if not g.first.user_attrs.get(CLIENT_BEHIND)] or served
+        kept = [g for g in served if not TrialRecord.of(g.first).client_behind] or served
         if not kept:
             return None
         closest = min(kept, key=Group.key)
@@ -178,10 +177,10 @@ def describe(group: Group, label: str) -> str:
 
 def changed(group: Group, baseline: Group | None) -> str:
     """The engine arguments ``group`` sets otherwise than the defaults, as NAME=VALUE words."""
-    mine: dict[str, Any] = dict(group.first.user_attrs.get(ARGS_ATTR, {}))
+    mine: dict[str, Any] = dict(TrialRecord.of(group.first).engine_args)
     theirs: dict[str, Any] = {}
     if baseline is not None:
-        theirs = dict(baseline.first.user_attrs.get(ARGS_ATTR, {}))
+        theirs = dict(TrialRecord.of(baseline.first).engine_args)
     words = [f"{k}={v}" for k, v in mine.items() if theirs.get(k, object()) != v]
     return " ".join(words) or "(the same arguments)"
 

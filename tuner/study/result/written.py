@@ -23,6 +23,7 @@ from tuner.errors import TunerError
 from tuner.study.measure import scoring
 from tuner.study.measure.objective import StudyObjective, of_study
 from tuner.study.measure.prepare import Workload
+from tuner.study.measure.record import DEVICE, MEASURED_ON, VLLM_VERSION, TrialRecord
 from tuner.study.measure.time_spent import time_lines
 from tuner.study.plan.spec import StudySpec
 from tuner.study.result.choice import Choice, choose, summary
@@ -35,8 +36,9 @@ class Written:
     """A configuration written to ``path``: the ``choice`` it is (its outcome, why, and what it
     was held against), how the trial written met the SLOs (``verdict``), and what is said beside
     it: the end table's two columns (``labels``: what was written, and what beside it, whose
-    figures are ``other``), the objective's rows of that table, and the lines the file's header
-    carries too (the objective's headline, the confirmation, where the time went)."""
+    figures, its ``TrialRecord.figures``, are ``other``), the objective's rows of that table,
+    and the lines the file's header carries too (the objective's headline, the confirmation,
+    where the time went)."""
 
     choice: Choice
     path: Path
@@ -52,6 +54,11 @@ class Written:
     def trial(self) -> FrozenTrial:
         """The trial written: the chosen configuration's median measurement."""
         return self.choice.trial
+
+    @property
+    def figures(self) -> Mapping[str, Any]:
+        """What the trial written measured (``TrialRecord.figures``)."""
+        return TrialRecord.of(self.trial).figures
 
     def next_steps(self, spec_path: Path, capacity_command: str) -> list[str]:
         """What to try where nothing met the SLOs (``StudyObjective.what_next``)."""
@@ -71,8 +78,9 @@ def write_configuration(
     if choice is None:
         return None
     chosen = choice.trial
-    verdict = scoring.verdict(picks.constraints_of(chosen), chosen.user_attrs)
-    other = choice.other.median_trial.user_attrs if choice.other is not None else None
+    figures = TrialRecord.of(chosen).figures
+    verdict = scoring.verdict(picks.constraints_of(chosen), figures)
+    other = TrialRecord.of(choice.other.median_trial).figures if choice.other is not None else None
     labels = _labels(choice)
     objective = of_study(study)
     peak = workload.replay.peak_req_per_s
@@ -83,7 +91,7 @@ def write_configuration(
         picks.engine_args_of(chosen),
         _provenance(chosen, study.study_name, workload),
         verdict,
-        chosen.user_attrs,
+        figures,
         other,
         lines,
         measured,
@@ -135,19 +143,21 @@ def _time_spent(choice: Choice, spec: StudySpec) -> list[str]:
     """Where the written trial's time went (``tuner.study.measure.time_spent``), vLLM's
     default max-num-seqs as the spec gives it."""
     vllm_defaults = {d.name: d.default for d in spec.space if d.has_default}
-    chosen = choice.trial
-    return time_lines(chosen.number, chosen.user_attrs, vllm_defaults, choice.keeps_defaults)
+    chosen = TrialRecord.of(choice.trial)
+    return time_lines(
+        chosen.number, chosen.figures, vllm_defaults, choice.keeps_defaults, chosen.engine_args
+    )
 
 
 def _provenance(chosen: FrozenTrial, name: str, workload: Workload) -> Provenance:
     """What the trial ran on; this machine's only for a trial recorded before tuner kept that."""
-    attrs = chosen.user_attrs
-    recorded = all(isinstance(attrs.get(key), str) for key in fingerprint.MEASURED_ON)
-    ran_on: Mapping[str, str] = attrs if recorded else fingerprint.measured_on()
+    said = TrialRecord.of(chosen).measured_on
+    recorded = set(said) == set(MEASURED_ON)
+    ran_on: Mapping[str, str] = said if recorded else fingerprint.measured_on()
     return Provenance(
         tuner_version=tuner.__version__,
-        vllm_version=ran_on[fingerprint.VLLM_VERSION],
-        device=ran_on[fingerprint.DEVICE],
+        vllm_version=ran_on[VLLM_VERSION],
+        device=ran_on[DEVICE],
         study=name,
         trace_path=str(workload.trace_path),
         trace_sha256=workload.trace_sha256,

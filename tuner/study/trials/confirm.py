@@ -29,11 +29,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
-from tuner.study.measure.attrs import (
-    ARGS_ATTR,
-    BASELINE_ATTR,
-    CONFIRMS_ATTR,
-)
+from tuner.study.measure.record import Queued, TrialRecord
 from tuner.study.trials.budget import Budget
 from tuner.study.trials.groups import Group, ranked
 from tuner.study.trials.search import Measuring, measure
@@ -117,13 +113,13 @@ def confirm(
 
 def _measure_again(study: optuna.Study, first: FrozenTrial, how: Measuring) -> FrozenTrial:
     """One more measurement of ``first``'s configuration, as a trial of its own."""
-    study.enqueue_trial(dict(first.params), user_attrs={CONFIRMS_ATTR: first.number})
+    study.enqueue_trial(dict(first.params), user_attrs=Queued(confirms=first.number).attrs())
     trial = study.ask()
     for name, distribution in first.distributions.items():
         _suggest_again(trial, name, distribution)
-    compared = bool(first.user_attrs.get(BASELINE_ATTR))
+    recorded = TrialRecord.of(first)
     return measure(
-        study, trial, first.user_attrs[ARGS_ATTR], how, prunable=False, compared=compared
+        study, trial, recorded.engine_args, how, prunable=False, compared=recorded.baseline
     )
 
 

@@ -21,18 +21,17 @@ import optuna
 from tuner.engine import environment
 from tuner.errors import InputError
 from tuner.study.measure.objective import of_spec
+from tuner.study.measure.record import DEVICE, VLLM_VERSION
 from tuner.study.plan.spec import StudySpec
 
 # The study user attribute that holds the fingerprint.
 WORKLOAD_ATTR = "workload"
-# Trial user attributes, and keys of the fingerprint: what a trial ran on.
-VLLM_VERSION = "vllm_version"
-DEVICE = "device"
-MEASURED_ON = (VLLM_VERSION, DEVICE)
 
 
 def measured_on() -> dict[str, str]:
-    """The vLLM version and device of trials started on this machine (asks ``nvidia-smi``)."""
+    """The vLLM version and device of trials started on this machine (asks ``nvidia-smi``), by
+    the names a trial records them under (``TrialRecord.measured_on``) and the fingerprint
+    keeps them under too."""
     return {VLLM_VERSION: environment.vllm_version(), DEVICE: environment.device_name()}
 
 

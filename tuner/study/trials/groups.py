@@ -15,9 +15,8 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial
 
-from tuner.load.health import CLIENT_BEHIND
-from tuner.study.measure.attrs import BASELINE_ATTR, CANDIDATE_ATTR, CONFIRMS_ATTR, FEASIBLE_ATTR
 from tuner.study.measure.objective import StudyObjective, of_study
+from tuner.study.measure.record import TrialRecord
 from tuner.study.trials.picks import served
 
 
@@ -52,7 +51,8 @@ class Group:
 
     @property
     def feasible(self) -> bool:
-        return sum(1 for t in self.trials if t.user_attrs.get(FEASIBLE_ATTR)) * 2 > len(self.trials)
+        feasible = sum(1 for t in self.trials if TrialRecord.of(t).feasible)
+        return feasible * 2 > len(self.trials)
 
     @property
     def best(self) -> float:
@@ -69,7 +69,7 @@ class Group:
         configuration its feasible ones, of an infeasible one its infeasible ones), so that the
         trial written says what the configuration does."""
         feasible = self.feasible
-        trials = tuple(t for t in self.trials if bool(t.user_attrs.get(FEASIBLE_ATTR)) == feasible)
+        trials = tuple(t for t in self.trials if TrialRecord.of(t).feasible == feasible)
         ordered = self.objective.best_first(trials)
         return ordered[len(ordered) // 2]
 
@@ -95,11 +95,12 @@ def groups(study: optuna.Study) -> list[Group]:
     left_out: dict[int, list[FrozenTrial]] = {}
     firsts: dict[int, FrozenTrial] = {}
     for trial in trials:
-        origin = trial.user_attrs.get(CONFIRMS_ATTR)
-        if isinstance(origin, int):
+        recorded = TrialRecord.of(trial)
+        origin = recorded.confirms
+        if origin is not None:
             # A re-measurement whose client fell behind has figures of tuner's client, not of
             # the configuration: it is kept in the study, not in the median.
-            held = left_out if trial.user_attrs.get(CLIENT_BEHIND) else members
+            held = left_out if recorded.client_behind else members
             held.setdefault(origin, []).append(trial)
         else:
             firsts[trial.number] = trial
@@ -119,8 +120,8 @@ def ranked(study: optuna.Study) -> tuple[list[Group], Group | None, list[Group]]
 def rank(all_groups: list[Group]) -> tuple[list[Group], Group | None, list[Group]]:
     """``ranked`` of a study's groups already read (``groups``)."""
     ranked = sorted((g for g in all_groups if g.feasible), key=Group.key)
-    baseline = next((g for g in all_groups if g.first.user_attrs.get(BASELINE_ATTR)), None)
-    candidates = [g for g in all_groups if CANDIDATE_ATTR in g.first.user_attrs]
+    baseline = next((g for g in all_groups if TrialRecord.of(g.first).baseline), None)
+    candidates = [g for g in all_groups if TrialRecord.of(g.first).candidate is not None]
     return ranked, baseline, candidates
 
 
@@ -131,4 +132,4 @@ def any_feasible(study: optuna.Study) -> bool:
 
 def any_confirms(study: optuna.Study) -> bool:
     """Whether the study holds any re-measurement."""
-    return any(CONFIRMS_ATTR in t.user_attrs for t in study.get_trials(deepcopy=False))
+    return any(TrialRecord.of(t).confirms is not None for t in study.get_trials(deepcopy=False))

@@ -10,13 +10,13 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.study.measure.attrs import ARGS_ATTR, BASELINE_ATTR, FEASIBLE_ATTR
 from tuner.study.measure.objective import of_trial
+from tuner.study.measure.record import TrialRecord
 
 
 def engine_args_of(trial: FrozenTrial) -> dict[str, Any]:
     """The engine arguments the trial ran with (all of them, fixed and searched)."""
-    return dict(trial.user_attrs[ARGS_ATTR])
+    return dict(TrialRecord.of(trial).engine_args)
 
 
 def constraints_of(trial: FrozenTrial) -> dict[str, float]:
@@ -42,7 +42,7 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
         best = study.best_trial
     except ValueError:
         return None
-    return best if best.user_attrs.get(FEASIBLE_ATTR) else None
+    return best if TrialRecord.of(best).feasible else None
 
 
 def first_failure(study: optuna.Study) -> FrozenTrial | None:
@@ -61,6 +61,6 @@ def first_failure(study: optuna.Study) -> FrozenTrial | None:
 def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
     """The study's first complete baseline trial (vLLM's defaults unless the spec says), if any."""
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.user_attrs.get(BASELINE_ATTR):
+        if TrialRecord.of(t).baseline:
             return t
     return None

@@ -11,7 +11,8 @@ from __future__ import annotations
 import optuna
 from optuna.trial import Trial, TrialState
 
-from tuner.study.measure.attrs import BASELINE_ATTR, CANDIDATE_ATTR, REASON_ATTR
+from tuner.study.measure import record
+from tuner.study.measure.record import Queued
 from tuner.study.plan.spec import StudySpec
 
 # A reference point is taken by a trial in one of these states (a FAIL one is measured again).
@@ -21,30 +22,35 @@ TAKEN = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState
 def has_baseline(study: optuna.Study) -> bool:
     """Whether a baseline trial has completed in the study (so none is queued again)."""
     return any(
-        t.user_attrs.get(BASELINE_ATTR) and t.state == TrialState.COMPLETE
-        for t in study.get_trials(deepcopy=False)
+        Queued.of(t).baseline
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     )
 
 
-def _taken(study: optuna.Study, key: str) -> set[object]:
-    return {
-        t.user_attrs.get(key)
-        for t in study.get_trials(deepcopy=False, states=TAKEN)
-        if key in t.user_attrs
-    }
+def _point(queued: Queued) -> tuple[bool, int | None] | None:
+    """The reference point a trial was queued to take (the baseline, or a candidate's index),
+    or None for a trial that takes none."""
+    if not queued.reference:
+        return None
+    return (True, None) if queued.baseline else (False, queued.candidate)
+
+
+def _taken(study: optuna.Study) -> set[tuple[bool, int | None]]:
+    points = (_point(Queued.of(t)) for t in study.get_trials(deepcopy=False, states=TAKEN))
+    return {point for point in points if point is not None}
 
 
 def next_candidate(study: optuna.Study, spec: StudySpec) -> int | None:
     """The first of the spec's candidates that no trial has taken, if any."""
-    taken = _taken(study, CANDIDATE_ATTR)
-    return next((i for i in range(len(spec.candidates)) if i not in taken), None)
+    taken = _taken(study)
+    return next((i for i in range(len(spec.candidates)) if (False, i) not in taken), None)
 
 
 def queue_next(study: optuna.Study, spec: StudySpec) -> bool:
     """Queue the baseline if no trial has taken it, else the next candidate no trial has;
     whether one was queued."""
-    if True not in _taken(study, BASELINE_ATTR):
-        study.enqueue_trial({}, user_attrs={BASELINE_ATTR: True})
+    if (True, None) not in _taken(study):
+        study.enqueue_trial({}, user_attrs=Queued(baseline=True).attrs())
         return True
     index = next_candidate(study, spec)
     if index is None:
@@ -52,25 +58,24 @@ def queue_next(study: optuna.Study, spec: StudySpec) -> bool:
     names = {d.name for d in spec.space}
     params = {k: v for k, v in spec.candidates[index].items() if k in names}
     # Out-of-range values are kept (Optuna warns): the candidate is what it is.
-    study.enqueue_trial(params, user_attrs={CANDIDATE_ATTR: index})
+    study.enqueue_trial(params, user_attrs=Queued(candidate=index).attrs())
     return True
 
 
 def duplicate_of(study: optuna.Study, trial: Trial) -> int | None:
     """The earlier trial that took the same reference point as ``trial``, if one did."""
-    attrs = trial.user_attrs
-    key = BASELINE_ATTR if attrs.get(BASELINE_ATTR) else CANDIDATE_ATTR
-    if key not in attrs:
+    point = _point(Queued.of(trial))
+    if point is None:
         return None
     earlier = [
         t.number
         for t in study.get_trials(deepcopy=False, states=TAKEN)
-        if t.number < trial.number and t.user_attrs.get(key) == attrs[key]
+        if t.number < trial.number and _point(Queued.of(t)) == point
     ]
     return min(earlier, default=None)
 
 
 def drop_duplicate(study: optuna.Study, trial: Trial, original: int) -> None:
     """End ``trial`` unmeasured (FAIL, with why): trial ``original`` measures the same thing."""
-    trial.set_user_attr(REASON_ATTR, f"queued twice by two workers: trial {original} measures it")
+    record.give_reason(trial, f"queued twice by two workers: trial {original} measures it")
     study.tell(trial, state=TrialState.FAIL)

@@ -2,7 +2,8 @@
 
 Trial 0 of a study is the baseline, vLLM's own defaults (plus the spec's fixed and baseline
 arguments). Every measured figure becomes a user attribute, every SLO a constraint set with
-``Trial.set_constraint``, so optuna-dashboard shows them and TPE learns the infeasible region.
+``Trial.set_constraint`` (both through ``tuner.study.measure.record``), so optuna-dashboard
+shows them and TPE learns the infeasible region.
 """
 
 from __future__ import annotations
@@ -21,18 +22,9 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tuner.errors import InputError, TunerError
 from tuner.flags import flag_name
-from tuner.study.measure.attrs import (
-    ARGS_ATTR,
-    BASELINE_ATTR,
-    CANDIDATE_ATTR,
-    CONFIRMS_ATTR,
-    FEASIBLE_ATTR,
-    LOG_ATTR,
-    MOVE_ATTR,
-    REASON_ATTR,
-)
-from tuner.study.measure.capacity import COMPARED_ATTR, POINTS_ATTR
+from tuner.study.measure import record
 from tuner.study.measure.objective import LATENCY_OBJECTIVE, StudyObjective, of_spec, of_study
+from tuner.study.measure.record import Queued, TrialRecord
 from tuner.study.measure.trial import TrialOutcome, TrialSetup, run_trial
 from tuner.study.plan.spec import INCUMBENT, Dimension, StudySpec
 from tuner.study.trials import fingerprint, groups, incumbent, references
@@ -48,7 +40,7 @@ from tuner.study.trials.storage import (
     opening,
     rdb_storage,
 )
-from tuner.study.trials.workers import WORKER_ATTR, this_worker
+from tuner.study.trials.workers import this_worker
 
 logger = logging.getLogger(__name__)
 
@@ -186,27 +178,6 @@ def suggest(trial: Trial, space: tuple[Dimension, ...], fixed: Mapping[str, Any]
     return args
 
 
-def record(trial: Trial, outcome: TrialOutcome) -> None:
-    """Store what was measured on the trial, for the dashboard and for ``tuner`` itself."""
-    for name, value in outcome.metrics.items():
-        trial.set_user_attr(name, value)
-    for name, value in outcome.timings.items():
-        trial.set_user_attr(f"time_{name}", value)
-    for fact, said in outcome.compile_cache.items():
-        trial.set_user_attr(fact, said)
-    trial.set_user_attr(FEASIBLE_ATTR, outcome.feasible)
-    if outcome.reason:
-        trial.set_user_attr(REASON_ATTR, outcome.reason)
-    if outcome.log_tail:
-        trial.set_user_attr(LOG_ATTR, outcome.log_tail[-4000:])
-    if outcome.points:
-        trial.set_user_attr(POINTS_ATTR, [dict(point) for point in outcome.points])
-    if outcome.compared is not None:
-        trial.set_user_attr(COMPARED_ATTR, dict(outcome.compared))
-    for name, value in outcome.score.constraints.items():
-        trial.set_constraint(name, value)
-
-
 def _next_trial(study: optuna.Study, spec: StudySpec) -> optuna.Trial | None:
     """The next trial: a queued reference (the baseline, a candidate), else the incumbent
     search's move (``search: incumbent``), else the sampler's; None where it repeated a
@@ -215,7 +186,7 @@ def _next_trial(study: optuna.Study, spec: StudySpec) -> optuna.Trial | None:
         if not references.queue_next(study, spec) and spec.search == INCUMBENT:
             queue_move(study, spec)
         trial = study.ask()
-        trial.set_user_attr(WORKER_ATTR, this_worker())
+        record.claimed(trial, this_worker())
         original = references.duplicate_of(study, trial)
         if original is not None:
             references.drop_duplicate(study, trial, original)
@@ -248,9 +219,10 @@ def _arguments(
 ) -> dict[str, Any]:
     """The engine arguments of ``trial``: the baseline's as given, a candidate's dimensions as
     given (the others stay at vLLM's defaults), a searched trial's with the ``pinned`` ones."""
-    if trial.user_attrs.get(BASELINE_ATTR):
+    queued = Queued.of(trial)
+    if queued.baseline:
         return {**fixed, **spec.baseline}
-    candidate = trial.user_attrs.get(CANDIDATE_ATTR)
+    candidate = queued.candidate
     if candidate is not None:
         chosen = spec.candidates[candidate]
         dims = tuple(d for d in spec.space if d.name in chosen)
@@ -303,11 +275,11 @@ def run_study(
         args = _trial_args(study, trial, spec, fixed, pinned)
         # The baseline and the candidates are reference points: measured in full, but their
         # ratios are reported too, for the pruner to compare with when one is best.
-        attrs = trial.user_attrs
-        prunable = not attrs.get(BASELINE_ATTR) and attrs.get(CANDIDATE_ATTR) is None
+        queued = Queued.of(trial)
+        prunable = not queued.reference
         how = Measuring(setup, run_dir, runner, machine, on_start)
         # A searched configuration, not a re-measurement: first at the best capacity so far.
-        gated = prunable and CONFIRMS_ATTR not in attrs
+        gated = prunable and queued.confirms is None
         frozen = measure(study, trial, args, how, prunable, gated=gated)
         if budget is not None:
             budget.spent(time.monotonic() - began)
@@ -363,10 +335,7 @@ def measure(
     Any escape (Ctrl-C, a storage error) marks the trial FAIL with the reason first.
     """
     try:
-        trial.set_user_attr(WORKER_ATTR, this_worker())
-        trial.set_user_attr(ARGS_ATTR, dict(args))
-        for key, value in how.machine.items():
-            trial.set_user_attr(key, value)
+        record.started(trial, this_worker(), args, how.machine)
         if how.on_start is not None:
             how.on_start(trial.number, args)
         setup = how.setup
@@ -384,7 +353,7 @@ def measure(
             how.run_dir / f"trial-{trial.number:04d}",
             should_stop=_should_stop(trial, prunable),
         )
-        record(trial, outcome)
+        record.measured(trial, outcome)
         if outcome.pruned:
             return study.tell(trial, state=TrialState.PRUNED)
         return study.tell(trial, outcome.score.value)
@@ -407,11 +376,12 @@ def queue_move(study: optuna.Study, spec: StudySpec) -> None:
     taken = []
     for t in study.get_trials(deepcopy=False, states=references.TAKEN):
         # What the trial set: its engine arguments, its queued values, its drawn ones.
-        values = {k: v for k, v in t.user_attrs.get(ARGS_ATTR, {}).items() if k in names}
+        recorded = TrialRecord.of(t)
+        values = {k: v for k, v in recorded.engine_args.items() if k in names}
         values |= t.system_attrs.get("fixed_params", {}) | t.params
         rank = None
-        if t.state == TrialState.COMPLETE and t.value is not None:
-            own = (t.value, bool(t.user_attrs.get(FEASIBLE_ATTR)))
+        if recorded.value is not None:
+            own = (recorded.value, recorded.feasible)
             value, feasible = medians.get(t.number, own)
             rank = objective.rank(value)
             if not feasible:
@@ -421,7 +391,7 @@ def queue_move(study: optuna.Study, spec: StudySpec) -> None:
     proposal = incumbent.next_point(spec.space, taken, defaults, rules)
     if proposal is not None:
         logger.info("next: %s (%s)", proposal.params, proposal.move)
-        study.enqueue_trial(proposal.params, user_attrs={MOVE_ATTR: proposal.move})
+        study.enqueue_trial(proposal.params, user_attrs=Queued(move=proposal.move).attrs())
 
 
 def _should_stop(trial: Trial, prunable: bool) -> Callable[[int, float], bool]:

@@ -28,7 +28,7 @@ import sqlalchemy
 from optuna.trial import Trial, TrialState
 
 from tuner.errors import TunerError
-from tuner.study.measure.attrs import REASON_ATTR
+from tuner.study.measure import record
 
 logger = logging.getLogger(__name__)
 
@@ -217,7 +217,7 @@ def abandon(study: optuna.Study, trial: Trial, exc: BaseException) -> TunerError
         else f"interrupted: {type(exc).__name__}"
     )
     with contextlib.suppress(*STORAGE_ERRORS):
-        trial.set_user_attr(REASON_ATTR, reason)
+        record.give_reason(trial, reason)
     try:
         study.tell(trial, state=TrialState.FAIL)
         marked = "the trial is marked FAIL"

@@ -19,11 +19,10 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.study.measure.attrs import REASON_ATTR
+from tuner.study.measure import record
+from tuner.study.measure.record import TrialRecord
 
 logger = logging.getLogger(__name__)
-
-WORKER_ATTR = "worker"
 
 
 def _read(path: str) -> str:
@@ -70,19 +69,19 @@ def fail_orphans(study: optuna.Study) -> list[FrozenTrial]:
     finished first is left to it, and not returned.
     """
     orphans = [
-        t
+        (t, worker)
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        if isinstance(t.user_attrs.get(WORKER_ATTR), str) and is_gone(t.user_attrs[WORKER_ATTR])
+        if (worker := TrialRecord.of(t).worker) is not None and is_gone(worker)
     ]
     marked = []
-    for frozen in orphans:
-        _, pid, _ = str(frozen.user_attrs[WORKER_ATTR]).split(" ", 2)
+    for frozen, worker in orphans:
+        _, pid, _ = worker.split(" ", 2)
         reason = (
             f"tuner (pid {pid}) ended while this trial ran, killed or crashed: "
             "nothing it measured was kept"
         )
         try:
-            optuna.trial.Trial(study, frozen._trial_id).set_user_attr(REASON_ATTR, reason)
+            record.give_reason(optuna.trial.Trial(study, frozen._trial_id), reason)
             study.tell(frozen.number, state=TrialState.FAIL)
         except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
             # Optuna's storage refuses to update a finished trial, and ``tell`` a trial it
