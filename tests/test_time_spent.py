@@ -15,7 +15,14 @@ from test_confirm import Scripted, run_scripted, written_and_reported
 
 from tuner.cli.exits import EXIT_DEFAULTS_KEPT
 from tuner.cli.main import main
-from tuner.study.measure.time_spent import TimeSpent, reading, time_line, time_lines, time_spent
+from tuner.study.measure.time_spent import (
+    TimeSpent,
+    reading,
+    stalls,
+    time_line,
+    time_lines,
+    time_spent,
+)
 from tuner.study.measure.trial import TrialOutcome
 from tuner.study.result.choice import choose
 
@@ -112,6 +119,52 @@ def test_the_reading_only_where_the_defaults_are_kept():
     kept = time_lines(0, GPU_DEFAULTS, {"max-num-seqs": 1024}, defaults_kept=True)
     assert kept[0] == LINE and len(kept) == 2 and kept[1].startswith("no queue")
     assert time_lines(0, GPU_DEFAULTS, {"max-num-seqs": 1024}, defaults_kept=False) == [LINE]
+
+
+# The code trace's defaults at capacity on one H100 (benchmarks/results/h100-code-7b/): an
+# inter-token latency p95 of 41.6 ms, a median in vLLM's first bucket (at most 10 ms), 174,849
+# prompt tokens over 110 requests.
+STALLED = GPU_DEFAULTS | {
+    "server_itl_p95_s": 0.0416,
+    "server_itl_p50_at_most_s": 0.01,
+    "server_prompt_tokens": 174849.0,
+    "server_requests_succeeded": 110.0,
+}
+
+
+def test_decode_steps_held_up_by_long_prefills_are_read_as_such():
+    said = stalls(time_spent(STALLED), at_most=True)
+    assert said == (
+        "decode steps wait on prefill: inter-token latency p95 41.6 ms against a median of at "
+        "most 10 ms, with prompts of 1590 tokens on average; a step that carries a prefill "
+        "chunk (up to max-num-batched-tokens tokens) holds up the decodes beside it, so a "
+        "smaller max-num-batched-tokens trades TTFT for TPOT"
+    )
+    # Written after the line and the reading where the defaults are kept, not otherwise.
+    kept = time_lines(0, STALLED, {"max-num-seqs": 1024}, defaults_kept=True)
+    assert len(kept) == 3 and kept[1].startswith("no queue") and kept[2] == said
+    assert len(time_lines(0, STALLED, {"max-num-seqs": 1024}, defaults_kept=False)) == 1
+    # An exact median is said as such.
+    exact = {k: v for k, v in STALLED.items() if k != "server_itl_p50_at_most_s"}
+    exact["server_itl_p50_s"] = 0.012
+    assert "against a median of 12 ms," in time_lines(0, exact, {}, defaults_kept=True)[-1]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        # Short prompts (the story trace's, 106 tokens): a tail of other causes, not said.
+        {"server_prompt_tokens": 110 * 106.0},
+        # A tail under 3 times the median (the CPU demo's: 9.7 ms against 5.1 ms).
+        {"server_itl_p95_s": 0.029},
+        {"server_preemptions": 2.0},
+        {"server_requests_succeeded": 0.0},
+    ],
+)
+def test_no_stall_reading_without_long_prompts_and_a_long_tail(change):
+    assert stalls(time_spent(STALLED | change)) is None
+    missing = {k: v for k, v in STALLED.items() if k != "server_itl_p95_s"}
+    assert stalls(time_spent(missing)) is None
 
 
 def test_a_default_that_is_not_a_count_is_not_shown():

@@ -15,8 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.flags import flag_name
+from tuner.study.plan.space import LONG_PROMPT_TOKENS
 
 MAX_NUM_SEQS = flag_name("max_num_seqs")
+# A median inside vLLM's first histogram bucket is kept as that bucket's bound.
+ITL_P50_AT_MOST = "server_itl_p50_at_most_s"
 # No queue: vLLM's waiting gauge read at most this in every sample (a request caught between
 # its arrival and the next step reads 1), and the mean time queued is under this share of a
 # request's time in prefill and decode.
@@ -24,6 +27,12 @@ QUEUE_WAITING_PEAK = 1
 QUEUE_SHARE = 0.01
 # No memory pressure: no preemption, and the KV cache never more than this share full.
 KV_CACHE_PRESSURE = 0.5
+# Decode steps held up by prefill: with prompts of LONG_PROMPT_TOKENS or more on average, an
+# inter-token latency p95 at least this many times its median. On one H100 the Azure code and
+# conversation traces read 4.0 to 11.5 at capacity, where TPOT p95 bound it; short prompts (the
+# story trace) read 1.9 to 4.9, other causes among them, and are left out
+# (benchmarks/results/h100-code-7b/).
+STALL_FACTOR = 3.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,9 @@ class TimeSpent:
     waiting_peak: float | None = None
     running_mean: float | None = None
     max_num_seqs: int | None = None
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
+    prompt_tokens_mean: float | None = None
 
     @property
     def measured(self) -> bool:
@@ -70,6 +82,9 @@ def time_spent(
         waiting_peak=_number(figures, "waiting_peak"),
         running_mean=_number(figures, "running_mean"),
         max_num_seqs=None if seqs is None else int(seqs),
+        itl_p50_s=_number(figures, "server_itl_p50_s") or _number(figures, ITL_P50_AT_MOST),
+        itl_p95_s=_number(figures, "server_itl_p95_s"),
+        prompt_tokens_mean=_per_request(figures, "server_prompt_tokens"),
     )
 
 
@@ -128,6 +143,25 @@ def reading(spent: TimeSpent) -> str | None:
     )
 
 
+def stalls(spent: TimeSpent, at_most: bool = False) -> str | None:
+    """What the figures say where decode steps waited on prefill: prompts of
+    ``LONG_PROMPT_TOKENS`` or more on average, no preemption, and an inter-token latency p95 at
+    least ``STALL_FACTOR`` times its median (``at_most``: the median is a bucket's bound). None
+    where a figure is missing or it is not so."""
+    p50, p95, prompts = spent.itl_p50_s, spent.itl_p95_s, spent.prompt_tokens_mean
+    if p50 is None or p95 is None or prompts is None or spent.preemptions != 0:
+        return None
+    if prompts < LONG_PROMPT_TOKENS or p50 <= 0 or p95 < STALL_FACTOR * p50:
+        return None
+    median = f"{'at most ' if at_most else ''}{_time(p50)}"
+    return (
+        f"decode steps wait on prefill: inter-token latency p95 {_time(p95)} against a median "
+        f"of {median}, with prompts of {prompts:.0f} tokens on average; a step that carries a "
+        "prefill chunk (up to max-num-batched-tokens tokens) holds up the decodes beside it, so "
+        "a smaller max-num-batched-tokens trades TTFT for TPOT"
+    )
+
+
 def time_lines(
     trial_number: int,
     figures: Mapping[str, Any],
@@ -136,16 +170,18 @@ def time_lines(
     engine_args: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """The line of a trial's ``figures`` (``time_line``) and, where it is vLLM's defaults kept,
-    the ``reading`` of them where there is one; nothing where the trial recorded no figure.
-    ``vllm_defaults``: vLLM's own values of engine arguments, by name, where known; the
+    the ``reading`` and ``stalls`` of them where there are; nothing where the trial recorded no
+    figure. ``vllm_defaults``: vLLM's own values of engine arguments, by name, where known; the
     trial's own ``engine_args`` win over them."""
     seqs = vllm_defaults.get(MAX_NUM_SEQS)
     spent = time_spent(figures, seqs if isinstance(seqs, int) else None, engine_args)
     line = time_line(trial_number, spent)
     if line is None:
         return []
-    said = reading(spent) if defaults_kept else None
-    return [line] if said is None else [line, said]
+    if not defaults_kept:
+        return [line]
+    at_most = figures.get("server_itl_p50_s") is None
+    return [line, *(said for said in (reading(spent), stalls(spent, at_most)) if said)]
 
 
 def _number(values: Any, key: str) -> float | None:
@@ -154,6 +190,12 @@ def _number(values: Any, key: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
+
+
+def _per_request(figures: Mapping[str, Any], key: str) -> float | None:
+    """``figures[key]`` over the requests that succeeded, where both are numbers."""
+    total, requests = _number(figures, key), _number(figures, "server_requests_succeeded")
+    return None if total is None or not requests else total / requests
 
 
 def _time(seconds: float) -> str:
