@@ -21,6 +21,8 @@ from tuner.flags import (
     normalize,
 )
 from tuner.load.health import CLIENT_TOLERANCE_S
+from tuner.study.plan.own_server import SECTION as SERVER
+from tuner.study.plan.own_server import OwnServer, check_first_token_metrics, parse_server
 from tuner.study.plan.spec_file import read_spec_document
 
 LATENCY = "latency"
@@ -130,6 +132,9 @@ class StudySpec:
     # that would end after it (going by the longest trial so far); the baseline always runs.
     # ``tuner run --time-budget-s`` overrides it; None: no limit.
     time_budget_s: float | None = None
+    # The user's own app around vLLM's AsyncLLM, started per trial in place of vLLM's OpenAI
+    # server (tuner.study.plan.own_server); None: vLLM's OpenAI server.
+    server: OwnServer | None = None
 
 
 DEFAULT_SPEC: dict[str, Any] = {
@@ -157,11 +162,11 @@ DEFAULT_SPEC: dict[str, Any] = {
     **{
         f.name: f.default
         for f in fields(StudySpec)
-        if f.default is not MISSING and f.name not in ("dummy_model", "candidates")
+        if f.default is not MISSING and f.name not in ("dummy_model", "candidates", SERVER)
     },
 }
 
-_TOP_LEVEL = set(DEFAULT_SPEC)
+_TOP_LEVEL = {*DEFAULT_SPEC, SERVER}
 
 # Beyond these a value is a slip, not a setting: seconds (a day), a time scale, a count of
 # trials or measurements, a bound of a searched argument (what a float holds exactly).
@@ -285,6 +290,8 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
     missing = set(weights) - set(slos)
     if missing:
         raise SpecError(path, f"objective.{sorted(missing)[0]}", "has a weight but no SLO")
+    server = parse_server(path, merged.get(SERVER))
+    check_first_token_metrics(path, server, slos, weights)
     dummy_model = merged["dummy_model"]
     if dummy_model is not None and (not isinstance(dummy_model, str) or dummy_model not in SHAPES):
         raise SpecError(
@@ -306,6 +313,7 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         baseline=baseline,
         candidates=candidates,
         dummy_model=dummy_model,
+        server=server,
         **seconds,
         **_settings(path, merged),
     )
