@@ -101,7 +101,7 @@ class ReplaySettings:
     # Client processes an open-loop replay is spread over (``tuner.load.spread``).
     client_procs: int = 1
     # What a request is on the wire: vLLM's completions unless the server is the user's own.
-    exchange: Exchange = field(default_factory=lambda: OpenAICompletions())
+    exchange: Exchange = field(default_factory=lambda: OPENAI_COMPLETIONS)
 
 
 def request_body(index: int, request: Request, settings: ReplaySettings) -> bytes:
@@ -234,6 +234,9 @@ class OpenAICompletions:
         await _receive(response, got, clock, sent, live)
 
 
+OPENAI_COMPLETIONS: Exchange = OpenAICompletions()
+
+
 def body_of(index: int, request: Request, settings: ReplaySettings) -> bytes:
     """The body of the window's ``index``-th request, as the settings' exchange puts it."""
     return settings.exchange.payload(index, request, settings)
@@ -274,12 +277,10 @@ async def send(
     start: float,
     clock: Clock,
     live: LiveRequest | None = None,
-    exchange: Exchange | None = None,
+    exchange: Exchange = OPENAI_COMPLETIONS,
 ) -> RequestResult:
-    """Send one request and time it; whatever fails, the request comes back with its error.
-
-    ``exchange`` (default: vLLM's OpenAI completions) says where it goes and how its response
-    is read.
+    """Send one request (where and how its response is read: ``exchange``'s) and time it;
+    whatever fails, the request comes back with its error.
 
     Only cancellation (how a replay stops early) and the interpreter's own exits
     (``KeyboardInterrupt``, ``SystemExit``) propagate. ``live`` is told when the request was
@@ -297,13 +298,9 @@ async def send(
     result = partial(
         RequestResult, scheduled_s, sent - start, request.input_tokens, request.output_tokens
     )
-    exchange = exchange or OpenAICompletions()
     try:
         async with client.stream(
-            "POST",
-            exchange.path,
-            content=body,
-            headers={"content-type": "application/json"},
+            "POST", exchange.path, content=body, headers={"content-type": "application/json"}
         ) as response:
             if response.status_code != 200:
                 text = (await response.aread()).decode(errors="replace")[:300]
