@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,17 @@ def test_a_trial_starts_the_app_with_its_engine_config_and_replays_its_endpoint(
     assert config == {"model": "models/m", "max_num_seqs": 4}
     log = (tmp_path / "t" / "engine.log").read_text()
     assert 'engine config: {"model": "models/m", "max_num_seqs": 4}' in log
+
+
+def test_a_replay_spread_over_client_processes_asks_the_app_the_same_way(
+    tmp_path: Path, app: ServerCommand
+) -> None:
+    setup = setup_for(app, template("sse"))
+    spread = replace(setup, replay=replace(setup.replay, client_procs=2))
+    outcome = run_trial({}, spread, tmp_path / "t")
+    assert outcome.feasible, outcome.reason
+    assert outcome.metrics["client_procs"] == 2
+    assert outcome.metrics["requests_ok"] == len(REQUESTS) and "ttft_p95_s" in outcome.metrics
 
 
 def test_a_count_that_disagrees_with_the_output_length_fails_the_requests(
