@@ -10,8 +10,12 @@ The example app on vLLM's CPU build: ``tests/test_own_server_e2e.py``.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -168,7 +172,7 @@ def test_an_app_stops_as_a_process_group(tmp_path: Path, app: ServerCommand) -> 
         pid = engine.pid
     finally:
         engine.stop()
-    assert pid is not None and not Path(f"/proc/{pid}").exists()
+    assert pid is not None and gone(pid)
 
 
 def test_an_app_that_never_answers_its_health_path_fails_its_start(tmp_path: Path) -> None:
@@ -268,3 +272,40 @@ def test_the_written_configuration_is_the_file_the_app_reads() -> None:
         "compilation_config": {"mode": 0},
     }
     assert serve_command("out.yaml", app) == "python app.py --port 8000 --engine-config out.yaml"
+
+
+def test_the_app_dies_with_a_tuner_that_is_killed(tmp_path: Path, app: ServerCommand) -> None:
+    """tuner killed outright (no stop runs): the app it started goes too."""
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from tuner.engine.own_server import CommandLauncher, ServerCommand\n"
+        "app = ServerCommand(sys.argv[1], '/ready')\n"
+        "engine = app.engine('m', {}, Path(sys.argv[2]), CommandLauncher(), {})\n"
+        "engine.start()\n"
+        "engine.wait_healthy(30, poll_s=0.05)\n"
+        "print(engine.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    tuner = subprocess.Popen(
+        [sys.executable, "-c", script, app.command, str(tmp_path / "t")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert tuner.stdout is not None
+    pid = int(tuner.stdout.readline())
+    os.kill(tuner.pid, signal.SIGKILL)
+    tuner.wait()
+    deadline = time.monotonic() + 10
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(pid)
+
+
+def gone(pid: int) -> bool:
+    """No such process, or only its zombie (reaped by whoever adopted it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
