@@ -23,11 +23,13 @@ from typing import Any
 import pytest
 import yaml
 
+from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import EngineFailed
 from tuner.engine.own_server import CommandLauncher, ServerCommand
 from tuner.errors import SpecError
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import SERVER_METRICS
+from tuner.load.prompts import prompt_words
 from tuner.load.template import RequestTemplate
 from tuner.study.measure.trial import Objective, TrialSetup, run_trial
 from tuner.study.plan.spec import parse_spec
@@ -309,3 +311,16 @@ def gone(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+def test_a_text_prompt_is_as_many_tokens_as_the_trace_says(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    model = write_model(tmp_path / "m", "cpu-tiny", weights=False)
+    request = RequestTemplate("/t", {"text": "{prompt}"}, words=prompt_words(str(model)))
+    settings = ReplaySettings(model="m", vocab_size=8192, block_tokens=16)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    for index, length in enumerate((1, 37, 500)):
+        sent = Request(0.0, length, 4, hash_ids=(1, 2))
+        text = json.loads(request.payload(index, sent, settings))["text"]
+        assert len(tokenizer.encode(text, add_special_tokens=False)) == length
