@@ -31,6 +31,7 @@ from tuner.load.http import ReplaySettings
 from tuner.load.metrics import SERVER_METRICS
 from tuner.load.prompts import prompt_words
 from tuner.load.template import RequestTemplate
+from tuner.report.page import served_with
 from tuner.study.measure.trial import Objective, TrialSetup, run_trial
 from tuner.study.plan.spec import parse_spec
 from tuner.study.result.emit import serve_command, served_config
@@ -324,3 +325,10 @@ def test_a_text_prompt_is_as_many_tokens_as_the_trace_says(tmp_path: Path) -> No
         sent = Request(0.0, length, 4, hash_ids=(1, 2))
         text = json.loads(request.payload(index, sent, settings))["text"]
         assert len(tokenizer.encode(text, add_special_tokens=False)) == length
+
+
+def test_the_report_serves_the_configuration_as_its_header_says() -> None:
+    app = ServerCommand("python app.py --port {port} --engine-config {config}")
+    header = f"# meets SLOs: yes\n# Serve with: {serve_command('<this file>', app)}\nmodel: m\n"
+    command = served_with(header, "configs/s.yaml")
+    assert command == "python app.py --port 8000 --engine-config configs/s.yaml"

@@ -26,6 +26,10 @@ from tuner.flags import LOAD_FORMAT, RANDOM_WEIGHTS, SERVER_ONLY, config_yaml, r
 from tuner.study.measure.capacity import NO_RATE
 from tuner.study.measure.scoring import Miss, Verdict
 
+# The header's last line, and what it names the file by.
+SERVE_WITH = "# Serve with: "
+THIS_FILE = "<this file>"
+
 # The measured figures quoted in the header, with how a person reads them.
 HEADLINE: tuple[tuple[str, str, float, str], ...] = (
     ("p95 TTFT", "ttft_p95_s", 1000.0, "ms"),
@@ -175,5 +179,5 @@ def render(
         if other is not None:
             row += f"   {other_label} {format_figure(other, key, scale, unit):>14}"
         lines.append(row)
-    lines.append(f"# Serve with: {serve_command('<this file>', server)}")
+    lines.append(SERVE_WITH + serve_command(THIS_FILE, server))
     return "\n".join(lines) + "\n" + served_config(model, engine_args, server)
