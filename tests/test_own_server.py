@@ -332,3 +332,10 @@ def test_the_report_serves_the_configuration_as_its_header_says() -> None:
     header = f"# meets SLOs: yes\n# Serve with: {serve_command('<this file>', app)}\nmodel: m\n"
     command = served_with(header, "configs/s.yaml")
     assert command == "python app.py --port 8000 --engine-config configs/s.yaml"
+
+
+def test_a_command_that_does_not_run_is_an_infeasible_trial(tmp_path: Path) -> None:
+    missing = ServerCommand(f"{tmp_path / 'no-such-app'} {{port}} {{config}}")
+    outcome = run_trial({}, setup_for(missing, template("sse")), tmp_path / "t")
+    assert not outcome.feasible
+    assert "the server command did not start" in (outcome.reason or "")

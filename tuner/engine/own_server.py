@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.engine.launchers import Launcher, ServerProcess
+from tuner.engine.launchers import EngineFailed, Launcher, ServerProcess
 from tuner.engine.process import Engine, free_port, server_env
 from tuner.engine.zygote import die_with
 from tuner.flags import engine_fields_yaml
@@ -82,21 +82,27 @@ class ServerCommand:
 @dataclass
 class CommandLauncher:
     """Runs a ``ServerCommand``'s words as given, each server its own process group in tuner's
-    session that dies with tuner (``tuner.engine.zygote.die_with``), as ``ProcessLauncher``."""
+    session that dies with tuner (``tuner.engine.zygote.die_with``), as ``ProcessLauncher``;
+    ``EngineFailed`` where the command cannot be run."""
 
     def launch(
         self, argv: Sequence[str], log: Path, env: Mapping[str, str], serve_command: bool = False
     ) -> ServerProcess:
         with log.open("ab") as out:
-            popen = subprocess.Popen(
-                list(argv),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, **env},
-                process_group=0,
-                preexec_fn=die_with(os.getpid()),
-            )
+            try:
+                popen = subprocess.Popen(
+                    list(argv),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env={**os.environ, **env},
+                    process_group=0,
+                    preexec_fn=die_with(os.getpid()),
+                )
+            except OSError as exc:
+                # A command that does not run (no such program, not executable) starts no
+                # server: the trial's, not the study's, failure.
+                raise EngineFailed(f"the server command did not start: {exc}", "") from None
         return ServerProcess(popen.pid, popen)
 
     def close(self) -> None:

@@ -162,11 +162,11 @@ DEFAULT_SPEC: dict[str, Any] = {
     **{
         f.name: f.default
         for f in fields(StudySpec)
-        if f.default is not MISSING and f.name not in ("dummy_model", "candidates", SERVER)
+        if f.default is not MISSING and f.name not in ("dummy_model", "candidates")
     },
 }
 
-_TOP_LEVEL = {*DEFAULT_SPEC, SERVER}
+_TOP_LEVEL = set(DEFAULT_SPEC)
 
 # Beyond these a value is a slip, not a setting: seconds (a day), a time scale, a count of
 # trials or measurements, a bound of a searched argument (what a float holds exactly).
@@ -290,7 +290,7 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
     missing = set(weights) - set(slos)
     if missing:
         raise SpecError(path, f"objective.{sorted(missing)[0]}", "has a weight but no SLO")
-    server = parse_server(path, merged.get(SERVER))
+    server = parse_server(path, merged[SERVER])
     check_first_token_metrics(path, server, slos, weights)
     dummy_model = merged["dummy_model"]
     if dummy_model is not None and (not isinstance(dummy_model, str) or dummy_model not in SHAPES):
