@@ -35,6 +35,7 @@ from tuner.report.page import served_with
 from tuner.study.measure.trial import Objective, TrialSetup, run_trial
 from tuner.study.plan.spec import parse_spec
 from tuner.study.result.emit import serve_command, served_config
+from tuner.study.trials import fingerprint
 from tuner.traces.model import Request
 
 FAKE_APP = textwrap.dedent(
@@ -339,3 +340,11 @@ def test_a_command_that_does_not_run_is_an_infeasible_trial(tmp_path: Path) -> N
     outcome = run_trial({}, setup_for(missing, template("sse")), tmp_path / "t")
     assert not outcome.feasible
     assert "the server command did not start" in (outcome.reason or "")
+
+
+def test_a_study_of_the_app_is_not_resumed_as_one_of_vllms_server() -> None:
+    workload = {"trace_sha256": "x"}
+    own, plain = parse_spec(spec()), parse_spec({})
+    assert "server" not in fingerprint.of_study(plain, workload, {})
+    recorded = fingerprint.of_study(own, workload, {})["server"]
+    assert recorded["request"]["path"] == "/translate" and "{port}" in recorded["command"]

@@ -44,6 +44,22 @@ class OwnServer:
         """Whether a first token is seen in its responses."""
         return self.request is None or self.request.streams
 
+    def fingerprint(self) -> dict[str, Any]:
+        """What a study's trials were measured through: the command, its health path, and the
+        request (its words, which come from the model, left out)."""
+        request = self.request
+        asked = None
+        if request is not None:
+            asked = {
+                "path": request.path,
+                "body": dict(request.body),
+                "prompt": request.prompt,
+                "stream": request.stream,
+                "output_tokens_field": request.output_tokens_field,
+            }
+        command = self.command
+        return {"command": command.command, "health_path": command.health_path, "request": asked}
+
 
 def parse_server(path: str, raw: Any) -> OwnServer | None:
     """The ``server`` section checked (None where there is none); ``SpecError`` names the key."""
