@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import SHIPPED_TRACE, run_tuner
 
 from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import EngineFailed
@@ -348,3 +349,13 @@ def test_a_study_of_the_app_is_not_resumed_as_one_of_vllms_server() -> None:
     assert "server" not in fingerprint.of_study(plain, workload, {})
     recorded = fingerprint.of_study(own, workload, {})["server"]
     assert recorded["request"]["path"] == "/translate" and "{port}" in recorded["command"]
+
+
+def test_a_server_command_without_its_config_exits_2_and_writes_nothing(tmp_path: Path) -> None:
+    command = "python app.py --port {port}"
+    result = run_tuner("run", "--trace", SHIPPED_TRACE, "--server-command", command, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"tuner: --server-command: the server command has no {{config}}: {command!r}"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -41,18 +41,26 @@ def launcher_for(choice: str, log: Path) -> Launcher:
     return LAUNCHERS[kind](log)
 
 
-def with_server_command(spec: StudySpec, command: str | None) -> StudySpec:
-    """The spec with ``--server-command`` as its server's command (its request kept); an
-    ``InputError`` where the command lacks ``{port}`` or ``{config}``."""
-    if command is None:
-        return spec
-    health = "/health" if spec.server is None else spec.server.command.health_path
+def server_command_of(args: argparse.Namespace) -> ServerCommand | None:
+    """``--server-command``, checked; an ``InputError`` where it lacks ``{port}`` or
+    ``{config}``."""
+    if args.server_command is None:
+        return None
     try:
-        started = ServerCommand(command, health)
+        return ServerCommand(args.server_command)
     except ValueError as exc:
         raise InputError(f"--server-command: {exc}") from None
-    request = None if spec.server is None else spec.server.request
-    return dataclasses.replace(spec, server=OwnServer(started, request))
+
+
+def with_server_command(spec: StudySpec, command: ServerCommand | None) -> StudySpec:
+    """The spec with ``command`` as its server's (the spec's health path and request kept)."""
+    if command is None:
+        return spec
+    if spec.server is None:
+        return dataclasses.replace(spec, server=OwnServer(command))
+    health = spec.server.command.health_path
+    started = dataclasses.replace(command, health_path=health)
+    return dataclasses.replace(spec, server=OwnServer(started, spec.server.request))
 
 
 def server_launcher(choice: str, log: Path, spec: StudySpec) -> Launcher:
@@ -73,11 +81,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     name = args.study or args.trace.stem
     # Bad input stops here, before anything is written.
     read = read_trace(args)
+    command = server_command_of(args)
     spec = load_study_spec(args, name, read.trace)
     n_trials = 0 if args.confirm_only else spec.n_trials if args.n_trials is None else args.n_trials
     # Whether this run starts engines: to add trials, or to finish a confirmation.
     measures = bool(n_trials or args.confirm_only)
-    spec = with_server_command(spec, args.server_command)
+    spec = with_server_command(spec, command)
     spec = checked_spec(args, name, spec, read.trace is not None, measures)
     # "auto": a latency study of a request trace replays at a rate calibrated on this machine,
     # once its study is open (the calibration is kept there); anything else at the trace's speed.
