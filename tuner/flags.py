@@ -111,3 +111,16 @@ def sets_capture_range(args: Mapping[str, Any]) -> bool:
 def random_weights(args: Mapping[str, Any]) -> bool:
     """Whether these (dashed) engine arguments run on random weights (``load-format: dummy``)."""
     return args.get(LOAD_FORMAT) == RANDOM_WEIGHTS
+
+
+def field_name(name: str) -> str:
+    """The ``AsyncEngineArgs`` field of an engine argument: ``max-num-seqs`` -> ``max_num_seqs``."""
+    return flag_name(name).partition(".")[0].replace("-", "_")
+
+
+def engine_fields_yaml(args: Mapping[str, Any]) -> str:
+    """These arguments as a YAML mapping of ``AsyncEngineArgs`` fields, in the order given:
+    what an application that builds its engine with ``AsyncEngineArgs(**fields)`` reads.
+    Dotted names nest as in ``config_yaml``."""
+    fields = {field_name(name): value for name, value in nest(args).items()}
+    return yaml.safe_dump(fields, sort_keys=False, default_flow_style=False)

@@ -83,6 +83,12 @@ def add_run_command(commands: Any) -> None:
         "fork one per trial (faster starts); auto (default): zygote, except on vLLM's CPU "
         "build (docs/how-it-works.md)",
     )
+    run.add_argument(
+        "--server-command",
+        help="start your own server around vLLM's AsyncLLM instead of vLLM's OpenAI server: a "
+        "command with {port} and {config} (a YAML of AsyncEngineArgs fields written per trial); "
+        "overrides the spec's server.command",
+    )
     run.add_argument("--report", action="store_true", help="write the HTML report at the end")
     run.add_argument(
         "--client-procs",

@@ -141,7 +141,7 @@ def said_result(
     print(comparison_table(written.figures, written.other, written.labels, written.rows))
     if written.lines:
         print("\n".join(written.lines))
-    serve = f"(serve: {command_to_serve(str(out))})"
+    serve = f"(serve: {written.serve or command_to_serve(str(out))})"
     if written.choice.outcome == TUNED:
         print(f"tuned: trial {chosen.number}; wrote {out} {serve}")
         return EXIT_MEETS_SLOS

@@ -8,6 +8,7 @@ prints what they tell and maps the outcome to the exit status.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from pathlib import Path
 
@@ -21,8 +22,11 @@ from tuner.cli.spec import checked_spec, load_study_spec
 from tuner.engine import environment
 from tuner.engine.launchers import AUTO as AUTO_LAUNCHER
 from tuner.engine.launchers import LAUNCHERS, Launcher, auto_launcher
+from tuner.engine.own_server import CommandLauncher, ServerCommand
+from tuner.errors import InputError
 from tuner.study.measure.objective import of_spec
 from tuner.study.measure.prepare import model_of
+from tuner.study.plan.own_server import OwnServer
 from tuner.study.plan.spec import AUTO, StudySpec
 from tuner.study.result.run import Run, RunSettings
 from tuner.study.trials import search
@@ -37,6 +41,38 @@ def launcher_for(choice: str, log: Path) -> Launcher:
     return LAUNCHERS[kind](log)
 
 
+def server_command_of(args: argparse.Namespace) -> ServerCommand | None:
+    """``--server-command``, checked; an ``InputError`` where it lacks ``{port}`` or
+    ``{config}``."""
+    if args.server_command is None:
+        return None
+    try:
+        return ServerCommand(args.server_command)
+    except ValueError as exc:
+        raise InputError(f"--server-command: {exc}") from None
+
+
+def with_server_command(spec: StudySpec, command: ServerCommand | None) -> StudySpec:
+    """The spec with ``command`` as its server's (the spec's health path and request kept)."""
+    if command is None:
+        return spec
+    if spec.server is None:
+        return dataclasses.replace(spec, server=OwnServer(command))
+    health = spec.server.command.health_path
+    started = dataclasses.replace(command, health_path=health)
+    return dataclasses.replace(spec, server=OwnServer(started, spec.server.request))
+
+
+def server_launcher(choice: str, log: Path, spec: StudySpec) -> Launcher:
+    """The spec's own server's command launcher, said on stdout, else ``launcher_for``'s."""
+    if spec.server is None:
+        return launcher_for(choice, log)
+    request = spec.server.request
+    asked = "OpenAI completions" if request is None else f"POST {request.path}"
+    print(f"server: {spec.server.command.command} ({asked})")
+    return CommandLauncher()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``tuner run``: read the trace and the spec (writing one if there is none), calibrate where
     asked, add the trials, confirm the winner and write its configuration; the exit status says
@@ -45,10 +81,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     name = args.study or args.trace.stem
     # Bad input stops here, before anything is written.
     read = read_trace(args)
+    command = server_command_of(args)
     spec = load_study_spec(args, name, read.trace)
     n_trials = 0 if args.confirm_only else spec.n_trials if args.n_trials is None else args.n_trials
     # Whether this run starts engines: to add trials, or to finish a confirmation.
     measures = bool(n_trials or args.confirm_only)
+    spec = with_server_command(spec, command)
     spec = checked_spec(args, name, spec, read.trace is not None, measures)
     # "auto": a latency study of a request trace replays at a rate calibrated on this machine,
     # once its study is open (the calibration is kept there); anything else at the trace's speed.
@@ -58,7 +96,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         time_scale = 1.0 if spec.time_scale == AUTO else float(spec.time_scale)
     workload = workload_of(args, spec, read, time_scale, model_of(spec))
     study, storage = _open_study(args, spec, name)
-    launcher = launcher_for(args.launcher, args.runs / name / "launcher.log") if measures else None
+    log = args.runs / name / "launcher.log"
+    launcher = server_launcher(args.launcher, log, spec) if measures else None
     settings = RunSettings(
         run_dir=args.runs / name,
         config_path=args.configs / f"{name}.yaml",

@@ -96,6 +96,8 @@ class Engine:
     env: Mapping[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
     port: int = 0
+    # The path that answers 200 once the server serves.
+    health_path: str = "/health"
     times: EngineTimes = field(default_factory=EngineTimes)
     _server: ServerProcess | None = None
 
@@ -137,7 +139,7 @@ class Engine:
         poll_s: float = 0.25,
         on_poll: Callable[[float], None] | None = None,
     ) -> float:
-        """Block until ``/health`` answers 200; return the seconds since start.
+        """Block until ``health_path`` answers 200; return the seconds since start.
 
         ``on_poll`` is told the seconds since start after each unanswered poll.
         """
@@ -159,7 +161,7 @@ class Engine:
                 if lost is not None:
                     raise lost
                 try:
-                    if client.get("/health").status_code == 200:
+                    if client.get(self.health_path).status_code == 200:
                         break
                 except httpx.HTTPError:
                     pass

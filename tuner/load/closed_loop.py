@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from tuner.load.http import Clock, ReplaySettings, request_body
+from tuner.load.http import Clock, ReplaySettings, body_of
 from tuner.load.metrics import ReplayResult, RequestResult
 from tuner.load.session import Monitor, ReplaySession, Sender, replay_async, run
 from tuner.traces.concurrency import ConcurrencyTrace
@@ -76,7 +76,7 @@ class ClosedLoop(Sender):
         while (now := session.clock() - session.start) < end_s and not stopped.is_set():
             while slots.held < self.schedule.target_at(now):
                 request = replace(next(self.requests), arrival_s=now)
-                body = request_body(sent, request, session.settings)
+                body = body_of(sent, request, session.settings)
                 slots.hold(session.send(sent, request, body, now))
                 sent += 1
             slots.wake.clear()

@@ -3,6 +3,10 @@
 Each request streams, so that the time to its first token is seen; its output length is forced
 (``max_tokens``, ``min_tokens``, ``ignore_eos``) so that it matches the trace. A request that
 fails, however it fails, comes back as a ``RequestResult`` with its error: it is data.
+
+What a request is on the wire is an ``Exchange``'s: its path, its body, how its response is
+read. vLLM's OpenAI completions (``OpenAICompletions``) are the default; an application's own
+endpoint is a ``tuner.load.template.RequestTemplate``.
 """
 
 from __future__ import annotations
@@ -11,9 +15,9 @@ import contextvars
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import httpx
@@ -61,6 +65,26 @@ def make_client(base_url: str, settings: ReplaySettings) -> httpx.AsyncClient:
     )
 
 
+class Exchange(Protocol):
+    """One kind of request: the ``path`` it is posted to, the body of the window's ``index``-th
+    request (``payload``), and how its response is read into a ``Received`` (``receive``, which
+    raises ``ValueError`` for a response it cannot read)."""
+
+    @property
+    def path(self) -> str: ...
+
+    def payload(self, index: int, request: Request, settings: ReplaySettings) -> bytes: ...
+
+    async def receive(
+        self,
+        response: httpx.Response,
+        got: Received,
+        clock: Clock,
+        sent: float,
+        live: LiveRequest | None,
+    ) -> None: ...
+
+
 @dataclass(frozen=True)
 class ReplaySettings:
     """How to talk to the server: which model, how long to wait, how often to read gauges."""
@@ -76,6 +100,8 @@ class ReplaySettings:
     monitor_interval_s: float = 1.0
     # Client processes an open-loop replay is spread over (``tuner.load.spread``).
     client_procs: int = 1
+    # What a request is on the wire: vLLM's completions unless the server is the user's own.
+    exchange: Exchange = field(default_factory=lambda: OPENAI_COMPLETIONS)
 
 
 def request_body(index: int, request: Request, settings: ReplaySettings) -> bytes:
@@ -155,7 +181,7 @@ def _since(written: list[Any], start: float) -> float | None:
 
 
 @dataclass(slots=True)
-class _Received:
+class Received:
     """What a streamed response has brought so far: the first token's time, the tokens
     counted, and the count the server's usage chunk gave."""
 
@@ -166,7 +192,7 @@ class _Received:
 
 async def _receive(
     response: httpx.Response,
-    got: _Received,
+    got: Received,
     clock: Clock,
     sent: float,
     live: LiveRequest | None,
@@ -182,13 +208,47 @@ async def _receive(
             continue
         token, count = read_chunk(data)
         if token:
-            if got.ttft_s is None:
-                got.ttft_s = clock() - sent
-                if live is not None:
-                    live.first_token_s = got.ttft_s + live.sent_s
-            got.tokens += 1
+            first_token(got, clock, sent, live)
         if count is not None:
             got.usage_tokens = count
+
+
+@dataclass(frozen=True)
+class OpenAICompletions:
+    """vLLM's OpenAI completions: ``request_body`` posted to ``/v1/completions``, its
+    server-sent chunks read by ``read_chunk``."""
+
+    path: str = "/v1/completions"
+
+    def payload(self, index: int, request: Request, settings: ReplaySettings) -> bytes:
+        return request_body(index, request, settings)
+
+    async def receive(
+        self,
+        response: httpx.Response,
+        got: Received,
+        clock: Clock,
+        sent: float,
+        live: LiveRequest | None,
+    ) -> None:
+        await _receive(response, got, clock, sent, live)
+
+
+OPENAI_COMPLETIONS: Exchange = OpenAICompletions()
+
+
+def body_of(index: int, request: Request, settings: ReplaySettings) -> bytes:
+    """The body of the window's ``index``-th request, as the settings' exchange puts it."""
+    return settings.exchange.payload(index, request, settings)
+
+
+def first_token(got: Received, clock: Clock, sent: float, live: LiveRequest | None) -> None:
+    """Note a token received now: the first one's time goes to ``got`` and to ``live``."""
+    if got.ttft_s is None:
+        got.ttft_s = clock() - sent
+        if live is not None:
+            live.first_token_s = got.ttft_s + live.sent_s
+    got.tokens += 1
 
 
 def _failure(client: httpx.AsyncClient, exc: Exception) -> str:
@@ -217,8 +277,10 @@ async def send(
     start: float,
     clock: Clock,
     live: LiveRequest | None = None,
+    exchange: Exchange = OPENAI_COMPLETIONS,
 ) -> RequestResult:
-    """Send one request and time it; whatever fails, the request comes back with its error.
+    """Send one request (where and how its response is read: ``exchange``'s) and time it;
+    whatever fails, the request comes back with its error.
 
     Only cancellation (how a replay stops early) and the interpreter's own exits
     (``KeyboardInterrupt``, ``SystemExit``) propagate. ``live`` is told when the request was
@@ -231,23 +293,20 @@ async def send(
     if live is not None:
         live.sent_s = sent - start
         live.sent = True
-    got = _Received()
+    got = Received()
     # Every outcome names the request by its schedule, its send time and its lengths.
     result = partial(
         RequestResult, scheduled_s, sent - start, request.input_tokens, request.output_tokens
     )
     try:
         async with client.stream(
-            "POST",
-            "/v1/completions",
-            content=body,
-            headers={"content-type": "application/json"},
+            "POST", exchange.path, content=body, headers={"content-type": "application/json"}
         ) as response:
             if response.status_code != 200:
                 text = (await response.aread()).decode(errors="replace")[:300]
                 status = f"HTTP {response.status_code}: {text}"
                 return result(error=status, written_s=_since(written, start))
-            await _receive(response, got, clock, sent, live)
+            await exchange.receive(response, got, clock, sent, live)
     except Exception as exc:
         return result(
             ttft_s=got.ttft_s,

@@ -18,6 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tuner.traces.profile import in_flight, time_weighted
 
 QUANTILES = (50, 95, 99)
+# Whether the server's ``/metrics`` showed vLLM's metrics around the window (1) or not (0).
+SERVER_METRICS = "server_metrics"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,9 @@ def replay_figures(result: ReplayResult) -> dict[str, float]:
     and how far the wall clock and tuner's own loop were off."""
     figures = summarize_client(result.results, result.duration_s)
     before, after = parse_scrape(result.metrics_before), parse_scrape(result.metrics_after)
+    # 0 where the server showed no vLLM metrics (an app that does not expose them): the
+    # window's figures are then the client's alone.
+    figures[SERVER_METRICS] = float(bool(before.values or after.values))
     figures |= summarize_server(before, after)
     figures |= summarize_gauges([parse_scrape(text) for text in result.metrics_during])
     figures["wall_clock_step_s"] = result.wall_clock_step_s

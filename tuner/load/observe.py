@@ -128,6 +128,11 @@ async def observing(
     collector cannot simply be turned off for a long window).
     """
     observed = Observed(before=await scrape(client) if read_metrics else "")
+    if read_metrics and "vllm:" not in observed.before:
+        logger.warning(
+            "the server shows no vLLM metrics at /metrics: this window is scored on tuner's "
+            "client figures alone"
+        )
     stop = asyncio.Event()
     sampler = None
     if read_metrics:

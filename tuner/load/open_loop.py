@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tuner.load.http import Clock, ReplaySettings, request_body
+from tuner.load.http import Clock, ReplaySettings, body_of
 from tuner.load.metrics import ReplayResult
 from tuner.load.session import Monitor, ReplaySession, Sender, replay_async, run
 from tuner.traces.model import Request
@@ -42,7 +42,7 @@ class OpenLoop(Sender):
 
 def bodies_of(requests: Sequence[tuple[int, Request]], settings: ReplaySettings) -> list[bytes]:
     """The JSON body of each ``(index, request)``."""
-    return [request_body(i, r, settings) for i, r in requests]
+    return [body_of(i, r, settings) for i, r in requests]
 
 
 def replay_in_process(

@@ -39,3 +39,39 @@ def prompt_token_ids(
     ids = ids[: request.input_tokens]
     ids += _tokens(seed, 2, index, request.input_tokens - len(ids), vocab_size)
     return ids
+
+
+# Fewer words than this and text prompts repeat too often to stand for distinct requests.
+_FEWEST_WORDS = 20
+# Enough that two unrelated prompts share no block of words by chance; a large vocabulary is
+# not read to its end (each token is decoded and encoded again).
+_MOST_WORDS = 4096
+
+
+def prompt_words(model: str) -> tuple[str, ...]:
+    """Pieces of text that ``model``'s tokenizer reads back as one token each, for text prompts
+    (``tuner.load.template``): its tokens that decode to letters (at most ``_MOST_WORDS``),
+    with a space before them where the tokenizer has enough such (a byte-pair tokenizer then
+    reads each word alone, so a prompt of ``n`` words is ``n`` tokens), else without.
+
+    Raises ``ValueError`` where the tokenizer has too few such tokens.
+    """
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    spaced: list[str] = []
+    bare: list[str] = []
+    for token_id in range(len(tokenizer)):
+        text = str(tokenizer.decode([token_id]))
+        word = text[1:] if text.startswith(" ") else text
+        if not (word.isascii() and word.isalpha()):
+            continue
+        if tokenizer.encode(text, add_special_tokens=False) != [token_id]:
+            continue
+        (spaced if text.startswith(" ") else bare).append(text)
+        if len(spaced) >= _MOST_WORDS:
+            break
+    words = spaced if len(spaced) >= _FEWEST_WORDS else bare
+    if len(words) < _FEWEST_WORDS:
+        raise ValueError(f"{model}'s tokenizer has too few word tokens for text prompts")
+    return tuple(words)

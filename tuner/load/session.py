@@ -149,7 +149,16 @@ class ReplaySession:
         live = self.live[index] = LiveRequest(sent_s=scheduled_s)
         self._requests[index] = request
         task = asyncio.create_task(
-            send(self.client, body, request, scheduled_s, self.start, self.clock, live)
+            send(
+                self.client,
+                body,
+                request,
+                scheduled_s,
+                self.start,
+                self.clock,
+                live,
+                self.settings.exchange,
+            )
         )
         self._tasks[index] = task
         return task

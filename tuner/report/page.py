@@ -30,6 +30,7 @@ from tuner.report.rate_curves import MOST_CURVES, CurveSet, curves
 from tuner.report.verdict import chosen_is_baseline, confirmation_part, listed, said
 from tuner.study.measure.record import RATES_ATTR, RESOLVED_ATTR
 from tuner.study.measure.trial import ENGINE_START_S, TRIAL_S
+from tuner.study.result.emit import SERVE_WITH, THIS_FILE
 
 # Figures in the verdict after the SLOs: user attribute, label, scale, digits, unit.
 THROUGHPUT = (
@@ -222,11 +223,21 @@ def configuration_part(report: StudyReport, chosen: int) -> str:
             f"{path} is not from this trial (it says trial {config.trial}); "
             "<code>tuner run --n-trials 0</code> with this study writes this one."
         )
-    command = command_to_serve(str(path))
+    command = escape(served_with(config.text, str(config.path)))
     return (
         f'<h3>Configuration</h3><p>{note}</p><pre id="config">{escape(config.text)}</pre>'
         f"<p>Serve it with <code>{command}</code></p>"
     )
+
+
+def served_with(text: str, path: str) -> str:
+    """How to serve the configuration at ``path``: its header's own line (``vllm serve``, or
+    the user's app), else ``vllm serve``."""
+    for line in text.splitlines():
+        if line.startswith(SERVE_WITH):
+            command = line.removeprefix(SERVE_WITH)
+            return command.replace(f"'{THIS_FILE}'", path).replace(THIS_FILE, path)
+    return command_to_serve(path)
 
 
 def trials_section(report: StudyReport) -> str:

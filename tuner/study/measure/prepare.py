@@ -7,14 +7,16 @@ measure as tuner does (``prepare``); the command line only says what they built.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from tuner.engine.dummy_model import is_complete, write_model
 from tuner.engine.launchers import Launcher
 from tuner.flags import random_weights
-from tuner.load.http import ReplaySettings
+from tuner.load.http import Exchange, OpenAICompletions, ReplaySettings
+from tuner.load.prompts import prompt_words
+from tuner.load.template import TEXT
 from tuner.study.measure.judge import Criteria
 from tuner.study.measure.objective import of_spec
 from tuner.study.measure.outcome import Offered
@@ -182,6 +184,7 @@ def trial_setup(
             seed=spec.seed,
             client_procs=0 if spec.client_procs == AUTO else int(spec.client_procs),
             request_timeout_s=spec.stall_timeout_s,
+            exchange=exchange_of(spec),
         ),
         criteria=Criteria(spec.slos, spec.weights, spec.max_error_rate),
         health_timeout_s=spec.health_timeout_s,
@@ -191,7 +194,19 @@ def trial_setup(
         progress=progress,
         measure=of_spec(spec).measure(spec, replay.requests, replay.offered),
         client_tolerance_s=spec.client_tolerance_s,
+        server=None if spec.server is None else spec.server.command,
     )
+
+
+def exchange_of(spec: StudySpec) -> Exchange:
+    """What the spec's server is asked: its own request (text prompts made of the model's
+    tokenizer's words), else vLLM's OpenAI completions."""
+    template = None if spec.server is None else spec.server.request
+    if template is None:
+        return OpenAICompletions()
+    if template.prompt == TEXT:
+        return replace(template, words=prompt_words(spec.model))
+    return template
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.engine.launchers import EngineFailed, Launcher, ProcessLauncher, tail
+from tuner.engine.own_server import ServerCommand
 from tuner.engine.process import Engine
 from tuner.load.closed_loop import replay_closed_loop
 from tuner.load.health import CLIENT_BEHIND, CLIENT_TOLERANCE_S
@@ -90,6 +91,16 @@ class TrialSetup:
     # or a capacity study's search of rates (``tuner.study.measure.rate_search.RateSearch``).
     measure: Measure = field(default_factory=lambda: WindowReplay())
     client_tolerance_s: float = CLIENT_TOLERANCE_S
+    # The user's own app, started by its command in place of vLLM's OpenAI server.
+    server: ServerCommand | None = None
+
+    def engine(
+        self, engine_args: Mapping[str, Any], workdir: Path, env: Mapping[str, str]
+    ) -> Engine:
+        """The server of one trial: vLLM's OpenAI server, or the user's app."""
+        if self.server is not None:
+            return self.server.engine(self.model, engine_args, workdir, self.launcher, env)
+        return Engine(self.model, engine_args, workdir, launcher=self.launcher, env=env)
 
 
 @dataclass(frozen=True)
@@ -262,7 +273,7 @@ def run_trial(
     """
     progress = setup.progress
     env = {**setup.env, **setup.measure.env}
-    engine = Engine(setup.model, engine_args, workdir, launcher=setup.launcher, env=env)
+    engine = setup.engine(engine_args, workdir, env)
     timings: dict[str, float] = {}
     began = time.monotonic()
 

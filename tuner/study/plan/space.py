@@ -315,6 +315,8 @@ SPEC_HEADER = (
     "#   the baseline are measured this many more times each; a searched one is written only\n"
     "#   where it beats vLLM's defaults in every measurement, else the defaults are.\n"
     "# time_budget_s: seconds the whole run may take; the confirmation is held back from it.\n"
+    "# server: your own app around vLLM's AsyncLLM, started per trial instead of vLLM's\n"
+    "#   server: its command and request (docs/own-server.md); null: vLLM's server.\n"
 )
 
 

@@ -21,6 +21,8 @@ from tuner.flags import (
     normalize,
 )
 from tuner.load.health import CLIENT_TOLERANCE_S
+from tuner.study.plan.own_server import SECTION as SERVER
+from tuner.study.plan.own_server import OwnServer, check_first_token_metrics, parse_server
 from tuner.study.plan.spec_file import read_spec_document
 
 LATENCY = "latency"
@@ -130,6 +132,9 @@ class StudySpec:
     # that would end after it (going by the longest trial so far); the baseline always runs.
     # ``tuner run --time-budget-s`` overrides it; None: no limit.
     time_budget_s: float | None = None
+    # The user's own app around vLLM's AsyncLLM, started per trial in place of vLLM's OpenAI
+    # server (tuner.study.plan.own_server); None: vLLM's OpenAI server.
+    server: OwnServer | None = None
 
 
 DEFAULT_SPEC: dict[str, Any] = {
@@ -285,6 +290,8 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
     engine_args, baseline, candidates, space = _arguments(path, merged)
     slos = _metric_map(path, "slos", merged["slos"])
     weights = _weights(path, data, slos)
+    server = parse_server(path, merged[SERVER])
+    check_first_token_metrics(path, server, slos, weights)
     dummy_model = merged["dummy_model"]
     if dummy_model is not None and (not isinstance(dummy_model, str) or dummy_model not in SHAPES):
         raise SpecError(
@@ -306,6 +313,7 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         baseline=baseline,
         candidates=candidates,
         dummy_model=dummy_model,
+        server=server,
         **seconds,
         **_settings(path, merged),
     )

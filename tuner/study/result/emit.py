@@ -21,9 +21,14 @@ from typing import Any
 
 from tuner.engine.dummy_model import has_weights
 from tuner.engine.environment import command_to_serve
+from tuner.engine.own_server import ServerCommand
 from tuner.flags import LOAD_FORMAT, RANDOM_WEIGHTS, SERVER_ONLY, config_yaml, random_weights
 from tuner.study.measure.capacity import NO_RATE
 from tuner.study.measure.scoring import Miss, Verdict
+
+# The header's last line, and what it names the file by.
+SERVE_WITH = "# Serve with: "
+THIS_FILE = "<this file>"
 
 # The measured figures quoted in the header, with how a person reads them.
 HEADLINE: tuple[tuple[str, str, float, str], ...] = (
@@ -58,15 +63,23 @@ def served_model(model: str) -> str:
     return str(folder.resolve()) if folder.is_dir() else model
 
 
-def served_config(model: str, engine_args: Mapping[str, Any]) -> str:
+def served_config(
+    model: str, engine_args: Mapping[str, Any], server: ServerCommand | None = None
+) -> str:
     """The YAML body: the model and the trial's engine arguments, without host and port, and
-    without random weights."""
+    without random weights; for the user's own app (``server``), as its engine-config file."""
     args = {
         k: v
         for k, v in engine_args.items()
         if k not in SERVER_ONLY and not (k == LOAD_FORMAT and v == RANDOM_WEIGHTS)
     }
-    return config_yaml({"model": served_model(model), **args})
+    served = {"model": served_model(model), **args}
+    return config_yaml(served) if server is None else server.config_text(served)
+
+
+def serve_command(path: str, server: ServerCommand | None = None) -> str:
+    """How to serve the configuration at ``path``: ``vllm serve``, or the user's app."""
+    return command_to_serve(path) if server is None else server.serve_command(path)
 
 
 def random_weights_lines(model: str) -> list[str]:
@@ -133,8 +146,10 @@ def render(
     extra: Sequence[str] = (),
     measured: str = "on that window",
     labels: tuple[str, str] | None = None,
+    server: ServerCommand | None = None,
 ) -> str:
-    """The whole file: a comment header, then the config ``vllm serve --config`` reads.
+    """The whole file: a comment header, then the config ``vllm serve --config`` reads, or for
+    the user's own app (``server``) its engine-config file, with its command.
 
     ``extra`` lines follow the verdict (a capacity study's capacity and servers, what the
     configuration was held against); ``measured`` says where the figures were measured;
@@ -164,5 +179,5 @@ def render(
         if other is not None:
             row += f"   {other_label} {format_figure(other, key, scale, unit):>14}"
         lines.append(row)
-    lines.append(f"# Serve with: {command_to_serve('<this file>')}")
-    return "\n".join(lines) + "\n" + served_config(model, engine_args)
+    lines.append(SERVE_WITH + serve_command(THIS_FILE, server))
+    return "\n".join(lines) + "\n" + served_config(model, engine_args, server)

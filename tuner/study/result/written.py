@@ -27,7 +27,7 @@ from tuner.study.measure.record import DEVICE, MEASURED_ON, VLLM_VERSION, TrialR
 from tuner.study.measure.time_spent import time_lines
 from tuner.study.plan.spec import StudySpec
 from tuner.study.result.choice import Choice, choose, summary
-from tuner.study.result.emit import Provenance, render
+from tuner.study.result.emit import Provenance, render, serve_command
 from tuner.study.trials import fingerprint, picks
 
 
@@ -49,6 +49,8 @@ class Written:
     lines: list[str]
     objective: StudyObjective
     workload: Workload
+    # How to serve the file written: ``vllm serve``, or the user's app.
+    serve: str = ""
 
     @property
     def trial(self) -> FrozenTrial:
@@ -85,6 +87,7 @@ def write_configuration(
     objective = of_study(study)
     peak = workload.replay.peak_req_per_s
     rows, lines, measured = objective.result_lines(chosen, other, peak, labels[1])
+    server = None if spec.server is None else spec.server.command
     lines += summary(choice) + _time_spent(choice, spec)
     text = render(
         spec.model,
@@ -96,6 +99,7 @@ def write_configuration(
         lines,
         measured,
         labels,
+        server,
     )
     try:
         write_whole(path, text)
@@ -103,7 +107,8 @@ def write_configuration(
         raise TunerError(
             f"{exc}; the study keeps every trial: --n-trials 0 writes the file again"
         ) from None
-    return Written(choice, path, verdict, labels, other, rows, lines, objective, workload)
+    serve = serve_command(str(path), server)
+    return Written(choice, path, verdict, labels, other, rows, lines, objective, workload, serve)
 
 
 def write_whole(path: Path, text: str) -> None:

@@ -52,6 +52,9 @@ def of_study(
         **machine,
     }
     fields |= of_spec(spec).fingerprint(spec)
+    if spec.server is not None:
+        # The app measured and how it was asked; absent for vLLM's server, as before.
+        fields["server"] = spec.server.fingerprint()
     # As the storage gives it back: tuples become lists, integers in floats stay floats.
     loaded: dict[str, Any] = json.loads(json.dumps(fields))
     return loaded
