@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from tuner.engine.zygote import Channel, die_with
 
@@ -140,6 +140,22 @@ class Launcher(Protocol):
     def close(self) -> None: ...
 
 
+def spawn(argv: Sequence[str], out: IO[bytes], env: Mapping[str, str]) -> ServerProcess:
+    """Start ``argv`` as a server writing to ``out`` (its log): its own process group (stopped
+    as one; Ctrl-C at the terminal reaches tuner only), in tuner's session (the module's
+    docstring says why), dying with tuner. ``OSError`` where it cannot be run."""
+    popen = subprocess.Popen(
+        list(argv),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **env},
+        process_group=0,
+        preexec_fn=die_with(os.getpid()),
+    )
+    return ServerProcess(popen.pid, popen)
+
+
 @dataclass
 class ProcessLauncher:
     """A fresh interpreter per server: ``python -m vllm.entrypoints.openai.api_server``, or
@@ -154,18 +170,7 @@ class ProcessLauncher:
     ) -> ServerProcess:
         module = self.serve_module if serve_command else self.module
         with log.open("ab") as out:
-            popen = subprocess.Popen(
-                [self.python, "-m", module, *argv],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, **env},
-                # Its own process group (stopped as one; Ctrl-C at the terminal reaches tuner
-                # only), in tuner's session (the module's docstring says why).
-                process_group=0,
-                preexec_fn=die_with(os.getpid()),
-            )
-        return ServerProcess(popen.pid, popen)
+            return spawn([self.python, "-m", module, *argv], out, env)
 
     def close(self) -> None:
         pass

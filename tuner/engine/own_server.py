@@ -12,18 +12,15 @@ SIGKILL to what is left.
 from __future__ import annotations
 
 import logging
-import os
 import shlex
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.engine.launchers import EngineFailed, Launcher, ServerProcess
+from tuner.engine.launchers import EngineFailed, Launcher, ServerProcess, spawn
 from tuner.engine.process import Engine, free_port, server_env
-from tuner.engine.zygote import die_with
 from tuner.flags import engine_fields_yaml
 
 logger = logging.getLogger(__name__)
@@ -90,20 +87,11 @@ class CommandLauncher:
     ) -> ServerProcess:
         with log.open("ab") as out:
             try:
-                popen = subprocess.Popen(
-                    list(argv),
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env={**os.environ, **env},
-                    process_group=0,
-                    preexec_fn=die_with(os.getpid()),
-                )
+                return spawn(argv, out, env)
             except OSError as exc:
                 # A command that does not run (no such program, not executable) starts no
                 # server: the trial's, not the study's, failure.
                 raise EngineFailed(f"the server command did not start: {exc}", "") from None
-        return ServerProcess(popen.pid, popen)
 
     def close(self) -> None:
         pass
