@@ -52,6 +52,8 @@ class TimeSpent:
     running_mean: float | None = None
     max_num_seqs: int | None = None
     itl_p50_s: float | None = None
+    # The median is the bound of the histogram bucket it fell in, not a value.
+    itl_p50_at_most: bool = False
     itl_p95_s: float | None = None
     prompt_tokens_mean: float | None = None
 
@@ -73,6 +75,8 @@ def time_spent(
     seqs = _number(engine_args or {}, MAX_NUM_SEQS)
     if seqs is None and default_max_num_seqs is not None:
         seqs = float(default_max_num_seqs)
+    exact_p50 = _number(figures, "server_itl_p50_s")
+    bound_p50 = _number(figures, ITL_P50_AT_MOST)
     return TimeSpent(
         queue_s=_number(figures, "server_queue_mean_s"),
         prefill_s=_number(figures, "server_prefill_mean_s"),
@@ -82,7 +86,8 @@ def time_spent(
         waiting_peak=_number(figures, "waiting_peak"),
         running_mean=_number(figures, "running_mean"),
         max_num_seqs=None if seqs is None else int(seqs),
-        itl_p50_s=_number(figures, "server_itl_p50_s") or _number(figures, ITL_P50_AT_MOST),
+        itl_p50_s=exact_p50 if exact_p50 is not None else bound_p50,
+        itl_p50_at_most=exact_p50 is None and bound_p50 is not None,
         itl_p95_s=_number(figures, "server_itl_p95_s"),
         prompt_tokens_mean=_per_request(figures, "server_prompt_tokens"),
     )
@@ -143,17 +148,16 @@ def reading(spent: TimeSpent) -> str | None:
     )
 
 
-def stalls(spent: TimeSpent, at_most: bool = False) -> str | None:
+def stalls(spent: TimeSpent) -> str | None:
     """What the figures say where decode steps waited on prefill: prompts of
     ``LONG_PROMPT_TOKENS`` or more on average, no preemption, and an inter-token latency p95 at
-    least ``STALL_FACTOR`` times its median (``at_most``: the median is a bucket's bound). None
-    where a figure is missing or it is not so."""
+    least ``STALL_FACTOR`` times its median. None where a figure is missing or it is not so."""
     p50, p95, prompts = spent.itl_p50_s, spent.itl_p95_s, spent.prompt_tokens_mean
     if p50 is None or p95 is None or prompts is None or spent.preemptions != 0:
         return None
     if prompts < LONG_PROMPT_TOKENS or p50 <= 0 or p95 < STALL_FACTOR * p50:
         return None
-    median = f"{'at most ' if at_most else ''}{_time(p50)}"
+    median = f"{'at most ' if spent.itl_p50_at_most else ''}{_time(p50)}"
     return (
         f"decode steps wait on prefill: inter-token latency p95 {_time(p95)} against a median "
         f"of {median}, with prompts of {prompts:.0f} tokens on average; a step that carries a "
@@ -180,8 +184,7 @@ def time_lines(
         return []
     if not defaults_kept:
         return [line]
-    at_most = figures.get("server_itl_p50_s") is None
-    return [line, *(said for said in (reading(spent), stalls(spent, at_most)) if said)]
+    return [line, *(said for said in (reading(spent), stalls(spent)) if said)]
 
 
 def _number(values: Any, key: str) -> float | None:
