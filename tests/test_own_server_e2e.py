@@ -9,9 +9,7 @@ the file written then answers. Two trials, about a minute of engine start each o
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -30,6 +28,7 @@ from conftest import (
     REPO,
     cpu_spec,
     run_tuner,
+    stop_group,
     wait_for_no_processes,
     write_spec,
 )
@@ -141,12 +140,7 @@ def served(tuned: Tuned) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     try:
         yield f"http://127.0.0.1:{port}", server
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            server.wait(timeout=20)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
+        stop_group(server)
         log.close()
 
 
