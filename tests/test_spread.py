@@ -19,7 +19,7 @@ from conftest import cpu_spec, run_tuner, write_small_trace, write_spec
 from tuner.cli.result import trial_line
 from tuner.load.health import CLIENT_BEHIND, client_behind, client_to_blame, missed_beyond_lag
 from tuner.load.http import ReplaySettings, request_body
-from tuner.load.metrics import replay_figures
+from tuner.load.metrics import ReplayResult, RequestResult, client_figures, replay_figures
 from tuner.load.spread import procs_for, replay
 from tuner.load.standin import body_key
 from tuner.study.measure.rates import RatePoint, search_capacity
@@ -172,6 +172,26 @@ def test_a_failure_far_beyond_the_clients_lag_is_the_servers():
     assert "went out 150 ms after" in (client_to_blame(late_sends, slos, passed=False) or "")
     assert client_to_blame(far, slos, passed=True)  # a passed window keeps its flag
     assert client_to_blame(far | {"client_lag_p99_s": 0.001}, slos, passed=False) is None
+
+
+def test_a_late_send_is_weighed_against_the_gap_between_arrivals():
+    """Requests sent 5.3 ms late (p99) at 7.2 req/s, 140 ms apart, leave the load the trace's:
+    the window is not flagged, and its TPOT miss is the server's (the H100 code-trace window);
+    at 100 req/s, 10 ms apart, the same lag is over the tolerance."""
+    sparse = ReplayResult(
+        [RequestResult(i * 0.14, i * 0.14 + 0.001, 10, 5) for i in range(72)], 10.0
+    )
+    gap_s = client_figures(sparse)["arrival_gap_mean_s"]
+    assert gap_s == pytest.approx(0.14)
+    slos = {"ttft_p95_s": 1.0, "tpot_p95_s": 0.05}
+    window = {"tpot_p95_s": 0.0507, "send_lag_p99_s": 0.0053, "client_lag_p99_s": 0.001}
+    assert client_behind(window | {"arrival_gap_mean_s": gap_s}) is None
+    assert client_to_blame(window | {"arrival_gap_mean_s": gap_s}, slos, passed=False) is None
+    dense = window | {"arrival_gap_mean_s": 0.01}
+    assert "went out 5 ms after their time (p99)" in (client_behind(dense) or "")
+    assert client_to_blame(dense, slos, passed=False)
+    far_behind = window | {"arrival_gap_mean_s": gap_s, "send_lag_p99_s": 0.02}
+    assert "(p99; 14 ms allowed)" in (client_behind(far_behind) or "")
 
 
 def test_a_capacity_search_does_not_count_a_rate_the_client_failed():

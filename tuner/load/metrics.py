@@ -104,7 +104,9 @@ def replay_figures(result: ReplayResult) -> dict[str, float]:
 
 def client_figures(result: ReplayResult) -> dict[str, float]:
     """The client's own figures of a window: processes, CPU of the busiest, and how late the
-    requests' bytes were written against their schedule (``write_lag``)."""
+    requests' bytes were written against their schedule (``write_lag``), and the mean gap between
+    the requests' scheduled times (``arrival_gap_mean_s``), against which a late send is weighed
+    (``tuner.load.health.send_tolerance_s``)."""
     lags = [r.written_s - r.scheduled_s for r in result.results if r.written_s is not None]
     figures = {
         "client_procs": float(max(1, len(result.client_cpu))),
@@ -115,6 +117,9 @@ def client_figures(result: ReplayResult) -> dict[str, float]:
     if lags:
         figures["write_lag_p50_s"] = float(np.percentile(lags, 50))
         figures["write_lag_p99_s"] = float(np.percentile(lags, 99))
+    if len(result.results) >= 2:
+        scheduled = [r.scheduled_s for r in result.results]
+        figures["arrival_gap_mean_s"] = (max(scheduled) - min(scheduled)) / (len(scheduled) - 1)
     return figures
 
 
