@@ -127,8 +127,9 @@ def test_long_prompts_move_max_num_batched_tokens_first_and_say_why():
             yaml.safe_load(default_spec_text("m", gpu=True, prompt_tokens=[1024], device=device))
         ).space
     }
-    # Its levels: a factor of 4 below vLLM's default, which stays the default.
-    assert space["max-num-batched-tokens"].choices == (2048, 8192, 16384)
+    # Its levels: a factor of 4 below vLLM's default, which stays the default, listed from the
+    # largest down so that the search moves down first.
+    assert space["max-num-batched-tokens"].choices == (16384, 8192, 2048)
     assert space["max-num-batched-tokens"].default == 8192
     short = {
         d.name: d

@@ -48,11 +48,15 @@ GPU_BATCHED_TOKENS = 2048
 # max-num-seqs, and a search that moved max-num-batched-tokens fourth ran out of time before it
 # (benchmarks/results/h100-conv-7b/). For such traces the search moves it first.
 LONG_PROMPT_TOKENS = 1024
-# Its levels there: a factor of 4 below vLLM's default first. On the Azure code trace (prompts of
-# 1,859 tokens on average, outputs of 31) a 7B model's capacity was bound by TPOT p95, decode
-# steps stretched by 8192-token prefill chunks: 4096 and 16384 carried what 8192 did, 2048
-# carried 1.19 and 1.30 times as much on two engines (benchmarks/results/h100-code-7b/).
-PREFILL_BOUND_BATCHED_TOKENS_LEVELS = [2048, 8192, 16384]
+# Its levels there, listed from the largest down so that the search's first move from vLLM's
+# default (8192 on a large GPU) is a factor of 4 down (``tuner.study.trials.incumbent``). On the
+# Azure code trace (prompts of 1,859 tokens on average, outputs of 31) a 7B model's capacity was
+# bound by TPOT p95, decode steps stretched by 8192-token prefill chunks: 4096 and 16384 carried
+# what 8192 did (one H100, and 16384 again on one H200), 2048 carried 1.19 and 1.30 times as
+# much on two H100 engines and 1.35 times by the median of three on one H200, beyond the spread
+# (benchmarks/results/h100-code-7b/, h200-code-7b/). A search that tried 16384 first ran out of
+# time before 2048.
+PREFILL_BOUND_BATCHED_TOKENS_LEVELS = [16384, 8192, 2048]
 
 
 # API server processes offered on a GPU (``vllm serve``'s api-server-count): one API server's
@@ -333,7 +337,7 @@ def _gpu_header(device: Gpu | None, capacity: bool, prompt_tokens: list[int] | N
             "# max-num-batched-tokens: the prefill tokens a step may carry; first, as this\n"
             f"#   trace's prompts ({LONG_PROMPT_TOKENS}+ tokens on average) make prefill the main\n"
             "#   work, and down to 2048 at once: smaller chunks stall decodes less\n"
-            "#   (benchmarks/results/h100-code-7b/).\n"
+            "#   (benchmarks/results/h100-code-7b/, h200-code-7b/).\n"
         )
     header += (
         f"# max-num-seqs: 1 to {seqs_high}, vLLM's own default on this GPU, log scale: few\n"

@@ -1,7 +1,8 @@
 """The default search: from vLLM's defaults, one dimension at a time, moving with the incumbent.
 
 Each searched dimension is a short ordered list of levels (``levels``): a categorical one its
-choices, a log-scale one the powers of two in its range, a linear one at most ``MAX_LEVELS``
+choices in the order listed (so that numbers listed from the largest down move down first), a
+log-scale one the powers of two in its range, a linear one at most ``MAX_LEVELS``
 evenly spaced values; a numeric dimension's ``default`` within its range is a level too. The
 incumbent is the best trial so far (the baseline, vLLM's defaults, until something beats it),
 placed on the levels by its arguments: what it searched, else what it was started with, else
@@ -180,7 +181,8 @@ def next_point(
     sizes = [len(ladder) for ladder in ladders]
     passed: list[tuple[list[int], str]] = []
     here = [(list(anchor), "the incumbent's levels")]
-    moves = itertools.chain(here, _moves(names, sizes, anchor, lost, passed))
+    descending = [_descending(ladder) for ladder in ladders]
+    moves = itertools.chain(here, _moves(names, sizes, anchor, lost, passed, descending))
     for index, move in moves:
         found = proposal(index, move)
         if found is not None:
@@ -203,18 +205,27 @@ def _lost(
     return lost
 
 
+def _descending(ladder: Sequence[Any]) -> bool:
+    """Whether a ladder's levels are numbers listed from the largest down."""
+    numbers = [v for v in ladder if isinstance(v, int | float) and not isinstance(v, bool)]
+    return len(numbers) == len(ladder) > 1 and numbers == sorted(numbers, reverse=True)
+
+
 def _moves(
     names: Sequence[str],
     sizes: Sequence[int],
     anchor: Sequence[int],
     lost: Callable[[Sequence[int]], bool],
     passed: list[tuple[list[int], str]],
+    descending: Sequence[bool] = (),
 ) -> Iterator[tuple[list[int], str]]:
-    """Level indexes around ``anchor``, in the order proposed: one dimension moved one level up,
-    one down, each dimension in turn, then two levels, and so on to the ends of every dimension;
-    then two dimensions moved one level each. A one-dimension move whose two levels before it,
-    in its direction, both ``lost`` is appended to ``passed`` instead of proposed, and so is
-    every move further that way."""
+    """Level indexes around ``anchor``, in the order proposed: one dimension moved one level
+    along its ladder, then one level back, each dimension in turn, then two levels, and so on
+    to the ends of every dimension; then two dimensions moved one level each. A move is named
+    by the values' direction: along a ladder listed from the largest down (``descending``), the
+    first move is down. A one-dimension move whose two levels before it, in its direction, both
+    ``lost`` is appended to ``passed`` instead of proposed, and so is every move further that
+    way."""
     stopped: set[tuple[int, int]] = set()
     for distance in range(1, max(sizes)):
         for axis, name in enumerate(names):
@@ -223,7 +234,8 @@ def _moves(
                 moved[axis] += sign * distance
                 if not 0 <= moved[axis] < sizes[axis]:
                     continue
-                move = (moved, f"{name} {'up' if sign > 0 else 'down'} {distance}")
+                down = (sign < 0) != (axis < len(descending) and descending[axis])
+                move = (moved, f"{name} {'down' if down else 'up'} {distance}")
                 if distance > 2 and all(
                     lost([*anchor[:axis], anchor[axis] + sign * d, *anchor[axis + 1 :]])
                     for d in (distance - 1, distance - 2)
