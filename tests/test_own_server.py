@@ -188,7 +188,7 @@ def test_an_app_that_never_answers_its_health_path_fails_its_start(tmp_path: Pat
     engine = elsewhere.engine("m", {}, tmp_path / "t", CommandLauncher(), {})
     engine.start()
     try:
-        with pytest.raises(EngineFailed, match="not healthy within 2 s"):
+        with pytest.raises(EngineFailed, match=r"^your server was not healthy within 2 s"):
             engine.wait_healthy(2, poll_s=0.05)
     finally:
         engine.stop()

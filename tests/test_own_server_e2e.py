@@ -9,6 +9,7 @@ the file written then answers. Two trials, about a minute of engine start each o
 from __future__ import annotations
 
 import contextlib
+import re
 import shlex
 import subprocess
 import sys
@@ -110,6 +111,11 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> Tuned:
 def test_trials_start_the_app_and_replay_its_endpoint(tuned: Tuned) -> None:
     assert tuned.result.returncode in MEETS_SLOS_EXITS, tuned.result.stderr[-3000:]
     assert f"server: {COMMAND} (POST /translate)" in tuned.result.stdout
+    # Each trial's line names the app, not vLLM's server.
+    assert re.search(
+        r"^trial +1  .*  starting your server \(pid \d+\) \.\.\.$", tuned.result.stdout, re.M
+    )
+    assert "starting vLLM" not in tuned.result.stdout
     assert [t.state for t in tuned.trials] == [TrialState.COMPLETE] * 2
     for trial in tuned.trials:
         attrs = trial.user_attrs

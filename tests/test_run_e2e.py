@@ -8,7 +8,6 @@ so "no process left behind" is checked by scanning ``/proc`` for that marker.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -31,6 +30,7 @@ from conftest import (
     listening_sockets,
     marked_processes,
     run_tuner,
+    stop_group,
     tuner_command,
     wait_for_no_processes,
     write_spec,
@@ -280,12 +280,7 @@ def served(study: Run) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     try:
         yield f"http://127.0.0.1:{port}", server
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            server.wait(timeout=20)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
+        stop_group(server)
         log.close()
 
 

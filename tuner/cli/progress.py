@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from optuna.trial import FrozenTrial
 
 from tuner.cli.result import fmt_params, trial_line
+from tuner.engine.own_server import OWN_SERVER_NAME
 from tuner.study.measure.trial import RATE, REPLAY, STARTING, WARMUP, OnProgress, TrialProgress
 from tuner.study.plan.spec import StudySpec
 
@@ -25,11 +26,12 @@ from tuner.study.plan.spec import StudySpec
 ERASE_LINE = "\r\x1b[2K"
 
 
-def describe(progress: TrialProgress) -> str:
-    """``replay 12/60 s, 140/720 done, TTFT p95 1234 ms``; ``starting vLLM 34 s``."""
+def describe(progress: TrialProgress, server: str = "vLLM") -> str:
+    """``replay 12/60 s, 140/720 done, TTFT p95 1234 ms``; ``starting vLLM 34 s``, the server
+    named ``server``."""
     p = progress
     if p.phase == STARTING:
-        return f"{p.phase} {p.elapsed_s:.0f} s"
+        return f"{p.phase} {server} {p.elapsed_s:.0f} s"
     if p.phase not in (REPLAY, WARMUP) and not p.phase.startswith(RATE):
         return p.phase
     if p.sending_s is None:
@@ -46,10 +48,11 @@ def describe(progress: TrialProgress) -> str:
 class StatusLine:
     """One line of a terminal, rewritten as the running trial moves on."""
 
-    def __init__(self, stream: TextIO, columns: int | None = None) -> None:
+    def __init__(self, stream: TextIO, columns: int | None = None, server: str = "vLLM") -> None:
         self.stream = stream
         self.live = stream.isatty()
         self.columns = columns
+        self.server = server
         self._head = ""
         self._tail = ""
         self._shown = ""
@@ -62,7 +65,7 @@ class StatusLine:
     def show(self, progress: TrialProgress) -> None:
         if not self.live:
             return
-        text = f"{self._head}  {describe(progress)}  {self._tail}"
+        text = f"{self._head}  {describe(progress, self.server)}  {self._tail}"
         width = (self.columns or shutil.get_terminal_size().columns) - 1
         text = text[: max(width, 1)]
         if text == self._shown:
@@ -94,12 +97,14 @@ class StatusLine:
 class RunLines:
     """What ``tuner run`` prints of a run (a ``tuner.study.result.run.Teller``): its lines as
     they come; of each trial, on a terminal a live line while it runs, elsewhere one line as it
-    starts, once its vLLM process has been started: ``trial   3  max-num-seqs=12  starting vLLM
-    (pid 4321) ...`` (that pid is also the server's process group); a summary line as each
-    ends."""
+    starts, once its server process has been started: ``trial   3  max-num-seqs=12  starting
+    vLLM (pid 4321) ...`` (that pid is also the server's process group; "your server" where the
+    study starts the user's own); a summary line as each ends."""
 
     def __init__(self, spec: StudySpec) -> None:
-        self.status = StatusLine(sys.stdout)
+        # vLLM's OpenAI server, or the user's own (``--server-command``).
+        self.server = "vLLM" if spec.server is None else OWN_SERVER_NAME
+        self.status = StatusLine(sys.stdout, server=self.server)
         self.progress: OnProgress | None = self.status.show if self.status.live else None
         # What a trial's line names: the searched arguments, and what the baseline and the
         # candidates set beyond the fixed ones (a candidate {api-server-count: 2} is not the
@@ -120,10 +125,12 @@ class RunLines:
             self._starting = (number, params)
 
     def engine_started(self, pid: int) -> None:
-        """Off a terminal, the start line, now that the trial's vLLM process has been started."""
+        """Off a terminal, the start line, now that the trial's server process has been started."""
         if self._starting is not None:
             (number, params), self._starting = self._starting, None
-            print(f"trial {number:>3}  {params}  starting vLLM (pid {pid}) ...", flush=True)
+            print(
+                f"trial {number:>3}  {params}  starting {self.server} (pid {pid}) ...", flush=True
+            )
 
     def trial_finished(self, trial: FrozenTrial) -> None:
         self.status.clear()

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tuner.engine.launchers import EngineFailed, Launcher, ServerProcess, spawn
 from tuner.engine.process import Engine, free_port, server_env
@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 PORT = "{port}"
 CONFIG = "{config}"
+# What tuner's lines call a server started by its own command.
+OWN_SERVER_NAME = "your server"
 # The port the written configuration's command names: the app's own choice once tuned.
 SERVE_PORT = 8000
 
@@ -101,6 +103,8 @@ class CommandLauncher:
 class OwnEngine(Engine):
     """The app started by ``command`` with a trial's engine arguments: an ``Engine`` whose
     config is the app's engine-config file and whose health is the command's path."""
+
+    server_name: ClassVar[str] = OWN_SERVER_NAME
 
     command: ServerCommand | None = None
     launcher: Launcher = field(default_factory=CommandLauncher)

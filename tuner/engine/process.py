@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -89,6 +89,9 @@ class EngineTimes:
 class Engine:
     """A vLLM server for one set of engine arguments. Use as a context manager."""
 
+    # What tuner's lines call the server it starts.
+    server_name: ClassVar[str] = "vLLM"
+
     model: str
     args: Mapping[str, Any]
     workdir: Path
@@ -153,7 +156,7 @@ class Engine:
                 if code is not None:
                     cause = first_error(self.log_path)
                     raise EngineFailed(
-                        f"vLLM exited with status {code} before it was healthy"
+                        f"{self.server_name} exited with status {code} before it was healthy"
                         + (f" ({cause})" if cause else ""),
                         tail(self.log_path),
                     )
@@ -167,7 +170,8 @@ class Engine:
                     pass
                 if time.monotonic() > deadline:
                     raise EngineFailed(
-                        f"vLLM was not healthy within {timeout_s:g} s", tail(self.log_path)
+                        f"{self.server_name} was not healthy within {timeout_s:g} s",
+                        tail(self.log_path),
                     )
                 if on_poll is not None:
                     on_poll(time.monotonic() - self.times.start_s)
@@ -175,7 +179,7 @@ class Engine:
         self.times.healthy_s = time.monotonic() - self.times.start_s
         self._note_markers(seen_at_s)
         self.times.startup = startup.breakdown(seen_at_s, self._log_text(), self.times.healthy_s)
-        logger.info("vLLM healthy after %.1f s", self.times.healthy_s)
+        logger.info("%s healthy after %.1f s", self.server_name, self.times.healthy_s)
         return self.times.healthy_s
 
     def compile_cache(self) -> dict[str, str | bool]:
@@ -224,7 +228,9 @@ class Engine:
         with _signals_deferred():
             signal_group(server.pid, signal.SIGTERM)
             if not server.wait(grace_s):
-                logger.warning("vLLM did not stop within %.0f s; killing it", grace_s)
+                logger.warning(
+                    "%s did not stop within %.0f s; killing it", self.server_name, grace_s
+                )
             # Engine-core workers can outlive the API server; the group kill takes them too,
             # and every API server process of ``vllm serve``.
             signal_group(server.pid, signal.SIGKILL)

@@ -32,7 +32,7 @@ from tuner.traces.model import Request
 logger = logging.getLogger(__name__)
 
 # A trial's phases, in the order it goes through them (the warm-up only if the spec asks).
-STARTING = "starting vLLM"
+STARTING = "starting"
 WARMUP = "warm-up"
 REPLAY = "replay"
 RATE = "rate"  # a capacity trial's windows: "rate 2/10: 1.5 req/s"
