@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.study.trials.budget import Budget, confirm_trials
+from tuner.study.trials.budget import GPU_CONFIRM_SHARE, Budget, confirm_trials
 
 
 class Clock:
@@ -42,6 +42,34 @@ def test_the_longest_trial_measured_plans_the_rest() -> None:
     assert budget.trial_s == 120.0
     assert budget.searched_trials() == 4  # 800 s: six trials of 120 s, two of them confirming
     assert "measured" in budget.plan(10, 1, 1)
+
+
+def test_on_a_gpu_a_re_measurement_is_planned_at_its_share_until_one_is_measured() -> None:
+    """The H200 code-trace study: trial 0 took 186 s, 1,014 s were left, four re-measurements
+    held back. At the longest trial's cost for each, one more searched trial fit and then none;
+    at GPU_CONFIRM_SHARE of it (they took 77 to 89 s there), two more."""
+    clock = Clock()
+    whole = Budget(ends=1200.0, confirm_trials=4, estimate_s=100.0, clock=clock)
+    gpu = Budget(
+        ends=1200.0,
+        confirm_trials=4,
+        estimate_s=100.0,
+        clock=clock,
+        confirm_share=GPU_CONFIRM_SHARE,
+    )
+    for budget in (whole, gpu):
+        budget.spent(186.0)
+    clock.now = 186.0
+    assert whole.searched_trials() == 1 and gpu.searched_trials() == 2
+    assert gpu.confirm_s == pytest.approx(0.7 * 186.0)
+    assert "about 186 s a trial, measured; 130 s a re-measurement" in gpu.plan(20, 1, 2)
+    clock.now = 186.0 + 150.0  # trial 1 ran: 864 s left
+    assert not whole.may_search() and gpu.may_search()
+    # Once a re-measurement is measured, the longest measured plans the rest of them.
+    gpu.spent(95.0, confirming=True)
+    assert gpu.confirm_s == 95.0 and gpu.trial_s == 186.0
+    clock.now = 1200.0 - 94.0
+    assert not gpu.may_confirm()
 
 
 def test_a_budget_too_small_for_the_confirmation_says_so() -> None:

@@ -42,7 +42,12 @@ from tuner.study.plan.space import capture_pin
 from tuner.study.plan.spec import AUTO, StudySpec
 from tuner.study.result.written import Written, write_configuration
 from tuner.study.trials import confirm, fingerprint, search
-from tuner.study.trials.budget import ENGINE_START_GUESS_S, Budget, confirm_trials
+from tuner.study.trials.budget import (
+    ENGINE_START_GUESS_S,
+    GPU_CONFIRM_SHARE,
+    Budget,
+    confirm_trials,
+)
 from tuner.study.trials.groups import any_feasible, groups
 
 logger = logging.getLogger(__name__)
@@ -279,7 +284,13 @@ class Run:
         estimate_s = ENGINE_START_GUESS_S + of_spec(spec).measure_s(spec, replay_s)
         candidates = len(spec.candidates) if spec.confirm_candidates else 0
         held = confirm_trials(spec.confirm_top_k, spec.confirm_repeats, candidates)
-        return Budget(self.settings.began + budget_s, confirm_trials=held, estimate_s=estimate_s)
+        share = 1.0 if environment.is_cpu_build() else GPU_CONFIRM_SHARE
+        return Budget(
+            self.settings.began + budget_s,
+            confirm_trials=held,
+            estimate_s=estimate_s,
+            confirm_share=share,
+        )
 
     def _plan(self) -> None:
         """Say what the budget buys (nothing without one)."""

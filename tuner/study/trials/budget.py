@@ -8,7 +8,10 @@ as one more trial and the confirmation together would end after the budget.
 
 What a trial costs is estimated before any ran (``Budget.estimate_s``: an engine start and the
 measurement the spec asks for) and then taken from the trials measured: the longest so far, so
-that a slow one does not push the confirmation out of the budget.
+that a slow one does not push the confirmation out of the budget. A confirming measurement
+repeats a configuration already measured, and costs less on a GPU (``GPU_CONFIRM_SHARE``): it is
+planned at that share of the longest searched trial until one is measured, then at the longest
+measured.
 """
 
 from __future__ import annotations
@@ -21,27 +24,45 @@ from dataclasses import dataclass, field
 # An engine start before any was measured in the run: vLLM's OpenAI server on an H100 took 45 to
 # 145 s to a healthy /health, its CPU build 40 to 90 s on two cores.
 ENGINE_START_GUESS_S = 90.0
+# A confirming measurement against the longest searched trial, on a GPU. Its engine start finds
+# the configuration's compile in vLLM's cache, and its capacity search starts at the capacity
+# measured before, so it takes fewer rates. In 11 capacity studies on one H100 or H200
+# (2026-11-25 to 2026-11-28, the results DBs of benchmarks/results/h100-*/ and h200-*/), the
+# longest confirming measurement took 0.36 to 0.68 (median 0.49) of the longest searched trial.
+# On vLLM's CPU build this is not measured: there it is 1.
+GPU_CONFIRM_SHARE = 0.7
 
 
 @dataclass
 class Budget:
     """The run's end (``ends``, ``clock()`` seconds), the trials the confirm step holds back
-    (``confirm_trials``), and the cost of a trial: ``estimate_s`` until one is measured."""
+    (``confirm_trials``), and the cost of a trial: ``estimate_s`` until one is measured; a
+    confirming measurement's, ``confirm_share`` of that until one is measured."""
 
     ends: float
     confirm_trials: int
     estimate_s: float
     clock: Callable[[], float] = time.monotonic
+    # What the searched trials and the confirming measurements took, each in the order run.
     costs: list[float] = field(default_factory=list)
+    confirm_costs: list[float] = field(default_factory=list)
+    confirm_share: float = 1.0
 
-    def spent(self, seconds: float) -> None:
-        """A trial (searched or confirming) took ``seconds``."""
-        self.costs.append(seconds)
+    def spent(self, seconds: float, confirming: bool = False) -> None:
+        """A searched trial, or a confirming measurement, took ``seconds``."""
+        (self.confirm_costs if confirming else self.costs).append(seconds)
 
     @property
     def trial_s(self) -> float:
-        """What the next trial is planned to cost: the longest measured, else the estimate."""
+        """What the next searched trial is planned to cost: the longest measured, else the
+        estimate."""
         return max(self.costs) if self.costs else self.estimate_s
+
+    @property
+    def confirm_s(self) -> float:
+        """What the next confirming measurement is planned to cost: the longest measured, else
+        ``confirm_share`` of a searched trial's."""
+        return max(self.confirm_costs) if self.confirm_costs else self.confirm_share * self.trial_s
 
     @property
     def left_s(self) -> float:
@@ -49,25 +70,29 @@ class Budget:
 
     def may_search(self) -> bool:
         """Whether one more searched trial and the whole confirmation end within the budget."""
-        return self.trial_s * (1 + self.confirm_trials) <= self.left_s
+        return self.trial_s + self.confirm_s * self.confirm_trials <= self.left_s
 
     def may_confirm(self) -> bool:
         """Whether one more confirming measurement ends within the budget."""
-        return self.trial_s <= self.left_s
+        return self.confirm_s <= self.left_s
 
     def searched_trials(self) -> int:
         """How many more searched trials the budget buys, the confirmation held back."""
-        return max(0, math.floor(self.left_s / self.trial_s) - self.confirm_trials)
+        return max(
+            0, math.floor((self.left_s - self.confirm_s * self.confirm_trials) / self.trial_s)
+        )
 
     def confirm_fits(self) -> bool:
         """Whether the budget left holds the confirmation at all."""
-        return self.trial_s * self.confirm_trials <= self.left_s
+        return self.confirm_s * self.confirm_trials <= self.left_s
 
     def plan(self, n_trials: int, top_k: int, repeats: int) -> str:
         """What the budget buys, in words: ``about N trials, then the winner and vLLM's
         defaults K more times each (about T s a trial, estimated)``."""
         what = "measured" if self.costs else "estimated"
         cost = f"about {self.trial_s:.0f} s a trial, {what}"
+        if self.confirm_trials and self.confirm_s != self.trial_s:
+            cost += f"; {self.confirm_s:.0f} s a re-measurement"
         trials = min(n_trials, self.searched_trials())
         if not self.confirm_trials:
             return f"the budget buys about {trials} of the {n_trials} trials ({cost})"

@@ -105,7 +105,7 @@ def confirm(
             frozen = _measure_again(study, group.first, how)
             ran += 1
             if budget is not None:
-                budget.spent(time.monotonic() - began)
+                budget.spent(time.monotonic() - began, confirming=True)
             if on_trial is not None:
                 on_trial(frozen)
     return ran
