@@ -5,15 +5,23 @@
 #                                           .gpu/snap (tuner at COMMIT, default HEAD) and .whl/
 #
 # ../shared/gpu/stage.sh packs the wheels as 60 MiB parts, but a call carries at most 64 MiB
-# with the working tree (7 MiB on 2026-11-25), so the parts are cut again at 50 MiB: 8 install
-# calls, `bash .gpu/install.sh .gpu/partNN 8`. The image lacks httpx-aiohttp (tuner's client):
-# its wheel goes to .whl, carried with the call that starts a study (benchmarks/README.md).
+# with the working tree (16 MiB on 2026-11-28), so the parts are cut again to what the tree
+# leaves, less 8 MiB for what the study's call carries (the snapshot, .whl, a trace), at most
+# 50 MiB: `bash .gpu/install.sh .gpu/partNN TOTAL`, one call a part (it prints TOTAL). The image
+# lacks httpx-aiohttp (tuner's client): its wheel goes to .whl, carried with the call that starts
+# a study (benchmarks/README.md).
 set -euo pipefail
 commit=${COMMIT:-HEAD}
+rm -f .gpu/part*
 bash ../shared/gpu/stage.sh .gpu 2> >(grep -v '^WARNING: Location' >&2) >/dev/null
 cat .gpu/part?? > .gpu/wheels.tar
 rm -f .gpu/part??
-split -b 50m -d -a 2 .gpu/wheels.tar .gpu/part
+# What travels with every call: tracked files and untracked ones git does not ignore, in MiB.
+tree_mib=$(git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2>/dev/null \
+  | tail -1 | awk '{print int($1 / 1048576) + 1}')
+part_mib=$(( 64 - tree_mib - 8 ))
+[ "$part_mib" -gt 50 ] && part_mib=50
+split -b "${part_mib}m" -d -a 2 .gpu/wheels.tar .gpu/part
 rm .gpu/wheels.tar
 rm -rf .gpu/snap && mkdir -p .gpu/snap
 git archive "$commit" tuner | tar x -C .gpu/snap
@@ -22,4 +30,4 @@ mkdir -p .whl
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp --platform manylinux2014_x86_64 -d .whl "httpx-aiohttp>=0.2,<0.3" 2>&1 \
   | grep -v '^WARNING: Location' || true
-echo "$(ls .gpu/part?? | wc -l) parts; tuner $(cat .gpu/snap/COMMIT) in .gpu/snap; $(ls .whl)"
+echo "$(ls .gpu/part?? | wc -l) parts of ${part_mib} MiB (the tree: ${tree_mib} MiB); tuner $(cat .gpu/snap/COMMIT) in .gpu/snap; $(ls .whl)"
