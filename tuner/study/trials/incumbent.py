@@ -13,9 +13,10 @@ level.
 
 1. the incumbent's own levels, where they are not a configuration already measured (the
    baseline is, when every dimension has a default);
-2. one dimension moved: one level up, one down, each dimension in the spec's order, then two
-   levels, and so on to the ends of every dimension; a direction whose last two levels were
-   both taken and lost to the incumbent goes no further here;
+2. one dimension moved: one level along its ladder (up, unless its levels are listed from the
+   largest down), one level back, each dimension in the spec's order, then two levels, and so
+   on to the ends of every dimension; a direction whose last two levels were both taken and
+   lost to the incumbent goes no further here;
 3. two dimensions moved one level each;
 4. refining: halfway (geometrically on a log scale) between the incumbent's value and each
    neighbouring level of a numeric dimension;
