@@ -24,10 +24,12 @@ import pytest
 import yaml
 from conftest import SHIPPED_TRACE, run_tuner
 
+from tuner.cli.spec import for_own_server
 from tuner.engine.dummy_model import write_model
+from tuner.engine.environment import Gpu
 from tuner.engine.launchers import EngineFailed
 from tuner.engine.own_server import CommandLauncher, ServerCommand
-from tuner.errors import SpecError
+from tuner.errors import InputError, SpecError
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import SERVER_METRICS
 from tuner.load.prompts import prompt_words
@@ -35,6 +37,7 @@ from tuner.load.template import RequestTemplate
 from tuner.report.page import served_with
 from tuner.study.measure.judge import Criteria
 from tuner.study.measure.trial import TrialSetup, run_trial
+from tuner.study.plan.space import gpu_search_space
 from tuner.study.plan.spec import parse_spec
 from tuner.study.result.emit import serve_command, served_config
 from tuner.study.trials import fingerprint
@@ -236,6 +239,25 @@ def test_a_spec_names_its_server_and_request() -> None:
     ]
     assert parsed.server.request.path == "/translate"
     assert parse_spec({}).server is None
+
+
+def test_the_gpu_space_leaves_out_what_only_vllms_server_reads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``tuner init`` on a GPU searches api-server-count first, which AsyncEngineArgs has no
+    field for: a study of the app leaves it out of the search and says so, and refuses it where
+    the spec sets it; a study of vLLM's server keeps it."""
+    h100 = Gpu(0, "GPU-0", "NVIDIA H100", 81559)
+    gpu = {"search_space": gpu_search_space([50, 100, 200], h100)}
+    own = parse_spec(spec(**gpu))
+    kept = for_own_server(own, Path("s.yaml"))
+    names = [d.name for d in kept.space]
+    assert "api-server-count" not in names and len(names) == len(own.space) - 1
+    assert "api-server-count left out" in capsys.readouterr().out
+    vllms = parse_spec(gpu)
+    assert for_own_server(vllms, Path("s.yaml")) is vllms
+    with pytest.raises(InputError, match=r"^s\.yaml: api-server-count: an argument of vLLM"):
+        for_own_server(parse_spec(spec(candidates=[{"api_server_count": 2}])), Path("s.yaml"))
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,10 @@ from tuner.cli.output import check_writable
 from tuner.cli.parser import trace_options
 from tuner.engine import arguments, environment
 from tuner.errors import InputError
-from tuner.flags import LOAD_FORMAT, RANDOM_WEIGHTS, random_weights
+from tuner.flags import LOAD_FORMAT, RANDOM_WEIGHTS, flag_name, random_weights
 from tuner.study.measure.objective import of_spec
 from tuner.study.measure.prepare import write_dummy_model
+from tuner.study.plan.own_server import SERVER_ONLY_ARGUMENTS
 from tuner.study.plan.space import default_spec_text, runnable_baseline
 from tuner.study.plan.spec import StudySpec, load_spec, parse_spec
 from tuner.study.plan.spec_file import read_spec_document
@@ -123,13 +124,37 @@ def check_engine_arguments(spec: StudySpec, path: Path) -> None:
         )
 
 
+def for_own_server(spec: StudySpec, path: Path) -> StudySpec:
+    """The spec as a study of the user's own server takes it: an argument only vLLM's OpenAI
+    server reads (``SERVER_ONLY_ARGUMENTS``) is left out of the search space (said) and refused
+    (an ``InputError``) where the spec sets it; unchanged for vLLM's server."""
+    if spec.server is None:
+        return spec
+    fixed = [*spec.engine_args, *spec.baseline, *(n for c in spec.candidates for n in c)]
+    for name in fixed:
+        if flag_name(name) in SERVER_ONLY_ARGUMENTS:
+            raise InputError(
+                f"{path}: {name}: an argument of vLLM's OpenAI server, not an AsyncEngineArgs "
+                "field: your server cannot take it"
+            )
+    dropped = [d.name for d in spec.space if flag_name(d.name) in SERVER_ONLY_ARGUMENTS]
+    if not dropped:
+        return spec
+    print(
+        f"search space: {', '.join(dropped)} left out: an argument of vLLM's OpenAI server, not "
+        "an AsyncEngineArgs field, which your server builds its engine from"
+    )
+    return dataclasses.replace(spec, space=tuple(d for d in spec.space if d.name not in dropped))
+
+
 def checked_spec(
     args: argparse.Namespace, name: str, spec: StudySpec, request_trace: bool, measures: bool
 ) -> StudySpec:
     """The spec as this run uses it, once the folders, the engine arguments and the objective
-    are checked: on vLLM's CPU build with a baseline that starts there (said), with
-    ``--client-procs``."""
+    are checked: for the user's own server (``for_own_server``), on vLLM's CPU build with a
+    baseline that starts there (said), with ``--client-procs``."""
     check_writable(args.configs, "--configs")
+    spec = for_own_server(spec, spec_path(args, name))
     if measures:
         check_writable(args.runs, "--runs")
         check_engine_arguments(spec, spec_path(args, name))

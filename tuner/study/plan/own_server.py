@@ -30,6 +30,10 @@ _KEYS = {"command", "health_path", "request"}
 _REQUEST_KEYS = {"path", "body", "prompt", "stream", "output_tokens_field"}
 # The metrics only a streamed response measures.
 FIRST_TOKEN_METRICS = ("ttft_", "tpot_")
+# Arguments of vLLM's OpenAI server, not of its engine: ``AsyncEngineArgs`` has no such field
+# (vLLM 0.26.0 to 0.32.0), so an app that builds its engine from one fails at start on it. The
+# GPU search space ``tuner init`` writes holds api-server-count.
+SERVER_ONLY_ARGUMENTS = frozenset({"api-server-count"})
 
 
 @dataclass(frozen=True)
