@@ -83,6 +83,23 @@ def test_no_figure_no_line():
     assert time_lines(0, {"ttft_p95_s": 0.2}, {"max-num-seqs": 128}, defaults_kept=True) == []
 
 
+def test_the_prefix_cache_hit_rate_is_the_share_of_prompt_tokens_found():
+    """vLLM's CPU build on a window of Mooncake's trace (prompts that share prefixes), its
+    counters of prompt tokens looked up in the prefix cache and found there."""
+    counted = GPU_DEFAULTS | {
+        "server_prefix_cache_queries": 624022.0,
+        "server_prefix_cache_hits": 99328.0,
+    }
+    spent = time_spent(counted, 1024)
+    assert spent.prefix_cache_hit_rate == pytest.approx(0.159, abs=0.001)
+    assert "KV cache peak 14%, prefix cache hits 16% of prompt tokens, 0 preemptions" in (
+        time_line(0, spent) or ""
+    )
+    # None looked up (a build without the counters, or no prompt in the window): not said.
+    for quiet in (GPU_DEFAULTS, counted | {"server_prefix_cache_queries": 0.0}):
+        assert "prefix cache" not in (time_line(0, time_spent(quiet, 1024)) or "")
+
+
 def test_one_preemption_is_singular_and_counts_are_whole():
     line = time_line(1, time_spent({"server_preemptions": 1.0}))
     assert line == "where the time went (trial 1): 1 preemption"

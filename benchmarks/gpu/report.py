@@ -129,13 +129,13 @@ def server_table(trials: list[FrozenTrial]) -> list[str]:
     """Where each trial's time went, from vLLM's own /metrics over its recorded window (a
     capacity trial's: the window at its capacity, else at the lowest rate it tried): the mean
     seconds a request spent queued, in prefill and in decode, the inter-token latency, the
-    KV-cache share used, preemptions, and prompt and generated tokens a second; then why the
-    first failing rate above it failed."""
+    KV-cache share used, the share of prompt tokens found in the prefix cache, preemptions, and
+    prompt and generated tokens a second; then why the first failing rate above it failed."""
     rows = [
         "| trial | config | queue mean ms | prefill mean ms | decode mean ms | ITL p95 ms "
-        "| KV cache mean / peak | preemptions | running mean / peak | waiting peak "
-        "| prompt tok/s | out tok/s | the rate above: why it failed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| KV cache mean / peak | prefix cache hits | preemptions | running mean / peak "
+        "| waiting peak | prompt tok/s | out tok/s | the rate above: why it failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in trials:
         a = t.user_attrs
@@ -150,6 +150,8 @@ def server_table(trials: list[FrozenTrial]) -> list[str]:
             f"{a[k]:.0%}" if isinstance(a.get(k), int | float) else "n/a"
             for k in ("kv_cache_usage_mean", "kv_cache_usage_peak")
         )
+        queried, found = a.get("server_prefix_cache_queries"), a.get("server_prefix_cache_hits")
+        hits = f"{found / queried:.0%}" if queried and isinstance(found, int | float) else "n/a"
         capacity = a.get("capacity_req_per_s")
         above = [
             p for p in a.get("capacity_points", [])
@@ -161,7 +163,8 @@ def server_table(trials: list[FrozenTrial]) -> list[str]:
         rows.append(
             f"| {t.number} | {kind(t)} | {ms(a, 'server_queue_mean_s')} "
             f"| {ms(a, 'server_prefill_mean_s')} | {ms(a, 'server_decode_mean_s')} "
-            f"| {ms(a, 'server_itl_p95_s')} | {kv} | {num(a, 'server_preemptions', '.0f')} "
+            f"| {ms(a, 'server_itl_p95_s')} | {kv} | {hits} "
+            f"| {num(a, 'server_preemptions', '.0f')} "
             f"| {num(a, 'running_mean')} / {num(a, 'running_peak', '.0f')} "
             f"| {num(a, 'waiting_peak', '.0f')} | {per_s('server_prompt_tokens')} "
             f"| {per_s('server_generation_tokens')} | {why} |"

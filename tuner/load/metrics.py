@@ -328,6 +328,9 @@ SERVER_COUNTERS: tuple[tuple[str, str], ...] = (
     ("server_prompt_tokens", "vllm:prompt_tokens_total"),
     ("server_generation_tokens", "vllm:generation_tokens_total"),
     ("server_requests_succeeded", "vllm:request_success_total"),
+    # Prompt tokens looked up in the prefix cache, and found there (vLLM's V1 engine).
+    ("server_prefix_cache_queries", "vllm:prefix_cache_queries_total"),
+    ("server_prefix_cache_hits", "vllm:prefix_cache_hits_total"),
 )
 GAUGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("running", ("vllm:num_requests_running",)),
