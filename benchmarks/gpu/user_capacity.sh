@@ -31,7 +31,10 @@
 # weights instead (write_weights.py beside this file, timed in run.log) and `tuner init` has no
 # --dummy-weights: every engine loads them from disk as it would a user's model.
 # With SPEC, that spec file is the study's instead of the one `tuner init` writes, and nothing
-# is edited.
+# is edited. With SERVER, a YAML file holding a `server:` section (docs/own-server.md), that
+# section is added to the spec `tuner init` writes and the repository's examples/ is copied into
+# the study's folder: a study of the example app (benchmarks/gpu/studies/translate-app-server.yaml);
+# `serve` then starts the app with the YAML written and sends it one request of its own.
 set -u
 root=${STUDY_ROOT:-/root/user-cap}
 src=${TUNER_SRC:-.gpu/snap}
@@ -72,6 +75,10 @@ case ${1:-} in
     fi
     cp "${TRACE:-$repo/benchmarks/gpu/traces/story-12rps.csv}" "$root/work/prod.csv"
     [ -n "${SPEC:-}" ] && cp "$SPEC" "$root/spec.yaml"
+    if [ -n "${SERVER:-}" ]; then
+      cp "$SERVER" "$root/server.yaml"
+      cp -r "$repo/examples" "$root/work/"
+    fi
     {
       echo "tuner $(cat "$src/COMMIT" 2>/dev/null || echo 'working tree')"
       date -u +%FT%TZ
@@ -104,6 +111,7 @@ echo "exit \$?"
 sed -i -e 's/^capacity_window_s: .*/capacity_window_s: 10/' -e 's/^confirm_top_k: .*/confirm_top_k: 1/' \\
     studies/prod.yaml
 [ -n "${WARMUP:-}" ] && sed -i -e 's/^warmup_requests: .*/warmup_requests: ${WARMUP:-0}/' studies/prod.yaml
+[ -n "${SERVER:-}" ] && cat "$root/server.yaml" >> studies/prod.yaml
 fi
 grep -E '^(capacity_window_s|confirm_top_k|confirm_repeats|n_trials|objective_mode|warmup_requests):' studies/prod.yaml
 echo "== tuner run"
@@ -131,6 +139,16 @@ EOF
   serve)
     out=${OUT:?OUT}
     mkdir -p "$root/elsewhere" && cp "$root/work/configs/prod.yaml" "$root/elsewhere/prod.yaml"
+    if [ -e "$root/server.yaml" ]; then
+      # The app, from the study's folder (its command names examples/), with the YAML written.
+      cd "$root/work" || exit 1
+      PORT=8765 CONFIG="$root/elsewhere/prod.yaml" python3 "$here/serve_own.py" "$root/server.yaml" \
+        "$out/completion.json" > "$root/elsewhere/serve.log" 2>&1
+      echo "exit $?"
+      grep -v -E 'nanobind|leaked ' "$root/elsewhere/serve.log" | tail -n 8
+      cp "$root/elsewhere/serve.log" "$out/"
+      exit 0
+    fi
     cd "$root/elsewhere" || exit 1
     began=$(date +%s)
     ${SERVE:-python3 -m vllm.entrypoints.cli.main serve} --config prod.yaml --port 8765 \
@@ -152,5 +170,5 @@ EOF
     cp serve.log "$out/"
     ;;
   *)
-    sed -n 2,26p "$0"; exit 2 ;;
+    sed -n 2,31p "$0"; exit 2 ;;
 esac
