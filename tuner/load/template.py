@@ -91,9 +91,13 @@ class RequestTemplate:
             if not self.words:
                 raise ValueError("a text prompt needs the tokenizer's words")
             prompt = "".join(self.words[i % len(self.words)] for i in ids)
-        values = {PROMPT: prompt, OUTPUT_TOKENS: request.output_tokens, MODEL: settings.model}
-        filled = _fill(self.body, values)
+        filled = self.body_with(prompt, request.output_tokens, settings.model)
         return json.dumps(filled, separators=(",", ":")).encode()
+
+    def body_with(self, prompt: Any, output_tokens: int, model: str) -> Any:
+        """The app's body with its placeholders filled: the prompt (text or token ids), the
+        output length and the model."""
+        return _fill(self.body, {PROMPT: prompt, OUTPUT_TOKENS: output_tokens, MODEL: model})
 
     async def receive(
         self,
