@@ -218,7 +218,7 @@ def _moves(
     anchor: Sequence[int],
     lost: Callable[[Sequence[int]], bool],
     passed: list[tuple[list[int], str]],
-    descending: Sequence[bool] = (),
+    descending: Sequence[bool],
 ) -> Iterator[tuple[list[int], str]]:
     """Level indexes around ``anchor``, in the order proposed: one dimension moved one level
     along its ladder, then one level back, each dimension in turn, then two levels, and so on
@@ -235,7 +235,7 @@ def _moves(
                 moved[axis] += sign * distance
                 if not 0 <= moved[axis] < sizes[axis]:
                     continue
-                down = (sign < 0) != (axis < len(descending) and descending[axis])
+                down = (sign < 0) != descending[axis]
                 move = (moved, f"{name} {'down' if down else 'up'} {distance}")
                 if distance > 2 and all(
                     lost([*anchor[:axis], anchor[axis] + sign * d, *anchor[axis + 1 :]])
