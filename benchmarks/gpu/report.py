@@ -28,6 +28,7 @@ from tuner.report.rate_curves import MOST_CURVES, curves
 from tuner.report.rate_plot import plot_rates
 from tuner.study.measure.capacity_text import servers_for
 from tuner.study.measure.record import CONFIRMS_ATTR
+from tuner.study.measure.time_spent import time_spent
 
 SPACE = ("max-num-seqs", "max-num-batched-tokens", "gpu-memory-utilization")
 
@@ -150,8 +151,8 @@ def server_table(trials: list[FrozenTrial]) -> list[str]:
             f"{a[k]:.0%}" if isinstance(a.get(k), int | float) else "n/a"
             for k in ("kv_cache_usage_mean", "kv_cache_usage_peak")
         )
-        queried, found = a.get("server_prefix_cache_queries"), a.get("server_prefix_cache_hits")
-        hits = f"{found / queried:.0%}" if queried and isinstance(found, int | float) else "n/a"
+        hit_rate = time_spent(a).prefix_cache_hit_rate
+        hits = "n/a" if hit_rate is None else f"{hit_rate:.0%}"
         capacity = a.get("capacity_req_per_s")
         above = [
             p for p in a.get("capacity_points", [])
