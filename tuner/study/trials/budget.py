@@ -28,7 +28,8 @@ ENGINE_START_GUESS_S = 90.0
 # the configuration's compile in vLLM's cache, and its capacity search starts at the capacity
 # measured before, so it takes fewer rates. In 11 studies (10 of capacity) on one H100 or H200
 # (2026-11-25 to 2026-11-28, the results DBs of benchmarks/results/h100-*/ and h200-*/), the
-# longest confirming measurement took 0.36 to 0.68 (median 0.49) of the longest searched trial.
+# longest confirming measurement took 0.36 to 0.68 (median 0.49) of the longest searched trial
+# (benchmarks/confirm_share.py).
 # On vLLM's CPU build this is not measured: there it is 1.
 GPU_CONFIRM_SHARE = 0.7
 
