@@ -326,6 +326,7 @@ def test_confirm_only_finishes_a_confirmation_and_adds_no_trial(tmp_path, cpu_mo
     done = run_tuner(*args, "--confirm-only", cwd=tmp_path, env=stand_in_vllm, timeout_s=180)
     assert done.returncode in MEETS_SLOS_EXITS, done.stdout + done.stderr
     assert len(optuna.load_study(study_name="s", storage=storage).trials) == len(trials)
+    assert "not confirming again" in done.stdout
 
 
 # --- tuner run and tuner report name the same trial -------------------------------------------

@@ -88,6 +88,11 @@ def test_a_run_adds_trials_confirms_and_writes_the_winner(tmp_path, cpu_model):
     assert heard.lines == [
         "confirming: the top 1 and the baseline, measured 2 more times each, in turns"
     ]
+    # Run again (a study continued), it measures nothing and does not say it is confirming.
+    assert run.confirm() == 0 and scripted.order == [None, 4, 8, 4, None, 4, None]
+    assert heard.lines[-1] == (
+        "not confirming again: the top 1 and the baseline were measured 3 times each already"
+    )
     assert written is not None and written.choice.outcome == TUNED
     assert written.trial.number in written.choice.measurements and written.choice.group.number == 1
     text = written.path.read_text()
@@ -110,8 +115,13 @@ def test_a_budget_is_planned_and_told_before_the_first_trial(tmp_path, cpu_model
     assert run.budget is not None and run.budget_s == 3600.0
     run.calibrate()
     assert run.add_trials() == 2
-    # Before the first trial from the estimate, after it from its measured cost.
-    assert [line.rsplit(", ", 1)[-1] for line in heard.lines] == ["estimated)", "measured)"]
+    # Before the first trial from the estimate, after it from its measured cost, and after the
+    # second from that one's (the first left out: a cold start and a capacity search from scratch).
+    assert [line.rsplit(", ", 1)[-1] for line in heard.lines] == [
+        "estimated)",
+        "measured)",
+        "measured)",
+    ]
     assert heard.lines[0].startswith("the budget buys about 2 of the 2 trials (about ")
 
 

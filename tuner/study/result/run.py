@@ -184,8 +184,8 @@ class Run:
 
         def finished(trial: FrozenTrial) -> None:
             self.tell.trial_finished(trial)
-            if budget is not None and len(budget.costs) == 1:
-                self._plan()  # from the first trial's measured cost
+            if budget is not None and len(budget.costs) in (1, 2):
+                self._plan()  # from the first trial's measured cost, then the later ones
 
         ran = search.run_study(
             self.study,
@@ -223,9 +223,16 @@ class Run:
             say("not confirming: no searched configuration served to hold against vLLM's defaults")
             return 0
         also = " and the spec's candidates" if spec.confirm_candidates else ""
+        top_k, repeats = spec.confirm_top_k, spec.confirm_repeats
+        if not confirm.short(self.study, top_k, repeats, spec.confirm_candidates):
+            say(
+                f"not confirming again: the top {top_k} and the baseline{also} were measured "
+                f"{1 + repeats} times each already"
+            )
+            return 0
         say(
-            f"confirming: the top {spec.confirm_top_k} and the baseline{also}, measured "
-            f"{spec.confirm_repeats} more times each, in turns"
+            f"confirming: the top {top_k} and the baseline{also}, measured {repeats} more "
+            "times each, in turns"
         )
         how = search.Measuring(
             self.trial_setup(), self.settings.run_dir, self.settings.runner, self.machine,

@@ -8,10 +8,18 @@ as one more trial and the confirmation together would end after the budget.
 
 What a trial costs is estimated before any ran (``Budget.estimate_s``: an engine start and the
 measurement the spec asks for) and then taken from the trials measured: the longest so far, so
-that a slow one does not push the confirmation out of the budget. A confirming measurement
-repeats a configuration already measured, and costs less on a GPU (``GPU_CONFIRM_SHARE``): it is
-planned at that share of the longest searched trial until one is measured, then at the longest
-measured.
+that a slow one does not push the confirmation out of the budget, but the run's first left out
+once a later one is measured. The first fills vLLM's compile cache and, in a new study, starts
+its capacity search from the window's rate; the later ones start from a capacity measured
+before. In 11 of the 12 GPU studies kept it was the longest searched trial (the 12th's second
+trial was a candidate, on a compile key of its own), and planning the rest from it stopped the
+search early: the H200 conversation study of 2026-11-28 ran 3 of 20 trials and ended 300 s
+inside its budget.
+
+A confirming measurement repeats a configuration already measured. It is planned at the longest
+measured once one is; before, at the longest searched trial after the first (in those 12
+studies the longest confirming measurement took 0.60 to 0.82 of that), or, with only the first
+measured, at ``confirm_share`` of it (``GPU_CONFIRM_SHARE`` on a GPU).
 """
 
 from __future__ import annotations
@@ -24,11 +32,11 @@ from dataclasses import dataclass, field
 # An engine start before any was measured in the run: vLLM's OpenAI server on an H100 took 45 to
 # 145 s to a healthy /health, its CPU build 40 to 90 s on two cores.
 ENGINE_START_GUESS_S = 90.0
-# A confirming measurement against the longest searched trial, on a GPU. Its engine start finds
-# the configuration's compile in vLLM's cache, and its capacity search starts at the capacity
-# measured before, so it takes fewer rates. In 11 studies (10 of capacity) on one H100 or H200
+# A confirming measurement against the run's first trial, on a GPU. Its engine start finds the
+# configuration's compile in vLLM's cache, and its capacity search starts at the capacity
+# measured before, so it takes fewer rates. In 12 studies (11 of capacity) on one H100 or H200
 # (2026-11-25 to 2026-11-28, the results DBs of benchmarks/results/h100-*/ and h200-*/), the
-# longest confirming measurement took 0.36 to 0.68 (median 0.49) of the longest searched trial
+# longest confirming measurement took 0.36 to 0.68 (median 0.50) of the longest searched trial
 # (benchmarks/confirm_share.py).
 # On vLLM's CPU build this is not measured: there it is 1.
 GPU_CONFIRM_SHARE = 0.7
@@ -55,15 +63,22 @@ class Budget:
 
     @property
     def trial_s(self) -> float:
-        """What the next searched trial is planned to cost: the longest measured, else the
-        estimate."""
-        return max(self.costs) if self.costs else self.estimate_s
+        """What the next searched trial is planned to cost: the longest measured after the run's
+        first, else the first, else the estimate."""
+        if len(self.costs) > 1:
+            return max(self.costs[1:])
+        return self.costs[0] if self.costs else self.estimate_s
 
     @property
     def confirm_s(self) -> float:
         """What the next confirming measurement is planned to cost: the longest measured, else
-        ``confirm_share`` of a searched trial's."""
-        return max(self.confirm_costs) if self.confirm_costs else self.confirm_share * self.trial_s
+        the longest searched trial after the first, else ``confirm_share`` of the first (or of
+        the estimate)."""
+        if self.confirm_costs:
+            return max(self.confirm_costs)
+        if len(self.costs) > 1:
+            return self.trial_s
+        return self.confirm_share * self.trial_s
 
     @property
     def left_s(self) -> float:

@@ -58,6 +58,17 @@ def to_confirm(study: optuna.Study, top_k: int, candidates: bool = False) -> lis
     return top
 
 
+def short(study: optuna.Study, top_k: int, repeats: int, candidates: bool = False) -> list[Group]:
+    """The configurations ``to_confirm`` names that have fewer than ``1 + repeats``
+    measurements.
+
+    Measurements taken count, not only those in the median: a configuration whose client fell
+    behind on every re-measurement would otherwise be measured until the time ran out (the H100
+    study of benchmarks/results/h100.md re-measured its baseline six times).
+    """
+    return [g for g in to_confirm(study, top_k, candidates) if g.measured < 1 + repeats]
+
+
 OnTrial = Callable[[FrozenTrial], None]
 
 
@@ -88,14 +99,11 @@ def confirm(
     limit = repeats * (2 * top_k + 2 + extra)
     ran = 0
     while ran < limit:
-        # Measurements taken, not only those in the median: a configuration whose client fell
-        # behind on every re-measurement would otherwise be measured until the time ran out
-        # (the H100 study of benchmarks/results/h100.md re-measured its baseline six times).
-        short = [g for g in to_confirm(study, top_k, candidates) if g.measured < 1 + repeats]
-        if not short:
+        pending = short(study, top_k, repeats, candidates)
+        if not pending:
             break
-        fewest = min(g.measured for g in short)
-        for group in [g for g in short if g.measured == fewest]:
+        fewest = min(g.measured for g in pending)
+        for group in [g for g in pending if g.measured == fewest]:
             if ran >= limit:
                 break
             if budget is not None and not budget.may_confirm():
