@@ -205,6 +205,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     spec = load_spec(args.spec)
     memory = environment.host_memory() if environment.is_cpu_build() else None
     arms = load_arms(args.arms, spec, memory)

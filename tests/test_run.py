@@ -100,6 +100,19 @@ def test_a_run_adds_trials_confirms_and_writes_the_winner(tmp_path, cpu_model):
     assert any(line.startswith("winner trial 1: score median 0.55 of 3") for line in written.lines)
 
 
+def test_a_continued_study_holds_back_only_what_its_confirmation_still_needs(tmp_path, cpu_model):
+    """The baseline measured three times already (a first run's confirmation), a second run's
+    budget holds back the re-measurements of a new leader only: two, not four."""
+    scripted = Scripted({None: [1.0, 1.05, 0.98], 4: [0.5, 0.6, 0.55], 8: [0.7]})
+    spec = parse_spec(spec_dict(cpu_model, n_trials=3, confirm_top_k=1, confirm_repeats=2))
+    study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
+    first = Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), Heard())
+    assert first.add_trials() == 3 and first.confirm() == 4
+    budgeted = settings(tmp_path, scripted, time_budget_s=3600.0)
+    again = Run(study, spec, workload(tmp_path, spec), budgeted, Heard())
+    assert again.budget is not None and again.budget.confirm_trials == 2
+
+
 def test_a_budget_is_planned_and_told_before_the_first_trial(tmp_path, cpu_model):
     scripted = Scripted({None: [1.0], 4: [0.5]})
     spec = parse_spec(spec_dict(cpu_model, confirm_top_k=0, n_trials=2))

@@ -35,6 +35,9 @@
 # section is added to the spec `tuner init` writes and the repository's examples/ is copied into
 # the study's folder: a study of the example app (benchmarks/gpu/studies/translate-app-server.yaml);
 # `serve` then starts the app with the YAML written and sends it one request of its own.
+# With AB, an arms file (benchmarks/ab.py), the spec `tuner init` wrote (as edited) measures
+# those arms against each other instead of a `tuner run`: REPEATS (default 3) fresh engines
+# each, in turns, into $STUDY_ROOT/work/ab/ab.db (`ab.db` in OUT); nothing to `serve`.
 set -u
 root=${STUDY_ROOT:-/root/user-cap}
 src=${TUNER_SRC:-.gpu/snap}
@@ -53,16 +56,18 @@ copy_out() {
   cp "$root/run.log" "$root/env.txt" "$out/" 2>/dev/null
   cp "$root/work/studies/prod.yaml" "$out/" 2>/dev/null
   # A consistent copy of the study while tuner may be writing it.
-  python3 -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' \
+  [ -e "$root/work/studies/prod.db" ] && python3 -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' \
     "$root/work/studies/prod.db" "$out/prod.db" 2>/dev/null
   cp "$root/work/configs/prod.yaml" "$out/config.yaml" 2>/dev/null
+  [ -e "$root/work/ab/ab.db" ] && python3 -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' \
+    "$root/work/ab/ab.db" "$out/ab.db" 2>/dev/null
   # Each engine's start (weights, KV cache, compile) and its last lines, less nanobind's noise.
-  for log in $(find "$root/work/runs" -name '*engine.log' 2>/dev/null | sort); do
+  for log in $(find "$root/work/runs" "$root/work/ab" -name '*engine.log' 2>/dev/null | sort); do
     echo "== $log"
     grep -E 'non-default args|Loading weights took|Model loading took|KV cache size|Maximum concurrency|compile takes|Graph capturing finished|init engine' "$log"
     grep -v -E 'nanobind|leaked |skipped remainder' "$log" | tail -n 8
   done > "$out/tails.txt"
-  tar cJf "$out/runs.tar.xz" -C "$root/work" runs 2>/dev/null
+  tar cJf "$out/runs.tar.xz" -C "$root/work" $(cd "$root/work" && ls -d runs ab 2>/dev/null)
 }
 
 case ${1:-} in
@@ -70,6 +75,7 @@ case ${1:-} in
     mkdir -p "$root/lib" "$root/work"
     cp -r "$src/tuner" "$root/lib/"
     cp "$here/write_weights.py" "$root/"
+    [ -n "${AB:-}" ] && cp "$here/../ab.py" "$AB" "$root/"
     if [ -d .whl ]; then
       python3 -m pip install -q --no-index --no-deps --target "$root/lib" .whl/httpx_aiohttp-*.whl
     fi
@@ -114,11 +120,18 @@ sed -i -e 's/^capacity_window_s: .*/capacity_window_s: 10/' -e 's/^confirm_top_k
 [ -n "${SERVER:-}" ] && cat "$root/server.yaml" >> studies/prod.yaml
 fi
 grep -E '^(capacity_window_s|confirm_top_k|confirm_repeats|n_trials|objective_mode|warmup_requests):' studies/prod.yaml
+if [ -n "${AB:-}" ]; then
+echo "== ab"
+python3 "$root/ab.py" "$root/$(basename "${AB:-}")" --spec studies/prod.yaml --trace prod.csv \
+    --repeats ${REPEATS:-3} --out ab
+echo "exit \$?"
+else
 echo "== tuner run"
 tuner -v run --trace prod.csv --study prod --n-trials ${N_TRIALS:-5} --time-budget-s ${BUDGET_S:-1200}
 echo "exit \$?"
 echo "== configs/prod.yaml"
 cat configs/prod.yaml
+fi
 echo "== done in \$(( \$(date +%s) - began )) s"
 touch "$root/DONE"
 EOF
@@ -130,7 +143,7 @@ EOF
     seconds=${2:?seconds}
     end=$(( $(date +%s) + seconds ))
     while [ "$(date +%s)" -lt "$end" ] && [ ! -e "$root/DONE" ]; do sleep 5; done
-    grep -E '^(==|exit|\{"shape|trial|confirm|time budget|calibrat|pinned|wrote|best|#)' "$root/run.log" \
+    grep -E '^(==|exit|\{"shape|trial|confirm|time budget|calibrat|pinned|wrote|best|#|\||command)' "$root/run.log" \
       | tail -40
     grep -E 'Traceback|Error' "$root/run.log" | tail -5
     copy_out
@@ -159,6 +172,13 @@ EOF
       kill -0 $server 2>/dev/null || break
       sleep 2
     done
+    if ! curl -sf localhost:8765/health > /dev/null; then
+      echo "not healthy after $(( $(date +%s) - began )) s"
+      grep -v -E 'nanobind|leaked ' serve.log | tail -n 8
+      cp serve.log "$out/"
+      kill $server 2>/dev/null
+      exit 1
+    fi
     echo "healthy after $(( $(date +%s) - began )) s"
     model=$(python3 -c 'import yaml; print(yaml.safe_load(open("prod.yaml"))["model"])')
     curl -s localhost:8765/v1/completions -H 'content-type: application/json' \
@@ -170,5 +190,5 @@ EOF
     cp serve.log "$out/"
     ;;
   *)
-    sed -n 2,31p "$0"; exit 2 ;;
+    sed -n 2,40p "$0"; exit 2 ;;
 esac

@@ -48,7 +48,7 @@ from tuner.study.trials.budget import (
     Budget,
     confirm_trials,
 )
-from tuner.study.trials.groups import any_feasible, groups
+from tuner.study.trials.groups import any_feasible, groups, ranked
 
 logger = logging.getLogger(__name__)
 
@@ -291,6 +291,7 @@ class Run:
         estimate_s = ENGINE_START_GUESS_S + of_spec(spec).measure_s(spec, replay_s)
         candidates = len(spec.candidates) if spec.confirm_candidates else 0
         held = confirm_trials(spec.confirm_top_k, spec.confirm_repeats, candidates)
+        held = max(0, held - self._references_measured()) if held else 0
         share = 1.0 if environment.is_cpu_build() else GPU_CONFIRM_SHARE
         return Budget(
             self.settings.began + budget_s,
@@ -298,6 +299,15 @@ class Run:
             estimate_s=estimate_s,
             confirm_share=share,
         )
+
+    def _references_measured(self) -> int:
+        """The re-measurements of the baseline (and, where the spec confirms them, of its
+        candidates) that the study holds already, as far as the confirmation asks for them: a
+        continued study's confirmation measures those no more, only a new leader."""
+        repeats = self.spec.confirm_repeats
+        _, baseline, candidates = ranked(self.study)
+        references = [baseline, *(candidates if self.spec.confirm_candidates else [])]
+        return sum(min(repeats, g.measured - 1) for g in references if g is not None)
 
     def _plan(self) -> None:
         """Say what the budget buys (nothing without one)."""
