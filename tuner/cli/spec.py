@@ -108,13 +108,18 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def set_names(spec: StudySpec) -> list[str]:
+    """The engine arguments the spec sets: in ``engine_args``, the baseline and the
+    candidates."""
+    return [*spec.engine_args, *spec.baseline, *(n for c in spec.candidates for n in c)]
+
+
 def check_engine_arguments(spec: StudySpec, path: Path) -> None:
     """An ``InputError`` for an engine argument the installed vLLM does not accept."""
     known = arguments.known_arguments()
     if known is None:
         return
-    names = [*spec.engine_args, *spec.baseline, *(d.name for d in spec.space)]
-    names += [name for candidate in spec.candidates for name in candidate]
+    names = [*set_names(spec), *(d.name for d in spec.space)]
     unknown = arguments.unknown_arguments(dict.fromkeys(names), known)
     if unknown:
         name, close = next(iter(unknown.items()))
@@ -130,8 +135,7 @@ def for_own_server(spec: StudySpec, path: Path) -> StudySpec:
     (an ``InputError``) where the spec sets it; unchanged for vLLM's server."""
     if spec.server is None:
         return spec
-    fixed = [*spec.engine_args, *spec.baseline, *(n for c in spec.candidates for n in c)]
-    for name in fixed:
+    for name in set_names(spec):
         if flag_name(name) in SERVER_ONLY_ARGUMENTS:
             raise InputError(
                 f"{path}: {name}: an argument of vLLM's OpenAI server, not an AsyncEngineArgs "
