@@ -19,6 +19,7 @@ from optuna.trial import FrozenTrial
 
 from tuner.cli.result import fmt_params, trial_line
 from tuner.engine.own_server import OWN_SERVER_NAME
+from tuner.engine.process import Engine
 from tuner.study.measure.trial import RATE, REPLAY, STARTING, WARMUP, OnProgress, TrialProgress
 from tuner.study.plan.spec import StudySpec
 
@@ -103,7 +104,7 @@ class RunLines:
 
     def __init__(self, spec: StudySpec) -> None:
         # vLLM's OpenAI server, or the user's own (``--server-command``).
-        self.server = "vLLM" if spec.server is None else OWN_SERVER_NAME
+        self.server = Engine.server_name if spec.server is None else OWN_SERVER_NAME
         self.status = StatusLine(sys.stdout, server=self.server)
         self.progress: OnProgress | None = self.status.show if self.status.live else None
         # What a trial's line names: the searched arguments, and what the baseline and the
