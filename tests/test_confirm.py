@@ -160,6 +160,23 @@ def test_a_lead_inside_the_spread_keeps_the_defaults(tmp_path, cpu_model, capsys
     assert "vLLM's defaults kept (trial" in capsys.readouterr().out
 
 
+def test_more_re_measurements_show_a_gain_that_overlaps_once(tmp_path, cpu_model, capsys):
+    """Four measurements each: the winner's worst (0.95) is worse than the defaults' best
+    (0.9), but it wins 15 of the 16 pairs, which 2 of the 70 ways to deal the eight scores do:
+    beyond chance. "Better in every measurement" would have kept the defaults."""
+    scripted = Scripted({None: [1.0, 1.05, 0.98, 0.9], 4: [0.8, 0.85, 0.75, 0.95], 8: [3.0]})
+    study, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=3)
+    assert scripted.order == [None, 4, 8, 4, None, 4, None, 4, None]
+    result = choose(study)
+    assert result is not None and result.outcome == TUNED and result.group.number == 1
+    assert main(args) == 0
+    header = (tmp_path / "configs" / "s.yaml").read_text()
+    assert (
+        "# beats vLLM's defaults beyond chance: 17% better by the median, better in 15 of 16 "
+        "pairs of measurements (a rank test: p <= 0.05)"
+    ) in header
+
+
 def test_the_baseline_winning_says_so_and_an_earlier_confirmation_is_kept(tmp_path, cpu_model):
     scripted = Scripted({None: [0.5, 0.55, 0.5], 4: [0.6, 0.9, 0.9], 8: [0.95]})
     study, ran, _ = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)

@@ -5,12 +5,13 @@ the GPU runner's tables, so that they cannot name different winners.
 A configuration is its first trial and the confirm step's re-measurements of it
 (``tuner.study.trials.groups.groups``). The choice has three outcomes:
 
-- ``TUNED``: a searched configuration beats vLLM's defaults (the baseline) beyond the measured
-  spread: measured at least as many times as the defaults, and more than once, its worst
-  measurement is better than their best. Of those, the best median. Feasibility comes first: a
-  configuration that meets the SLOs beats defaults that miss them (or did not serve), and then
-  the best median among the configurations measured most often wins, so a single lucky
-  measurement never beats a repeated one.
+- ``TUNED``: a searched configuration beats vLLM's defaults (the baseline) beyond chance:
+  measured at least as many times as the defaults, and more than once, it passes the rank test
+  of ``tuner.study.trials.significance`` against them (at 3 measurements against 3: its worst
+  is better than their best, "beyond the measured spread"). Of those, the best median.
+  Feasibility comes first: a configuration that meets the SLOs beats defaults that miss them (or
+  did not serve), and then the best median among the configurations measured most often wins,
+  so a single lucky measurement never beats a repeated one.
 - ``DEFAULTS``: the defaults meet the SLOs and no searched configuration beats them beyond the
   spread (or none was measured as often as they were): the defaults are written, and the choice
   names the closest searched configuration and by how much it differed.
@@ -103,10 +104,17 @@ def choose(study: optuna.Study) -> Choice | None:
     beyond = [g for g in often if baseline.measured > 1 and g.beats(baseline)]
     if beyond:
         winner = beyond[0]
-        why = (
-            f"beats vLLM's defaults beyond the measured spread: {winner.gain_over(baseline):.0%} "
-            "better by the median, and better in every measurement"
-        )
+        gain = f"{winner.gain_over(baseline):.0%} better by the median"
+        if winner.in_every_measurement(baseline):
+            why = (
+                f"beats vLLM's defaults beyond the measured spread: {gain}, and better in every "
+                "measurement"
+            )
+        else:
+            why = (
+                f"beats vLLM's defaults beyond chance: {gain}, better in "
+                f"{winner.pairs_won(baseline)} of measurements (a rank test: p <= 0.05)"
+            )
         return replace(held, group=winner, why=why)
     nearest = next(iter(often), None) or next(iter(found), None)
     pruned = tuple(t.number for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)))
@@ -219,7 +227,8 @@ def _against_candidates(choice: Choice) -> list[str]:
             continue
         lines.append(describe(group, "candidate"))
         if len(written.values) > 1 and written.beats(group):
-            lines.append(f"beats candidate trial {group.number} beyond the measured spread")
+            how = "the measured spread" if written.in_every_measurement(group) else "chance"
+            lines.append(f"beats candidate trial {group.number} beyond {how}")
         else:
             lines.append(f"within noise of candidate trial {group.number}")
     return lines

@@ -9,7 +9,7 @@ own with the user attribute ``confirms`` (the trial it repeats) and the same par
 the dashboard shows it and the sampler learns from it.
 
 What is written then is ``tuner.study.result.choice``'s: a searched configuration only where
-it beats the baseline beyond the measured spread, measured as often as the baseline; else vLLM's
+it beats the baseline beyond chance, measured as often as the baseline; else vLLM's
 defaults. Where no configuration met the SLOs there is nothing to hold against the defaults,
 and nothing is measured again: the closest configuration is written as it was measured.
 """

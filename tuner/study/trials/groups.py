@@ -17,6 +17,7 @@ from optuna.trial import FrozenTrial
 
 from tuner.study.measure.objective import StudyObjective, of_study
 from tuner.study.measure.record import TrialRecord
+from tuner.study.trials import significance
 from tuner.study.trials.picks import served
 
 
@@ -78,8 +79,19 @@ class Group:
         return (self.objective.rank(self.median), self.number)
 
     def beats(self, other: Group) -> bool:
-        """Better than ``other`` in every measurement: this one's worst beats its best."""
-        return self.objective.better(self.worst, other.best)
+        """Better than ``other`` beyond chance (``tuner.study.trials.significance``): at three
+        measurements against three, in every measurement."""
+        return significance.beats(self.values, other.values, self.objective.better)
+
+    def in_every_measurement(self, other: Group) -> bool:
+        """This one's worst measurement is better than ``other``'s best."""
+        return significance.in_every_measurement(self.values, other.values, self.objective.better)
+
+    def pairs_won(self, other: Group) -> str:
+        """``W of N pairs``: how many pairs of a measurement of each this one wins (a tie:
+        half)."""
+        won = significance.pairs_won(self.values, other.values, self.objective.better)
+        return f"{won:g} of {len(self.values) * len(other.values)} pairs"
 
     def gain_over(self, other: Group) -> float:
         """How much better this median is than ``other``'s, as a fraction of ``other``'s
