@@ -130,7 +130,7 @@ def said_result(
     """Say which configuration was written, and why, or why none was; the exit status that
     says it.
 
-    Exit 0 (a tuned configuration: it beats vLLM's defaults beyond the spread, or meets the
+    Exit 0 (a tuned configuration: it beats vLLM's defaults beyond chance, or meets the
     SLOs where they do not), 4 (vLLM's defaults kept), 3 (nothing met the SLOs: the closest is
     written) or 1 (no trial served: nothing written).
     """
