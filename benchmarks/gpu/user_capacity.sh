@@ -51,16 +51,19 @@ else
 fi
 export PYTHONPATH=$root/lib${PYTHONPATH:+:$PYTHONPATH} VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 
+# A consistent copy of a study's SQLite file while tuner may be writing it, where it exists.
+backup() {
+  [ -e "$1" ] && python3 -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' \
+    "$1" "$2" 2>/dev/null
+}
+
 copy_out() {
   local out=${OUT:?OUT}
   cp "$root/run.log" "$root/env.txt" "$out/" 2>/dev/null
   cp "$root/work/studies/prod.yaml" "$out/" 2>/dev/null
-  # A consistent copy of the study while tuner may be writing it.
-  [ -e "$root/work/studies/prod.db" ] && python3 -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' \
-    "$root/work/studies/prod.db" "$out/prod.db" 2>/dev/null
+  backup "$root/work/studies/prod.db" "$out/prod.db"
   cp "$root/work/configs/prod.yaml" "$out/config.yaml" 2>/dev/null
-  [ -e "$root/work/ab/ab.db" ] && python3 -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' \
-    "$root/work/ab/ab.db" "$out/ab.db" 2>/dev/null
+  backup "$root/work/ab/ab.db" "$out/ab.db"
   # Each engine's start (weights, KV cache, compile) and its last lines, less nanobind's noise.
   for log in $(find "$root/work/runs" "$root/work/ab" -name '*engine.log' 2>/dev/null | sort); do
     echo "== $log"

@@ -213,8 +213,7 @@ def _share(figures: Mapping[str, Any], part: str, whole: str) -> float | None:
 
 def _per_request(figures: Mapping[str, Any], key: str) -> float | None:
     """``figures[key]`` over the requests that succeeded, where both are numbers."""
-    total, requests = _number(figures, key), _number(figures, "server_requests_succeeded")
-    return None if total is None or not requests else total / requests
+    return _share(figures, key, "server_requests_succeeded")
 
 
 def _time(seconds: float) -> str:
