@@ -17,6 +17,7 @@
 #   tuner init --trace prod.csv --model models/qwen2.5-3b --dummy-weights --objective capacity \
 #       --slo ttft_p95_s=0.3 --slo tpot_p95_s=0.03 --slo e2e_p99_s=7
 #   (edit studies/prod.yaml: capacity_window_s 10, confirm_top_k 1)
+#   (prod.csv: the trace copied under its own extension, prod.jsonl for a JSONL trace)
 #   tuner run --trace prod.csv --study prod --n-trials N_TRIALS --time-budget-s BUDGET_S
 #
 # tuner's default GPU search space as `tuner init` writes it, no candidates. The edit fits the
@@ -43,6 +44,8 @@ root=${STUDY_ROOT:-/root/user-cap}
 src=${TUNER_SRC:-.gpu/snap}
 repo=$PWD
 here=$(cd "$(dirname "$0")" && pwd)
+trace=${TRACE:-$repo/benchmarks/gpu/traces/story-12rps.csv}
+prod=prod.${trace##*.}  # the trace's own extension: prod.csv, prod.jsonl
 slos=${SLOS:-ttft_p95_s=0.3 tpot_p95_s=0.03 e2e_p99_s=7}
 if [ -n "${WEIGHTS:-}" ]; then
   model=models/$WEIGHTS dummy=
@@ -82,7 +85,7 @@ case ${1:-} in
     if [ -d .whl ]; then
       python3 -m pip install -q --no-index --no-deps --target "$root/lib" .whl/httpx_aiohttp-*.whl
     fi
-    cp "${TRACE:-$repo/benchmarks/gpu/traces/story-12rps.csv}" "$root/work/prod.csv"
+    cp "$trace" "$root/work/$prod"
     [ -n "${SPEC:-}" ] && cp "$SPEC" "$root/spec.yaml"
     if [ -n "${SERVER:-}" ]; then
       cp "$SERVER" "$root/server.yaml"
@@ -114,7 +117,7 @@ if [ -n "${SPEC:-}" ]; then
   mkdir -p studies && cp "$root/spec.yaml" studies/prod.yaml
 else
 echo "== tuner init"
-tuner init --trace prod.csv --model "$root/work/$model" $dummy \\
+tuner init --trace $prod --model "$root/work/$model" $dummy \\
     --objective capacity $(printf -- '--slo %s ' $slos)
 echo "exit \$?"
 sed -i -e 's/^capacity_window_s: .*/capacity_window_s: 10/' -e 's/^confirm_top_k: .*/confirm_top_k: 1/' \\
@@ -130,7 +133,7 @@ python3 "$root/ab.py" "$root/$(basename "${AB:-}")" --spec studies/prod.yaml --t
 echo "exit \$?"
 else
 echo "== tuner run"
-tuner -v run --trace prod.csv --study prod --n-trials ${N_TRIALS:-5} --time-budget-s ${BUDGET_S:-1200}
+tuner -v run --trace $prod --study prod --n-trials ${N_TRIALS:-5} --time-budget-s ${BUDGET_S:-1200}
 echo "exit \$?"
 echo "== configs/prod.yaml"
 cat configs/prod.yaml
