@@ -3,6 +3,8 @@ where one more trial would leave too little for it. A scripted clock, no engine.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tuner.study.trials.budget import GPU_CONFIRM_SHARE, Budget, confirm_trials
@@ -118,3 +120,40 @@ def test_the_confirmation_counts_the_top_the_baseline_and_the_candidates(
     top_k: int, repeats: int, candidates: int, trials: int
 ) -> None:
     assert confirm_trials(top_k, repeats, candidates) == trials
+
+
+def test_the_first_contender_is_searched_for_with_room_for_one_turn_of_the_confirmation() -> None:
+    """The H200 Mooncake study of benchmarks/results/h200-mooncake-user/: the defaults' trial
+    took 249 s and left 908 s; one more trial and four re-measurements, planned at 249 + 4 x
+    174 s, did not fit, and the run ended with nothing but the defaults measured. Until a
+    contender exists, a trial need leave room only for the first turn (two re-measurements)."""
+    clock = Clock()
+    budget = Budget(
+        ends=1200.0,
+        confirm_trials=4,
+        estimate_s=140.0,
+        confirm_share=GPU_CONFIRM_SHARE,
+        contender=False,
+        clock=clock,
+    )
+    budget.spent(249.0)
+    clock.now = 292.0
+    assert budget.held_s == pytest.approx(2 * 0.7 * 249.0)
+    assert budget.may_search() and budget.searched_trials() == 1
+    said = budget.plan(20, 1, 2)
+    assert "about 1 of the 20 trials, then as much of the confirmation as the time left" in said
+    assert "a larger --time-budget-s confirms in full" in said
+    # The same budget with a contender already measured holds the whole confirmation back.
+    whole = dataclasses.replace(budget, contender=True)
+    assert not whole.may_search() and whole.searched_trials() == 0
+    # The next trial served: the search stops, and the confirmation runs as far as it fits.
+    budget.spent(218.0)
+    budget.contender = True
+    clock.now = 510.0
+    assert not budget.may_search() and budget.confirm_fits() and budget.may_confirm()
+    assert "as much of the confirmation as the time left holds" in budget.plan(20, 1, 2)
+    for took in (147.0, 141.0, 126.0):
+        budget.spent(took, confirming=True)
+        clock.now += took
+        assert budget.may_confirm()
+    assert budget.left_s == pytest.approx(276.0)  # the fourth, planned at 147 s, still fits

@@ -416,6 +416,24 @@ def test_a_time_budget_ends_the_trials_but_never_before_the_first(
     assert trials[0].user_attrs["baseline"] is True
 
 
+def test_the_budget_learns_when_the_study_holds_a_contender(tmp_path: Path) -> None:
+    # Until a configuration besides the defaults served, the search leaves room for only the
+    # confirmation's first turn (``Budget.contender``); the trial that serves ends that.
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    budget = Budget(
+        ends=time.monotonic() + 3600.0, confirm_trials=4, estimate_s=0.0, contender=False
+    )
+    spec, study = parse_spec(LANDSCAPE_SPEC), open_study("s", storage, 0)
+    run_study(
+        study, spec, stand_in_setup(), tmp_path, 1, runner=landscape_runner([]), budget=budget
+    )
+    assert not budget.contender  # the baseline alone
+    run_study(
+        study, spec, stand_in_setup(), tmp_path, 1, runner=landscape_runner([]), budget=budget
+    )
+    assert budget.contender and not study.trials[1].user_attrs.get("baseline")
+
+
 def test_tpe_draws_when_the_spec_asks(tmp_path: Path) -> None:
     spec = parse_spec(LANDSCAPE_SPEC | {"search": "tpe"})
     storage = f"sqlite:///{tmp_path / 's.db'}"

@@ -48,7 +48,7 @@ from tuner.study.trials.budget import (
     Budget,
     confirm_trials,
 )
-from tuner.study.trials.groups import any_feasible, groups, ranked
+from tuner.study.trials.groups import any_feasible, contender, groups, ranked
 
 logger = logging.getLogger(__name__)
 
@@ -298,6 +298,7 @@ class Run:
             confirm_trials=held,
             estimate_s=estimate_s,
             confirm_share=share,
+            contender=contender(self.study),
         )
 
     def _references_measured(self) -> int:

@@ -16,6 +16,16 @@ trial was a candidate, on a compile key of its own), and planning the rest from 
 search early: the H200 conversation study of 2026-11-28 ran 3 of 20 trials and ended 300 s
 inside its budget.
 
+Until a configuration besides vLLM's defaults has met the SLOs (``contender``), the confirm step
+has nothing to confirm, and a run that stops searching there answers only "keep the defaults,
+nothing else was measured". So until there is one, a searched trial need leave room only for
+the confirmation's first turn (the new leader and the defaults once more each); the rest of the
+confirmation is measured as far as the budget then allows. On the Mooncake trace (H200,
+2026-11-28) a 1200 s run stopped after the defaults' 249 s trial, 908 s left: one more trial
+and four re-measurements were planned at 249 + 4 x 174 s. Continued, the next trial took 218 s
+and the four re-measurements 126 to 147 s (778 s in all), and it beat the defaults by 1.46x in
+every measurement.
+
 A confirming measurement repeats a configuration already measured. It is planned at the longest
 measured once one is; before, at the longest searched trial after the first (in those 12
 studies the longest confirming measurement took 0.60 to 0.82 of that), or, with only the first
@@ -56,6 +66,10 @@ class Budget:
     costs: list[float] = field(default_factory=list)
     confirm_costs: list[float] = field(default_factory=list)
     confirm_share: float = 1.0
+    # Whether the study holds a configuration besides vLLM's defaults that met the SLOs, one the
+    # confirm step can hold against them; until it does, the next searched trial need leave room
+    # only for the confirmation's first turn (``held_s``).
+    contender: bool = True
 
     def spent(self, seconds: float, confirming: bool = False) -> None:
         """A searched trial, or a confirming measurement, took ``seconds``."""
@@ -84,27 +98,36 @@ class Budget:
     def left_s(self) -> float:
         return self.ends - self.clock()
 
+    @property
+    def held_s(self) -> float:
+        """What the next searched trial must leave for the confirmation: all of it once there is
+        a contender; before, its first turn (the new leader and the defaults once more each)."""
+        held = self.confirm_trials if self.contender else min(self.confirm_trials, 2)
+        return self.confirm_s * held
+
     def may_search(self) -> bool:
-        """Whether one more searched trial and the whole confirmation end within the budget."""
-        return self.trial_s + self.confirm_s * self.confirm_trials <= self.left_s
+        """Whether one more searched trial and the confirmation it must leave room for
+        (``held_s``) end within the budget."""
+        return self.trial_s + self.held_s <= self.left_s
 
     def may_confirm(self) -> bool:
         """Whether one more confirming measurement ends within the budget."""
         return self.confirm_s <= self.left_s
 
     def searched_trials(self) -> int:
-        """How many more searched trials the budget buys, the confirmation held back."""
-        return max(
-            0, math.floor((self.left_s - self.confirm_s * self.confirm_trials) / self.trial_s)
-        )
+        """How many more searched trials the budget buys, the confirmation held back: at least
+        one where the first contender may still be searched for (``may_search``)."""
+        whole = math.floor((self.left_s - self.confirm_s * self.confirm_trials) / self.trial_s)
+        return max(whole, int(not self.contender and self.may_search()), 0)
 
     def confirm_fits(self) -> bool:
-        """Whether the budget left holds the confirmation at all."""
-        return self.confirm_s * self.confirm_trials <= self.left_s
+        """Whether the budget left holds the confirmation's first turn at least."""
+        return self.confirm_s * min(self.confirm_trials, 2) <= self.left_s
 
     def plan(self, n_trials: int, top_k: int, repeats: int) -> str:
         """What the budget buys, in words: ``about N trials, then the winner and vLLM's
-        defaults K more times each (about T s a trial, estimated)``."""
+        defaults K more times each (about T s a trial, estimated)``, or, where the trials it
+        buys leave room for only part of the confirmation, that it takes as much as fits."""
         what = "measured" if self.costs else "estimated"
         cost = f"about {self.trial_s:.0f} s a trial, {what}"
         if self.confirm_trials and self.confirm_s != self.trial_s:
@@ -119,6 +142,13 @@ class Budget:
                 "unless they miss the SLOs; give a larger --time-budget-s"
             )
         top = "the winner" if top_k == 1 else f"the top {top_k}"
+        if trials * self.trial_s + self.confirm_s * self.confirm_trials > self.left_s:
+            return (
+                f"the budget buys about {trials} of the {n_trials} trials, then as much of the "
+                f"confirmation as the time left holds ({top} and vLLM's defaults {repeats} more "
+                f"time{'s' if repeats != 1 else ''} each asked for; at least the leader and the "
+                f"defaults once more each) ({cost}); a larger --time-budget-s confirms in full"
+            )
         return (
             f"the budget buys about {trials} of the {n_trials} trials, then {top} and vLLM's "
             f"defaults {repeats} more time{'s' if repeats != 1 else ''} each ({cost})"

@@ -137,6 +137,12 @@ def rank(all_groups: list[Group]) -> tuple[list[Group], Group | None, list[Group
     return ranked, baseline, candidates
 
 
+def contender(study: optuna.Study) -> bool:
+    """Whether a configuration besides vLLM's defaults met the SLOs: one the confirm step can
+    hold against them."""
+    return any(not TrialRecord.of(g.first).baseline for g in ranked(study)[0])
+
+
 def any_feasible(study: optuna.Study) -> bool:
     """Whether any configuration met the SLOs (by the median verdict of its measurements)."""
     return bool(ranked(study)[0])

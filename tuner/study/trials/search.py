@@ -254,7 +254,7 @@ def run_study(
 
     With a ``budget``, no trial is started after the first unless it and the confirm step
     the budget holds back would end within it (``Budget.may_search``); each trial's cost is
-    told to it.
+    told to it, and whether the study now holds a contender for the confirm step.
 
     A configuration that fails is a completed, infeasible trial. Ctrl-C (or any escape) marks
     the running trial FAIL with the reason, so the storage never keeps a trial RUNNING; unless
@@ -283,6 +283,7 @@ def run_study(
         frozen = measure(study, trial, args, how, prunable, gated=gated)
         if budget is not None:
             budget.spent(time.monotonic() - began)
+            budget.contender = budget.contender or groups.contender(study)
         if on_trial is not None:
             on_trial(frozen)
         done += 1
