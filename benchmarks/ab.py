@@ -165,7 +165,13 @@ def workload_of(spec: StudySpec, trace_path: Path) -> Workload:
     model = model_of(spec)
     trace = load_trace(trace_path)
     time_scale = 1.0 if spec.time_scale == AUTO else float(spec.time_scale)
-    replay = open_loop_replay(trace, spec.window_s, time_scale, model.max_model_len)
+    replay = open_loop_replay(
+        trace,
+        spec.window_s,
+        time_scale,
+        model.max_model_len,
+        warm_prefix_cache=spec.warm_prefix_cache,
+    )
     sha = hashlib.sha256(trace_path.read_bytes()).hexdigest()
     return Workload(trace_path, sha, trace, replay, spec.window_s, time_scale, model)
 

@@ -95,7 +95,13 @@ def workload_of(
             read.schedule, read.lengths, lengths_from, window_s, time_scale, model.max_model_len
         )
     else:
-        replay = open_loop_replay(read.trace, window_s, time_scale, model.max_model_len)
+        replay = open_loop_replay(
+            read.trace,
+            window_s,
+            time_scale,
+            model.max_model_len,
+            warm_prefix_cache=spec.warm_prefix_cache,
+        )
     print("\n".join(replay_lines(replay)))
     said = of_spec(spec).measure(spec, replay.requests, replay.offered).describe()
     if said:

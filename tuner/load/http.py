@@ -102,6 +102,9 @@ class ReplaySettings:
     client_procs: int = 1
     # What a request is on the wire: vLLM's completions unless the server is the user's own.
     exchange: Exchange = field(default_factory=lambda: OPENAI_COMPLETIONS)
+    # Hash ids of shared prompt blocks that the server's prefix cache is primed with before a
+    # measured replay (``tuner.load.priming``): those the trace sent before its window.
+    cached_ids: frozenset[int] = frozenset()
 
 
 def request_body(index: int, request: Request, settings: ReplaySettings) -> bytes:

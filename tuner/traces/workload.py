@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from tuner.errors import InputError
 from tuner.traces.model import Clipping, Request, Trace, busiest_window, clip_to_context
 
@@ -66,6 +68,8 @@ class Workload:
     cut_s: float | None = None
     # The window's requests before any cut (as many as ``trace`` holds where there is none).
     window_requests: int | None = None
+    # The hash ids of the window's prompts that the trace sent before the window (``seen_before``).
+    cached_ids: frozenset[int] = frozenset()
 
     @property
     def peak_req_per_s(self) -> float:
@@ -120,7 +124,23 @@ def build_workload(
         clipping=clipping,
         cut_s=cut_s,
         window_requests=len(window),
+        cached_ids=seen_before(trace, start_s, window),
     )
+
+
+def seen_before(trace: Trace, start_s: float, window: Trace) -> frozenset[int]:
+    """The hash ids of ``window``'s prompts that requests of ``trace`` arriving before
+    ``start_s`` sent already: the shared blocks a server that had served the trace up to the
+    window would hold in its prefix cache, as far as its KV cache keeps them."""
+    if trace.hash_ids is None or window.hash_ids is None:
+        return frozenset()
+    before = int(np.searchsorted(trace.arrival_s, start_s, side="left"))
+    if before == 0:
+        return frozenset()
+    ids, offsets = trace.hash_ids.ids, trace.hash_ids.offsets
+    earlier = ids[offsets[0] : offsets[before]]
+    inside = window.hash_ids.ids[window.hash_ids.offsets[0] : window.hash_ids.offsets[-1]]
+    return frozenset(int(h) for h in set(earlier.tolist()) & set(inside.tolist()))
 
 
 def at_rate(

@@ -47,6 +47,9 @@ class Replay:
     peak_req_per_s: float | None = None
     # Where prompts or outputs were cut to the model's context: what to say of it, else None.
     clipped: str | None = None
+    # The hash ids of the window's prompts that the trace sent before the window: what the
+    # prefix cache is primed with before a measured replay (``tuner.load.priming``).
+    cached_ids: frozenset[int] = frozenset()
 
 
 def replay_lines(replay: Replay) -> list[str]:
@@ -119,8 +122,11 @@ def open_loop_replay(
     time_scale: float,
     max_model_len: int,
     longest_replay_s: float | None = None,
+    warm_prefix_cache: bool = True,
 ) -> Replay:
-    """A request trace's busiest window, time-scaled and fitted to the model's context."""
+    """A request trace's busiest window, time-scaled and fitted to the model's context; with
+    ``warm_prefix_cache``, the shared blocks the trace sent before it to prime the prefix cache
+    with."""
     workload = build_workload(trace, window_s, time_scale, max_model_len, longest_replay_s)
     clip = workload.clipping
     clipped = None
@@ -129,15 +135,23 @@ def open_loop_replay(
             f"clipped to the model's {max_model_len}-token context: "
             f"{clip.inputs_clipped} prompts, {clip.outputs_clipped} outputs"
         )
+    cached = workload.cached_ids if warm_prefix_cache else frozenset()
+    fingerprint: dict[str, Any] = {
+        "window_start_s": workload.start_s,
+        "requests": len(workload.trace),
+    }
+    if cached:
+        fingerprint["primed_blocks"] = len(cached)
     return Replay(
         requests=workload.trace.requests(),
         closed_loop=None,
         block_tokens=trace.block_tokens,
-        fingerprint={"window_start_s": workload.start_s, "requests": len(workload.trace)},
+        fingerprint=fingerprint,
         text=workload.describe(),
         offered=Offered(len(workload.trace), workload.replay_s),
         peak_req_per_s=workload.peak_req_per_s,
         clipped=clipped,
+        cached_ids=cached,
     )
 
 
@@ -185,6 +199,7 @@ def trial_setup(
             client_procs=0 if spec.client_procs == AUTO else int(spec.client_procs),
             request_timeout_s=spec.stall_timeout_s,
             exchange=exchange_of(spec),
+            cached_ids=replay.cached_ids,
         ),
         criteria=Criteria(spec.slos, spec.weights, spec.max_error_rate),
         health_timeout_s=spec.health_timeout_s,
@@ -225,5 +240,11 @@ def prepare(spec: StudySpec, trace: Trace, launcher: Launcher) -> Prepared:
     write_dummy_model(spec)
     info = model_of(spec)
     time_scale = 1.0 if spec.time_scale == AUTO else float(spec.time_scale)
-    replay = open_loop_replay(trace, spec.window_s, time_scale, info.max_model_len)
+    replay = open_loop_replay(
+        trace,
+        spec.window_s,
+        time_scale,
+        info.max_model_len,
+        warm_prefix_cache=spec.warm_prefix_cache,
+    )
     return Prepared(info, replay, trial_setup(spec, replay, info.vocab_size, launcher))

@@ -22,6 +22,7 @@ from tuner.load.closed_loop import replay_closed_loop
 from tuner.load.health import CLIENT_BEHIND, CLIENT_TOLERANCE_S
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, ReplayResult, provisional, so_far
+from tuner.load.priming import prime
 from tuner.load.session import Monitor
 from tuner.load.spread import replay
 from tuner.study.measure.judge import Criteria, Judged, judge
@@ -361,8 +362,9 @@ def _replay_outcome(
 
 
 class WindowReplay(Measure):
-    """The window replayed once: closed-loop for a concurrency trace, else open-loop; stopped
-    early where ``should_stop`` (the pruner) says so."""
+    """The window replayed once: closed-loop for a concurrency trace, else open-loop, on a
+    prefix cache primed with the blocks the trace sent before the window; stopped early where
+    ``should_stop`` (the pruner) says so."""
 
     def run(self, base_url: str, setup: TrialSetup, should_stop: ShouldStop | None) -> ReplayResult:
         progress = setup.progress
@@ -376,6 +378,7 @@ class WindowReplay(Measure):
                 setup.replay,
                 monitor=_monitor(setup.criteria, should_stop, progress, window),
             )
+        prime(base_url, setup.requests, setup.replay)
         window = _sending(REPLAY, setup.requests)
         _tell(progress, window)
         watch = _monitor(setup.criteria, should_stop, progress, window)

@@ -116,6 +116,9 @@ class StudySpec:
     confirm_repeats: int = 2
     # The spec's candidates (a hand-tuned configuration) re-measured with them, for the verdict.
     confirm_candidates: bool = False
+    # Before each measured replay, vLLM's prefix cache primed with the shared prompt blocks the
+    # trace sent before its window (tuner.load.priming); false: every replay starts cold.
+    warm_prefix_cache: bool = True
     # "incumbent": from vLLM's defaults, one dimension at a time, moving with the best so far
     # (tuner.study.trials.incumbent), TPE once it has nothing left to propose; "tpe": TPE
     # throughout.
@@ -357,8 +360,9 @@ def _settings(path: str, merged: Mapping[str, Any]) -> dict[str, Any]:
     max_error_rate = _number(path, "max_error_rate", merged["max_error_rate"], positive=False)
     if not 0 <= max_error_rate <= 1:
         raise SpecError(path, "max_error_rate", "must be between 0 and 1")
-    if not isinstance(merged["confirm_candidates"], bool):
-        raise SpecError(path, "confirm_candidates", "must be true or false")
+    for flag in ("confirm_candidates", "warm_prefix_cache"):
+        if not isinstance(merged[flag], bool):
+            raise SpecError(path, flag, "must be true or false")
     if merged["search"] not in SEARCHES:
         raise SpecError(path, "search", f"must be one of {SEARCHES}, got {merged['search']!r}")
     client_procs = merged["client_procs"]
@@ -391,6 +395,7 @@ def _settings(path: str, merged: Mapping[str, Any]) -> dict[str, Any]:
             path, "confirm_repeats", merged["confirm_repeats"], 0, MOST_REPEATS
         ),
         "confirm_candidates": merged["confirm_candidates"],
+        "warm_prefix_cache": merged["warm_prefix_cache"],
         "search": merged["search"],
     }
 

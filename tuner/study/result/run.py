@@ -159,6 +159,7 @@ class Run:
                 found.time_scale,
                 workload.model.max_model_len,
                 found.replay_s,
+                self.spec.warm_prefix_cache,
             )
             for line in replay_lines(replay):
                 self.tell.say(line)
