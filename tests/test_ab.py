@@ -190,3 +190,12 @@ def test_the_harness_measures_two_arms_on_vllm_and_reports_them(tmp_path, tiny_m
         again.returncode == 0
         and [r for r in again.stdout.splitlines() if r.startswith("| seqs")] == rows
     )
+
+
+@pytest.mark.parametrize(
+    "path", sorted((REPO / "benchmarks" / "arms").glob("*.yaml")), ids=lambda p: p.name
+)
+def test_every_arms_file_in_the_repository_loads(path: Path) -> None:
+    # Each is sent to a GPU as it is: a file that does not load costs a machine's minutes.
+    arms = ab.load_arms(path, parse_spec({"model": "m", "dummy_model": None}))
+    assert len(arms) >= 2 and len({a.name for a in arms}) == len(arms)
