@@ -95,6 +95,11 @@ def test_the_prefix_cache_hit_rate_is_the_share_of_prompt_tokens_found():
     assert "KV cache peak 14%, prefix cache hits 16% of prompt tokens, 0 preemptions" in (
         time_line(0, spent) or ""
     )
+    # Hits on a cache primed with what the trace sent before the window say so.
+    primed = time_line(0, time_spent(counted | {"prefix_primed_tokens": 118272.0}, 1024))
+    assert "prefix cache hits 16% of prompt tokens (primed with the trace's earlier blocks)" in (
+        primed or ""
+    )
     # None looked up (a build without the counters, or no prompt in the window): not said.
     for quiet in (GPU_DEFAULTS, counted | {"server_prefix_cache_queries": 0.0}):
         assert "prefix cache" not in (time_line(0, time_spent(quiet, 1024)) or "")

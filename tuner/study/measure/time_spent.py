@@ -56,8 +56,10 @@ class TimeSpent:
     itl_p50_at_most: bool = False
     itl_p95_s: float | None = None
     prompt_tokens_mean: float | None = None
-    # The share of the prompt tokens looked up in the prefix cache that were found there.
+    # The share of the prompt tokens looked up in the prefix cache that were found there, and
+    # whether the cache was primed first with the blocks the trace sent before the window.
     prefix_cache_hit_rate: float | None = None
+    prefix_primed: bool = False
 
     @property
     def measured(self) -> bool:
@@ -95,6 +97,7 @@ def time_spent(
         prefix_cache_hit_rate=_share(
             figures, "server_prefix_cache_hits", "server_prefix_cache_queries"
         ),
+        prefix_primed=bool(_number(figures, "prefix_primed_tokens")),
     )
 
 
@@ -118,7 +121,10 @@ def time_line(trial_number: int, spent: TimeSpent) -> str | None:
     if spent.kv_cache_peak is not None:
         engine.append(f"KV cache peak {spent.kv_cache_peak:.0%}")
     if spent.prefix_cache_hit_rate is not None:
-        engine.append(f"prefix cache hits {spent.prefix_cache_hit_rate:.0%} of prompt tokens")
+        hits = f"prefix cache hits {spent.prefix_cache_hit_rate:.0%} of prompt tokens"
+        if spent.prefix_primed:
+            hits += " (primed with the trace's earlier blocks)"
+        engine.append(hits)
     if spent.preemptions is not None:
         count = round(spent.preemptions)
         engine.append(f"{count} preemption{'' if count == 1 else 's'}")
