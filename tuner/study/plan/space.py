@@ -320,6 +320,9 @@ SPEC_HEADER = (
     "#   where it beats vLLM's defaults beyond chance (at 2 repeats: in every measurement;\n"
     "#   more repeats show a smaller gain), else the defaults are.\n"
     "# time_budget_s: seconds the whole run may take; the confirmation is held back from it.\n"
+    "# warm_prefix_cache: where the trace records shared prompt blocks (hash_ids), each replay\n"
+    "#   first sends those the trace sent before the window, as a running server would hold\n"
+    "#   them in its prefix cache; false: every replay starts from an empty cache.\n"
     "# server: your own app around vLLM's AsyncLLM, started per trial instead of vLLM's\n"
     "#   server: its command and request (docs/own-server.md); null: vLLM's server.\n"
 )
