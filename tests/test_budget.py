@@ -18,6 +18,21 @@ class Clock:
         return self.now
 
 
+def gpu_budget(
+    ends: float, clock: Clock, estimate_s: float = 140.0, contender: bool = True
+) -> Budget:
+    """A GPU run's budget with four re-measurements held back (the winner and vLLM's defaults
+    twice each), a re-measurement planned at ``GPU_CONFIRM_SHARE`` until one is measured."""
+    return Budget(
+        ends=ends,
+        confirm_trials=4,
+        estimate_s=estimate_s,
+        clock=clock,
+        confirm_share=GPU_CONFIRM_SHARE,
+        contender=contender,
+    )
+
+
 def test_the_confirmation_is_held_back_from_the_search() -> None:
     clock = Clock()
     budget = Budget(ends=1000.0, confirm_trials=4, estimate_s=100.0, clock=clock)
@@ -57,13 +72,7 @@ def test_the_first_trial_plans_the_rest_only_until_a_later_one_is_measured() -> 
     four re-measurements held back (they took 89 to 105 s). Planned from trial 0 the search
     stopped there (208 + 4 x 146 > 790); planned from the later trials it runs about two more."""
     clock = Clock()
-    budget = Budget(
-        ends=1250.0,
-        confirm_trials=4,
-        estimate_s=140.0,
-        clock=clock,
-        confirm_share=GPU_CONFIRM_SHARE,
-    )
+    budget = gpu_budget(1250.0, clock)
     budget.spent(208.0)
     assert budget.trial_s == 208.0 and budget.confirm_s == pytest.approx(0.7 * 208.0)
     budget.spent(121.0)
@@ -83,13 +92,7 @@ def test_on_a_gpu_a_re_measurement_is_planned_at_its_share_until_one_is_measured
     at GPU_CONFIRM_SHARE of it (they took 77 to 89 s there), two more."""
     clock = Clock()
     whole = Budget(ends=1200.0, confirm_trials=4, estimate_s=100.0, clock=clock)
-    gpu = Budget(
-        ends=1200.0,
-        confirm_trials=4,
-        estimate_s=100.0,
-        clock=clock,
-        confirm_share=GPU_CONFIRM_SHARE,
-    )
+    gpu = gpu_budget(1200.0, clock, estimate_s=100.0)
     for budget in (whole, gpu):
         budget.spent(186.0)
     clock.now = 186.0
@@ -128,14 +131,7 @@ def test_the_first_contender_is_searched_for_with_room_for_one_turn_of_the_confi
     174 s, did not fit, and the run ended with nothing but the defaults measured. Until a
     contender exists, a trial need leave room only for the first turn (two re-measurements)."""
     clock = Clock()
-    budget = Budget(
-        ends=1200.0,
-        confirm_trials=4,
-        estimate_s=140.0,
-        confirm_share=GPU_CONFIRM_SHARE,
-        contender=False,
-        clock=clock,
-    )
+    budget = gpu_budget(1200.0, clock, contender=False)
     budget.spent(249.0)
     clock.now = 292.0
     assert budget.held_s == pytest.approx(2 * 0.7 * 249.0)

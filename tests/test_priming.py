@@ -8,7 +8,6 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tuner.load import priming
@@ -51,8 +50,9 @@ def test_a_prime_s_prompt_is_the_window_prompt_s_leading_blocks(
         priming, "replay", lambda url, reqs, settings: sent.append((reqs, settings))
     )
     window = [Request(0.0, 50, 3, (4, 5, 6)), Request(0.2, 50, 3, (4, 5))]
-    settings = ReplaySettings("m", vocab_size=1000, block_tokens=16, seed=7, client_procs=4)
-    settings = ReplaySettings(**{**settings.__dict__, "cached_ids": frozenset({4, 5})})
+    settings = ReplaySettings(
+        "m", vocab_size=1000, block_tokens=16, seed=7, client_procs=4, cached_ids=frozenset({4, 5})
+    )
     assert priming.prime("http://x", window, settings) == 32
     ((primes, used),) = sent
     assert used.seed == 7 and used.client_procs == 1
@@ -153,7 +153,6 @@ class _Stop(Exception):
 
 
 def test_prime_tokens_are_counted_in_whole_blocks() -> None:
-    ids = np.arange(3)
-    request = Request(0.0, 1300, 2, tuple(int(i) for i in ids))
+    request = Request(0.0, 1300, 2, (0, 1, 2))
     (prime,) = priming.priming_requests([request], frozenset({0, 1, 2}), 512)
     assert prime.input_tokens == 1024 and prime.hash_ids == (0, 1)

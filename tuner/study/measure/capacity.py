@@ -241,8 +241,7 @@ def measure_rate(
         if judged.errors:
             reasons.append(f"{len(judged.errors)} requests failed")
         reason = "; ".join(reasons) or None
-    point_figures = _point_figures(judged.figures, len(window), idle, reset)
-    point_figures["prefix_primed_tokens"] = primed
+    point_figures = _point_figures(judged.figures, len(window), idle, reset, primed)
     return RatePoint(rate, judged.passed, point_figures, reason, judged.client_to_blame)
 
 
@@ -279,10 +278,11 @@ def measure_capacity(
 
 
 def _point_figures(
-    figures: Mapping[str, float], requests: int, idle: bool, reset: bool
+    figures: Mapping[str, float], requests: int, idle: bool, reset: bool, primed: int
 ) -> dict[str, float]:
     out = dict(figures)
     out["requests"] = requests
     out["started_idle"] = float(idle)
     out["prefix_cache_reset"] = float(reset)
+    out["prefix_primed_tokens"] = primed
     return out

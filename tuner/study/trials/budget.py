@@ -99,11 +99,21 @@ class Budget:
         return self.ends - self.clock()
 
     @property
+    def whole_s(self) -> float:
+        """What the whole confirmation is planned to take."""
+        return self.confirm_s * self.confirm_trials
+
+    @property
+    def first_turn_s(self) -> float:
+        """What the confirmation's first turn (the leader and the defaults once more each) is
+        planned to take."""
+        return self.confirm_s * min(self.confirm_trials, 2)
+
+    @property
     def held_s(self) -> float:
         """What the next searched trial must leave for the confirmation: all of it once there is
-        a contender; before, its first turn (the new leader and the defaults once more each)."""
-        held = self.confirm_trials if self.contender else min(self.confirm_trials, 2)
-        return self.confirm_s * held
+        a contender; before, its first turn."""
+        return self.whole_s if self.contender else self.first_turn_s
 
     def may_search(self) -> bool:
         """Whether one more searched trial and the confirmation it must leave room for
@@ -117,12 +127,12 @@ class Budget:
     def searched_trials(self) -> int:
         """How many more searched trials the budget buys, the confirmation held back: at least
         one where the first contender may still be searched for (``may_search``)."""
-        whole = math.floor((self.left_s - self.confirm_s * self.confirm_trials) / self.trial_s)
+        whole = math.floor((self.left_s - self.whole_s) / self.trial_s)
         return max(whole, int(not self.contender and self.may_search()), 0)
 
     def confirm_fits(self) -> bool:
         """Whether the budget left holds the confirmation's first turn at least."""
-        return self.confirm_s * min(self.confirm_trials, 2) <= self.left_s
+        return self.first_turn_s <= self.left_s
 
     def plan(self, n_trials: int, top_k: int, repeats: int) -> str:
         """What the budget buys, in words: ``about N trials, then the winner and vLLM's
@@ -142,7 +152,7 @@ class Budget:
                 "unless they miss the SLOs; give a larger --time-budget-s"
             )
         top = "the winner" if top_k == 1 else f"the top {top_k}"
-        if trials * self.trial_s + self.confirm_s * self.confirm_trials > self.left_s:
+        if trials * self.trial_s + self.whole_s > self.left_s:
             return (
                 f"the budget buys about {trials} of the {n_trials} trials, then as much of the "
                 f"confirmation as the time left holds ({top} and vLLM's defaults {repeats} more "
