@@ -12,6 +12,7 @@ import pytest
 
 from tuner.load import priming
 from tuner.load.http import ReplaySettings
+from tuner.load.metrics import ReplayResult
 from tuner.load.prompts import prompt_token_ids
 from tuner.study.measure import capacity
 from tuner.study.measure.capacity import CapacitySettings, measure_rate
@@ -24,7 +25,7 @@ def test_each_prompt_primes_its_leading_blocks_that_were_sent_before() -> None:
     requests = [
         Request(0.0, 40, 2, (1, 2, 3, 4)),  # 1, 2 cached, 3 not: 4 is not reached
         Request(0.1, 40, 2, (1, 2, 5)),  # 1, 2, 5: the longer chain covers (1, 2)
-        Request(0.2, 25, 2, (1, 2, 5, 6)),  # 6 cached, but the prompt holds 2 whole blocks
+        Request(0.2, 25, 2, (1, 2, 5, 6)),  # 6 cached, but the prompt ends inside 5
         Request(0.3, 40, 2, (7, 8)),  # nothing cached
         Request(0.4, 30, 2, (9,)),  # cached alone
         Request(0.5, 30, 2, ()),  # no shared blocks
@@ -43,23 +44,46 @@ def test_each_prompt_primes_its_leading_blocks_that_were_sent_before() -> None:
 def test_a_prime_s_prompt_is_the_window_prompt_s_leading_blocks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Equal ids give equal tokens only with the same seed: the primes go out with the
-    settings the window is replayed with."""
+    """The primes go out with the settings the window is replayed with: its history blocks
+    are theirs."""
     sent: list[tuple[Sequence[Request], ReplaySettings]] = []
-    monkeypatch.setattr(
-        priming, "replay", lambda url, reqs, settings: sent.append((reqs, settings))
-    )
+
+    def replay(url: str, reqs: Sequence[Request], settings: ReplaySettings) -> ReplayResult:
+        sent.append((reqs, settings))
+        hits = "vllm:prefix_cache_hits_total {}\n"
+        return ReplayResult([], 0.1, hits.format(100.0), hits.format(116.0))
+
+    monkeypatch.setattr(priming, "replay", replay)
     window = [Request(0.0, 50, 3, (4, 5, 6)), Request(0.2, 50, 3, (4, 5))]
     settings = ReplaySettings(
         "m", vocab_size=1000, block_tokens=16, seed=7, client_procs=4, cached_ids=frozenset({4, 5})
     )
-    assert priming.prime("http://x", window, settings) == 32
+    primed = priming.prime("http://x", window, settings)
+    # The tokens sent, and those vLLM's counter says it found cached (16 of them).
+    assert (primed.tokens, primed.found_tokens) == (32, 16.0)
+    figures = primed.figures()
+    assert figures["prefix_primed_tokens"] == 32 and figures["prefix_primed_found_tokens"] == 16
     ((primes, used),) = sent
     assert used.seed == 7 and used.client_procs == 1
     assert [p.hash_ids for p in primes] == [(4, 5)]
-    primed = prompt_token_ids(0, primes[0], 1000, 16, used.seed)
+    tokens = used.prompt(0, primes[0])
     for index, request in enumerate(window):
-        assert prompt_token_ids(index, request, 1000, 16, used.seed)[:32] == primed
+        assert used.prompt(index, request)[:32] == tokens
+
+
+def test_history_blocks_are_the_same_in_every_window_and_nothing_else_is() -> None:
+    """Windows replayed with different seeds share the trace's history blocks (drawn from the
+    history seed), so a cache primed for one window serves the next; their own blocks and the
+    rest of their prompts differ."""
+    request = Request(0.0, 56, 2, (4, 5, 6))
+    history = frozenset({4, 5})
+    first, second = (
+        prompt_token_ids(0, request, 1000, 16, seed, history, history_seed=3) for seed in (7, 8)
+    )
+    assert first[:32] == second[:32]
+    assert first[32:48] != second[32:48] and first[48:] != second[48:]
+    # Without a history, the seed is every block's.
+    assert prompt_token_ids(0, request, 1000, 16, 7)[:16] != first[:16]
 
 
 def test_nothing_is_primed_where_the_trace_records_no_shared_blocks(
@@ -67,7 +91,7 @@ def test_nothing_is_primed_where_the_trace_records_no_shared_blocks(
 ) -> None:
     monkeypatch.setattr(priming, "replay", lambda *a: pytest.fail("nothing to prime"))
     settings = ReplaySettings("m", vocab_size=1000, block_tokens=16)
-    assert priming.prime("http://x", [Request(0.0, 50, 3)], settings) == 0
+    assert priming.prime("http://x", [Request(0.0, 50, 3)], settings) == priming.Primed()
 
 
 def _mooncake(path: Path, rows: list[tuple[int, int, list[int]]]) -> Path:
@@ -101,8 +125,8 @@ def test_the_window_s_blocks_sent_before_it_are_those_to_prime(tmp_path: Path) -
     assert len(workload.trace) == 4 and workload.start_s == 20.0
     assert workload.cached_ids == {0, 1, 2, 3}
     primes = priming.priming_requests(workload.trace.requests(), workload.cached_ids, 512)
-    # 1,100 tokens hold two whole blocks of 512: block 2 is not primed.
-    assert [p.hash_ids for p in primes] == [(0, 1), (3,)]
+    # 1,100 tokens hold two whole blocks of 512 and part of block 2, primed as far.
+    assert [(p.hash_ids, p.input_tokens) for p in primes] == [((0, 1, 2), 1100), ((3,), 512)]
     # The whole trace as the window: nothing was sent before it.
     assert build_workload(trace, window_s=60.0, time_scale=1.0, context=4096).cached_ids == set()
 
@@ -114,9 +138,14 @@ def test_a_window_without_shared_blocks_primes_nothing(tmp_path: Path) -> None:
     assert workload.cached_ids == frozenset()
 
 
-def test_a_capacity_window_primes_the_cache_after_its_reset_and_before_its_requests(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("cached", "first"), [(frozenset({0, 1}), []), (frozenset(), ["reset"])], ids=["primed", "cold"]
+)
+def test_a_capacity_window_primes_the_cache_or_resets_it_before_its_requests(
+    monkeypatch: pytest.MonkeyPatch, cached: frozenset[int], first: list[str]
 ) -> None:
+    """A primed cache is kept from one window to the next (what it holds of the last window
+    beside the trace's history came from another seed); a cold one is reset."""
     order: list[str] = []
 
     def step(name: str) -> Callable[[str], bool]:
@@ -129,9 +158,9 @@ def test_a_capacity_window_primes_the_cache_after_its_reset_and_before_its_reque
     monkeypatch.setattr(capacity, "wait_idle", step("idle"))
     monkeypatch.setattr(capacity, "reset_prefix_cache", step("reset"))
 
-    def prime(url: str, window: Sequence[Request], settings: ReplaySettings) -> int:
+    def prime(url: str, window: Sequence[Request], settings: ReplaySettings) -> priming.Primed:
         order.append(f"prime seed {settings.seed}")
-        return 1024 * len(window)
+        return priming.Primed(1024 * len(window))
 
     def replay(url, window, settings, monitor=None):
         order.append(f"replay seed {settings.seed}")
@@ -141,18 +170,25 @@ def test_a_capacity_window_primes_the_cache_after_its_reset_and_before_its_reque
     monkeypatch.setattr(capacity, "replay", replay)
     window = [Request(0.5 * i, 1024, 2, (i,)) for i in range(4)]
     settings = CapacitySettings(window, period_s=2.0, rate_window_s=2.0)
-    replay_settings = ReplaySettings("m", vocab_size=1000, block_tokens=512)
+    replay_settings = ReplaySettings("m", vocab_size=1000, block_tokens=512, cached_ids=cached)
     with pytest.raises(_Stop):
         measure_rate("http://x", settings, replay_settings, {}, {}, 2.0, index=1)
     seed = capacity.SEED_STRIDE * 2
-    assert order == ["idle", "reset", f"prime seed {seed}", f"replay seed {seed}"]
+    assert order == ["idle", *first, f"prime seed {seed}", f"replay seed {seed}"]
 
 
 class _Stop(Exception):
     pass
 
 
-def test_prime_tokens_are_counted_in_whole_blocks() -> None:
-    request = Request(0.0, 1300, 2, (0, 1, 2))
-    (prime,) = priming.priming_requests([request], frozenset({0, 1, 2}), 512)
-    assert prime.input_tokens == 1024 and prime.hash_ids == (0, 1)
+def test_a_prompt_s_last_partial_block_is_primed_as_far_as_the_longest_prompt_reaches() -> None:
+    """The trace names a prompt's last block even where the prompt holds only part of it: so
+    much of it is primed as the window's prompts that end there hold, and no more."""
+    window = [Request(0.0, 1300, 2, (0, 1, 2)), Request(0.1, 1200, 2, (0, 1, 2))]
+    (prime,) = priming.priming_requests(window, frozenset({0, 1, 2}), 512)
+    assert prime.input_tokens == 1300 and prime.hash_ids == (0, 1, 2)
+    # A prompt longer than its blocks primes them whole, its own tail not at all.
+    (prime,) = priming.priming_requests(
+        [Request(0.0, 2000, 2, (0, 1, 2))], frozenset({0, 1, 2}), 512
+    )
+    assert prime.input_tokens == 1536

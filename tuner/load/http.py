@@ -105,15 +105,28 @@ class ReplaySettings:
     # Hash ids of shared prompt blocks that the server's prefix cache is primed with before a
     # measured replay (``tuner.load.priming``): those the trace sent before its window.
     cached_ids: frozenset[int] = frozenset()
+    # The seed of those blocks' tokens: the study's, whatever ``seed`` a window replays with, so
+    # the blocks one window primed are found by the next (``prompt_token_ids``).
+    history_seed: int = 0
+
+    def prompt(self, index: int, request: Request) -> list[int]:
+        """The token ids of the replay's ``index``-th request."""
+        return prompt_token_ids(
+            index,
+            request,
+            self.vocab_size,
+            self.block_tokens,
+            self.seed,
+            self.cached_ids,
+            self.history_seed,
+        )
 
 
 def request_body(index: int, request: Request, settings: ReplaySettings) -> bytes:
     """The JSON body of one streamed completion with forced output length."""
     body = {
         "model": settings.model,
-        "prompt": prompt_token_ids(
-            index, request, settings.vocab_size, settings.block_tokens, settings.seed
-        ),
+        "prompt": settings.prompt(index, request),
         "max_tokens": request.output_tokens,
         "min_tokens": request.output_tokens,
         "ignore_eos": True,

@@ -20,13 +20,22 @@ def _tokens(seed: int, stream: int, key: int, count: int, vocab_size: int) -> li
 
 
 def prompt_token_ids(
-    index: int, request: Request, vocab_size: int, block_tokens: int = 0, seed: int = 0
+    index: int,
+    request: Request,
+    vocab_size: int,
+    block_tokens: int = 0,
+    seed: int = 0,
+    history: frozenset[int] = frozenset(),
+    history_seed: int = 0,
 ) -> list[int]:
     """The prompt of request ``index``: exactly ``request.input_tokens`` ids.
 
     Requests with ``hash_ids`` begin with one block of ``block_tokens`` ids per hash id, equal
-    ids giving equal blocks, so vLLM's prefix cache sees the sharing the trace recorded. The
-    rest of every prompt is drawn for that request alone and shares nothing.
+    ids giving equal blocks, so vLLM's prefix cache sees the sharing the trace recorded. A hash
+    id in ``history`` (a block the trace sent before the replayed window) is drawn from
+    ``history_seed``, any other from ``seed``: windows replayed with different seeds then share
+    the trace's history, as one server serving the trace would, and nothing else. The rest of
+    every prompt is drawn for that request alone and shares nothing.
     """
     if vocab_size <= _FIRST_TOKEN:
         raise ValueError("vocab_size too small for prompts")
@@ -35,7 +44,8 @@ def prompt_token_ids(
         for hash_id in request.hash_ids:
             if len(ids) >= request.input_tokens:
                 break
-            ids += _tokens(seed, 1, hash_id, block_tokens, vocab_size)
+            block_seed = history_seed if hash_id in history else seed
+            ids += _tokens(block_seed, 1, hash_id, block_tokens, vocab_size)
     ids = ids[: request.input_tokens]
     ids += _tokens(seed, 2, index, request.input_tokens - len(ids), vocab_size)
     return ids

@@ -36,7 +36,6 @@ from tuner.load.http import (
     json_type,
 )
 from tuner.load.metrics import LiveRequest
-from tuner.load.prompts import prompt_token_ids
 from tuner.traces.model import Request
 
 PROMPT = "{prompt}"
@@ -83,9 +82,7 @@ class RequestTemplate:
 
     def payload(self, index: int, request: Request, settings: ReplaySettings) -> bytes:
         """The app's body for the window's ``index``-th request."""
-        ids = prompt_token_ids(
-            index, request, settings.vocab_size, settings.block_tokens, settings.seed
-        )
+        ids = settings.prompt(index, request)
         prompt: Any = ids
         if self.prompt == TEXT:
             if not self.words:

@@ -3,12 +3,15 @@ carries within every SLO, with no request failing.
 
 ``measure_capacity`` runs on a server that is already up (started once per trial by
 ``tuner.study.measure.trial``): for each rate the search asks for
-(``tuner.study.measure.rates``), it waits for the server to be idle, resets vLLM's prefix cache
-where the server allows it, primes it with the shared blocks the trace sent before the window
-(``tuner.load.priming``: what a server that had served the trace would hold), and replays the
-window time-scaled to that rate for ``CapacitySettings.rate_window_s`` seconds. Each window
-draws its prompts from its own seed, so no window reuses another's prompts from the prefix
-cache.
+(``tuner.study.measure.rates``), it waits for the server to be idle, primes vLLM's prefix cache
+with the shared blocks the trace sent before the window (``tuner.load.priming``: what a server
+that had served the trace would hold), and replays the window time-scaled to that rate for
+``CapacitySettings.rate_window_s`` seconds. Each window draws its prompts from its own seed, so
+no window reuses another's prompts from the prefix cache; only the primed blocks, drawn from the
+study's seed, are the same in every window, so a later window's priming finds most of them in
+the cache already (on Mooncake's trace, about 2 million tokens to prefill for every window
+otherwise). Without blocks to prime, the cache is reset before each window where the server
+allows it.
 ``measure_rate`` is one such rate alone, for a caller that picks its own rates (a brute-force
 scan, as ``benchmarks/capacity.py`` does to check the search). Where a trial's search starts,
 from a capacity the study already measured for the same configuration or its nearest neighbour
@@ -33,7 +36,7 @@ import httpx
 from tuner.load.health import CLIENT_TOLERANCE_S
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, parse_scrape
-from tuner.load.priming import prime
+from tuner.load.priming import Primed, prime
 from tuner.load.spread import replay
 from tuner.study.measure.judge import Criteria, judge
 from tuner.study.measure.rates import GROWTH, CapacityFound, RatePoint, hinted_step, search_capacity
@@ -208,12 +211,15 @@ def measure_rate(
     it: passed if every SLO is met and no request failed.
 
     ``index`` is the window's place in its search: it numbers the window for ``on_rate`` and
-    picks the seed of its prompts. The server is first waited on until idle, its prefix cache
-    reset where it allows, then primed with the blocks the trace sent before the window
-    (``tuner.load.priming``); the window stops early once its SLOs are lost for certain.
+    picks the seed of its prompts. The server is first waited on until idle, then its prefix
+    cache primed with the blocks the trace sent before the window (``tuner.load.priming``), or,
+    with none to prime, reset where the server allows; the window stops early once its SLOs are
+    lost for certain.
     """
     idle = wait_idle(base_url)
-    reset = reset_prefix_cache(base_url)
+    # A primed cache is kept: of this window's blocks, the next one finds only the trace's
+    # history (the rest come from this window's seed), which its priming would send again.
+    reset = not replay_settings.cached_ids and reset_prefix_cache(base_url)
     window = at_rate(settings.requests, settings.period_s, rate, settings.rate_window_s)
     seeded = replace(replay_settings, seed=replay_settings.seed + SEED_STRIDE * (index + 1))
     primed = prime(base_url, window, seeded)
@@ -278,11 +284,11 @@ def measure_capacity(
 
 
 def _point_figures(
-    figures: Mapping[str, float], requests: int, idle: bool, reset: bool, primed: int
+    figures: Mapping[str, float], requests: int, idle: bool, reset: bool, primed: Primed
 ) -> dict[str, float]:
     out = dict(figures)
     out["requests"] = requests
     out["started_idle"] = float(idle)
     out["prefix_cache_reset"] = float(reset)
-    out["prefix_primed_tokens"] = primed
+    out.update(primed.figures())
     return out

@@ -200,6 +200,7 @@ def trial_setup(
             request_timeout_s=spec.stall_timeout_s,
             exchange=exchange_of(spec),
             cached_ids=replay.cached_ids,
+            history_seed=spec.seed,
         ),
         criteria=Criteria(spec.slos, spec.weights, spec.max_error_rate),
         health_timeout_s=spec.health_timeout_s,
