@@ -14,8 +14,9 @@ from tuner.load import priming
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import ReplayResult
 from tuner.load.prompts import prompt_token_ids
-from tuner.study.measure import capacity
+from tuner.study.measure import capacity, trial
 from tuner.study.measure.capacity import CapacitySettings, measure_rate
+from tuner.study.measure.judge import Criteria
 from tuner.traces.formats import load_trace
 from tuner.traces.model import Request
 from tuner.traces.workload import build_workload
@@ -192,3 +193,31 @@ def test_a_prompt_s_last_partial_block_is_primed_as_far_as_the_longest_prompt_re
         [Request(0.0, 2000, 2, (0, 1, 2))], frozenset({0, 1, 2}), 512
     )
     assert prime.input_tokens == 1536
+
+
+def test_the_warm_up_shares_only_the_trace_s_history_with_the_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The warm-up replays the window's first requests: with the window's seed, a latency
+    window would find its first prompts whole in the prefix cache. Its own seed keeps them
+    apart, but for the blocks the trace sent before the window."""
+    sent: list[ReplaySettings] = []
+    monkeypatch.setattr(trial, "replay", lambda url, reqs, settings, monitor: sent.append(settings))
+    window = [Request(0.1 * i, 64, 2, (1, 2 + i)) for i in range(3)]
+    replay_settings = ReplaySettings(
+        "m", vocab_size=1000, block_tokens=16, seed=11, cached_ids=frozenset({1}), history_seed=11
+    )
+    setup = trial.TrialSetup(
+        model="m",
+        requests=window,
+        replay=replay_settings,
+        criteria=Criteria({}, {}),
+        health_timeout_s=1.0,
+        warmup_requests=window[:2],
+    )
+    trial._warm_up("http://x", setup)
+    (warm,) = sent
+    for index, request in enumerate(window[:2]):
+        warmed, measured = warm.prompt(index, request), replay_settings.prompt(index, request)
+        assert warmed[:16] == measured[:16]  # block 1: the trace's history
+        assert warmed[16:32] != measured[16:32] and warmed[32:] != measured[32:]

@@ -32,6 +32,11 @@ from tuner.traces.model import Request
 
 logger = logging.getLogger(__name__)
 
+# Added to the study's seed for the warm-up's prompts: a prime, so no multiple of the capacity
+# search's stride between its windows' seeds (``tuner.study.measure.capacity.SEED_STRIDE``,
+# another prime) equals it, nor does 0 (the window of a latency trial).
+WARMUP_SEED = 104_729
+
 # A trial's phases, in the order it goes through them (the warm-up only if the spec asks).
 STARTING = "starting"
 WARMUP = "warm-up"
@@ -326,12 +331,16 @@ def _tell(progress: OnProgress | None, phase: TrialProgress) -> None:
 
 
 def _warm_up(base_url: str, setup: TrialSetup) -> float:
-    """Replay the spec's warm-up requests, unscored; the seconds it took."""
+    """Replay the spec's warm-up requests, unscored; the seconds it took. They are the window's
+    first requests, drawn from a seed of their own (``WARMUP_SEED``): with the window's, the
+    window's first prompts would be found whole in the prefix cache. Blocks the trace sent
+    before the window keep theirs (``ReplaySettings.history_seed``): those a server holds."""
     warmup = _sending(WARMUP, setup.warmup_requests)
     _tell(setup.progress, warmup)
     started = time.monotonic()
     watch = _monitor(setup.criteria, None, setup.progress, warmup)
-    replay(base_url, setup.warmup_requests, setup.replay, monitor=watch)
+    settings = replace(setup.replay, seed=setup.replay.seed + WARMUP_SEED)
+    replay(base_url, setup.warmup_requests, settings, monitor=watch)
     return time.monotonic() - started
 
 
