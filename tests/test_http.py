@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 import socketserver
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -241,3 +244,32 @@ def test_cancelling_a_request_still_cancels_it():
             return task.cancelled()
 
     assert asyncio.run(cancelled())
+
+
+_MANY_SOCKETS = """
+import resource, socket, sys
+from tuner.load.session import run
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (128, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+async def many() -> int:
+    sockets = [socket.socket() for _ in range(300)]
+    for s in sockets:
+        s.close()
+    return len(sockets)
+
+print(run(many()) if sys.argv[1] == "replay" else len([socket.socket() for _ in range(300)]))
+"""
+
+
+def test_a_replay_may_hold_more_connections_than_a_default_limit_of_open_files() -> None:
+    """Many systems let a process open 1,024 files unless it asks for more, and a window (or
+    its priming) can hold more connections than that: a replay asks, up to the hard limit."""
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1024:
+        pytest.skip("this machine's hard limit of open files is below 1,024")
+    command = [sys.executable, "-c", _MANY_SOCKETS]
+    replayed = subprocess.run([*command, "replay"], capture_output=True, text=True, check=False)
+    assert replayed.returncode == 0 and replayed.stdout.strip() == "300", replayed.stderr
+    # Without asking, the same process runs out of files.
+    bare = subprocess.run([*command, "bare"], capture_output=True, text=True, check=False)
+    assert bare.returncode != 0 and "Too many open files" in bare.stderr

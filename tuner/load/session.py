@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import resource
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
@@ -285,7 +286,9 @@ def unfinished(request: Request, sent_s: float | None, why: str) -> RequestResul
 
 def run(main: Coroutine[Any, Any, T]) -> T:
     """Run a replay on its own event loop: uvloop's where it is installed (it comes with vLLM;
-    its loop cost a replay about a quarter less CPU than asyncio's), else asyncio's."""
+    its loop cost a replay about a quarter less CPU than asyncio's), else asyncio's. The
+    process may first open as many files as ``open_files`` allows: a connection is one."""
+    open_files()
     try:
         import uvloop
     except ImportError:
@@ -294,3 +297,20 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(main)
+
+
+# Open files a replay asks to be allowed, where the system's hard limit lets it: one connection
+# per request in flight, and a window or its priming can hold thousands (many systems allow a
+# process 1,024 unless it asks; vLLM's own server asks for 65,535).
+OPEN_FILES = 65_536
+
+
+def open_files() -> int:
+    """Raise this process's limit of open files (its soft ``RLIMIT_NOFILE``) to ``OPEN_FILES``
+    or the hard limit, whichever is lower, where it is below; the limit now (-1: unlimited)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = OPEN_FILES if hard == resource.RLIM_INFINITY else min(OPEN_FILES, hard)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
