@@ -55,8 +55,8 @@ class RateSearch(Measure):
 
     @property
     def env(self) -> Mapping[str, str]:
-        # vLLM serves /reset_prefix_cache, which the search calls between rates, only in its
-        # development mode.
+        # vLLM serves /reset_prefix_cache, which the search calls between rates where it has
+        # no blocks to prime, only in its development mode.
         return {"VLLM_SERVER_DEV_MODE": "1"}
 
     def describe(self) -> str:
