@@ -10,11 +10,13 @@ from dataclasses import replace
 from html import escape
 from typing import Any
 
+import optuna
 import pytest
 from test_confirm import Scripted, run_scripted, written_and_reported
 
 from tuner.cli.exits import EXIT_DEFAULTS_KEPT
 from tuner.cli.main import main
+from tuner.cli.result import overhead_summary
 from tuner.study.measure.time_spent import (
     TimeSpent,
     reading,
@@ -254,3 +256,19 @@ def test_without_vllm_s_figures_nothing_is_said(tmp_path, cpu_model, capsys):
     assert "where the time went" not in (tmp_path / "configs" / "s.yaml").read_text()
     assert "where the time went" not in capsys.readouterr().out
     assert 'id="time-spent"' not in page
+
+
+def test_the_run_s_overhead_line_names_the_time_spent_priming() -> None:
+    """Priming the prefix cache runs inside a capacity trial's measurement: the run's last line
+    says how much of it, where a rate primed at all."""
+    study = optuna.create_study(direction="maximize")
+    points = [{"rate_req_per_s": r, "prefix_prime_s": s} for r, s in ((2.0, 40.0), (4.0, 3.5))]
+    for attrs in (
+        {"time_trial_s": 300.0, "time_window_s": 200.0, "capacity_points": points},
+        {"time_trial_s": 100.0, "time_window_s": 60.0, "capacity_points": [{"rate_req_per_s": 3}]},
+    ):
+        study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs=attrs))
+    assert overhead_summary(study, 0) == (
+        "trial time 400 s, of which measurement 260 s (priming the prefix cache 44 s): overhead 35%"
+    )
+    assert "priming" not in overhead_summary(study, 1)

@@ -92,8 +92,15 @@ def overhead_summary(study: optuna.Study, first: int) -> str:
     total_s = sum(r.timings_s[TRIAL_S] for r in trials)
     window_s = sum(r.timings_s.get(WINDOW_S, 0.0) for r in trials)
     starts = sorted(r.timings_s[ENGINE_START_S] for r in trials if ENGINE_START_S in r.timings_s)
+    prime_s = sum(
+        float(p["prefix_prime_s"])
+        for r in trials
+        for p in r.points
+        if isinstance(p.get("prefix_prime_s"), int | float)
+    )
+    primed = f" (priming the prefix cache {prime_s:.0f} s)" if prime_s >= 0.5 else ""
     text = (
-        f"trial time {total_s:.0f} s, of which measurement {window_s:.0f} s: "
+        f"trial time {total_s:.0f} s, of which measurement {window_s:.0f} s{primed}: "
         f"overhead {1 - window_s / total_s:.0%}"
     )
     if starts:
