@@ -17,6 +17,7 @@ from tuner.load.prompts import prompt_token_ids
 from tuner.study.measure import capacity, trial
 from tuner.study.measure.capacity import CapacitySettings, measure_rate
 from tuner.study.measure.judge import Criteria
+from tuner.study.measure.prepare import open_loop_replay
 from tuner.traces.formats import load_trace
 from tuner.traces.model import Request
 from tuner.traces.workload import build_workload
@@ -221,3 +222,15 @@ def test_the_warm_up_shares_only_the_trace_s_history_with_the_window(
         warmed, measured = warm.prompt(index, request), replay_settings.prompt(index, request)
         assert warmed[:16] == measured[:16]  # block 1: the trace's history
         assert warmed[16:32] != measured[16:32] and warmed[32:] != measured[32:]
+
+
+def test_a_primed_study_s_fingerprint_says_how_it_was_primed(tmp_path: Path) -> None:
+    """A study measured with primes built one way is not continued with primes built another
+    (``priming.PRIMING``); a cold one records neither."""
+    rows = [(0, 1100, [0, 1, 2]), (20_000, 1100, [0, 1, 5]), (20_200, 1100, [0, 7])]
+    trace = load_trace(_mooncake(tmp_path / "m.jsonl", rows))
+    primed = open_loop_replay(trace, 1.0, 1.0, 4096)
+    assert primed.fingerprint["primed_blocks"] == 2  # 0 and 1
+    assert primed.fingerprint["priming"] == priming.PRIMING
+    cold = open_loop_replay(trace, 1.0, 1.0, 4096, warm_prefix_cache=False)
+    assert "primed_blocks" not in cold.fingerprint and "priming" not in cold.fingerprint

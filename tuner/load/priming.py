@@ -26,6 +26,11 @@ from tuner.traces.model import Request
 
 # vLLM's counter of prompt tokens found in its prefix cache.
 _HITS = "vllm:prefix_cache_hits_total"
+# How primes are built and kept, in a study's fingerprint (``tuner.study.trials.fingerprint``):
+# raised when that changes what a window finds cached, so that a study measured one way is not
+# continued another. 2: history blocks from the study's seed, kept between rates, a prompt's
+# last partial block primed as far as it reaches.
+PRIMING = 2
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from tuner.engine.dummy_model import is_complete, write_model
 from tuner.engine.launchers import Launcher
 from tuner.flags import random_weights
 from tuner.load.http import Exchange, OpenAICompletions, ReplaySettings
+from tuner.load.priming import PRIMING
 from tuner.load.prompts import prompt_words
 from tuner.load.template import TEXT
 from tuner.study.measure.judge import Criteria
@@ -142,6 +143,7 @@ def open_loop_replay(
     }
     if cached:
         fingerprint["primed_blocks"] = len(cached)
+        fingerprint["priming"] = PRIMING
     return Replay(
         requests=workload.trace.requests(),
         closed_loop=None,
