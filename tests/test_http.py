@@ -273,3 +273,59 @@ def test_a_replay_may_hold_more_connections_than_a_default_limit_of_open_files()
     # Without asking, the same process runs out of files.
     bare = subprocess.run([*command, "bare"], capture_output=True, text=True, check=False)
     assert bare.returncode != 0 and "Too many open files" in bare.stderr
+
+
+_TERMINATED_IN_A_READ = """
+import asyncio, os, signal, socket, threading
+from tuner.cli.main import _interrupt
+from tuner.load.session import run
+
+signal.signal(signal.SIGTERM, _interrupt)  # as `tuner` does
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen()
+
+def stream() -> None:
+    conn, _ = server.accept()
+    try:
+        while True:
+            conn.sendall(b"x" * 1024)
+    except OSError:
+        pass
+
+threading.Thread(target=stream, daemon=True).start()
+
+class Reader(asyncio.Protocol):
+    signalled = False
+
+    def data_received(self, data: bytes) -> None:
+        if not Reader.signalled:  # the signal's Python handler runs here, inside the read
+            Reader.signalled = True
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(1000))
+
+async def replay() -> str:
+    await asyncio.get_running_loop().create_connection(Reader, *server.getsockname())
+    await asyncio.sleep(20)
+    return "not interrupted"
+
+try:
+    print(run(replay()))
+except KeyboardInterrupt:
+    print("interrupted", signal.getsignal(signal.SIGTERM) is _interrupt)
+"""
+
+
+def test_sigterm_in_the_middle_of_a_stream_read_interrupts_the_replay() -> None:
+    """tuner turns SIGTERM into an interrupt. A handler that raises runs wherever the signal
+    lands: inside a stream read of uvloop's, uvloop logged the exception, dropped that one
+    connection and went on replaying. The replay's loop now takes SIGTERM itself, cancels the
+    replay and raises KeyboardInterrupt, and gives tuner's handler back."""
+    done = subprocess.run(
+        [sys.executable, "-c", _TERMINATED_IN_A_READ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.stdout.strip() == "interrupted True", done.stdout + done.stderr

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import resource
+import signal
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
@@ -287,7 +289,13 @@ def unfinished(request: Request, sent_s: float | None, why: str) -> RequestResul
 def run(main: Coroutine[Any, Any, T]) -> T:
     """Run a replay on its own event loop: uvloop's where it is installed (it comes with vLLM;
     its loop cost a replay about a quarter less CPU than asyncio's), else asyncio's. The
-    process may first open as many files as ``open_files`` allows: a connection is one."""
+    process may first open as many files as ``open_files`` allows: a connection is one.
+
+    Ctrl-C cancels the replay and raises ``KeyboardInterrupt`` (``asyncio.Runner``'s own
+    handling); so does SIGTERM where the process handles it (``tuner``'s command line does): a
+    Python handler that raises runs wherever the signal lands, and inside a callback of uvloop's
+    (a stream read) uvloop logs the exception, drops that one connection and goes on.
+    """
     open_files()
     try:
         import uvloop
@@ -296,7 +304,46 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     else:
         factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(main)
+        try:
+            return runner.run(_stopped_by_sigterm(main))
+        except _Terminated:
+            raise KeyboardInterrupt from None
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived while a replay ran."""
+
+
+async def _stopped_by_sigterm(main: Coroutine[Any, Any, T]) -> T:
+    """``main``, cancelled by the loop itself when SIGTERM arrives, where the process has a
+    handler of its own for it (else SIGTERM ends the process, as it would have); the handler
+    is given back after."""
+    previous = signal.getsignal(signal.SIGTERM)
+    if not callable(previous) or threading.current_thread() is not threading.main_thread():
+        return await main
+    task = asyncio.current_task()
+    assert task is not None
+    terminated = False
+
+    def terminate() -> None:
+        nonlocal terminated
+        terminated = True
+        task.cancel()
+
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, terminate)
+    try:
+        result = await main
+    except asyncio.CancelledError:
+        if terminated:
+            raise _Terminated from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, previous)
+    if terminated:  # a replay that took the cancellation as a stop, and returned
+        raise _Terminated
+    return result
 
 
 # Open files a replay asks to be allowed, where the system's hard limit lets it: one connection
