@@ -6,6 +6,11 @@
 #   OUT=... bash benchmarks/gpu/user_capacity.sh wait SECONDS
 #                                                  follow it until it ends or SECONDS pass,
 #                                                  then copy the study, log and YAML to $OUT
+#   bash benchmarks/gpu/user_capacity.sh more N SECONDS
+#                                                  once it ended: continue the same study
+#                                                  detached, as a user continues one (`tuner run
+#                                                  ... --n-trials N --time-budget-s SECONDS`),
+#                                                  into more.log; then `wait` again
 #   OUT=... bash benchmarks/gpu/user_capacity.sh serve
 #                                                  once it ended: serve the YAML it wrote with
 #                                                  `vllm serve --config`, from another folder,
@@ -62,7 +67,7 @@ backup() {
 
 copy_out() {
   local out=${OUT:?OUT}
-  cp "$root/run.log" "$root/env.txt" "$out/" 2>/dev/null
+  cp "$root/run.log" "$root/more.log" "$root/env.txt" "$out/" 2>/dev/null
   cp "$root/work/studies/prod.yaml" "$out/" 2>/dev/null
   backup "$root/work/studies/prod.db" "$out/prod.db"
   cp "$root/work/configs/prod.yaml" "$out/config.yaml" 2>/dev/null
@@ -145,13 +150,32 @@ EOF
     echo "started in $root"
     cat "$root/env.txt"
     ;;
+  more)
+    trials=${2:?trials} seconds=${3:?seconds}
+    [ -e "$root/DONE" ] || { echo "the study in $root is still running"; exit 1; }
+    rm -f "$root/DONE"
+    prod=$(cd "$root/work" && ls prod.* | head -1)  # the trace as `start` copied it
+    cat > "$root/more.sh" <<EOF
+cd "$root/work"
+echo "== tuner run (continued)"
+python3 -m tuner.cli -v run --trace $prod --study prod --n-trials $trials --time-budget-s $seconds
+echo "exit \$?"
+echo "== configs/prod.yaml"
+cat configs/prod.yaml
+touch "$root/DONE"
+EOF
+    setsid nohup bash "$root/more.sh" >> "$root/more.log" 2>&1 < /dev/null &
+    echo "continued in $root: more.log"
+    ;;
   wait)
     seconds=${2:?seconds}
     end=$(( $(date +%s) + seconds ))
     while [ "$(date +%s)" -lt "$end" ] && [ ! -e "$root/DONE" ]; do sleep 5; done
-    grep -E '^(==|exit|\{"shape|trial|confirm|time budget|calibrat|pinned|wrote|best|#|\||command)' "$root/run.log" \
+    log=$root/run.log
+    [ -e "$root/more.log" ] && log=$root/more.log
+    grep -E '^(==|exit|\{"shape|trial|confirm|time budget|calibrat|pinned|wrote|best|#|\||command)' "$log" \
       | tail -40
-    grep -E 'Traceback|Error' "$root/run.log" | tail -5
+    grep -E 'Traceback|Error' "$log" | tail -5
     copy_out
     [ -e "$root/DONE" ] && echo "done" || echo "still running"
     ;;
