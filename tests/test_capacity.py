@@ -205,6 +205,16 @@ def test_a_window_at_a_rate_keeps_its_shape_and_repeats():
     assert [r.arrival_s for r in slow] == [0.0, 2.0, 2.4, 6.0, 8.0]
 
 
+def test_a_repeat_of_the_window_shares_only_the_trace_s_history_with_it():
+    """A repeat is more traffic like the window's, not its prompts again: its shared blocks get
+    ids of their own, but for those the trace sent before the window (found cached by every
+    repeat alike); inside a repeat, the window's own sharing stays."""
+    window = [Request(0.0, 30, 2, (1, 5, 6)), Request(1.0, 30, 2, (1, 5, 7))]
+    sent = at_rate(window, 2.0, 2.0, 2.0, history=frozenset({1}))  # the window twice
+    assert [r.hash_ids for r in sent] == [(1, 5, 6), (1, 5, 7), (1, 13, 14), (1, 13, 15)]
+    assert [r.hash_ids for r in at_rate(window, 2.0, 1.0, 2.0)] == [(1, 5, 6), (1, 5, 7)]
+
+
 # --- the lost-SLO rule -------------------------------------------------------------------
 
 

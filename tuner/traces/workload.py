@@ -147,19 +147,27 @@ def seen_before(trace: Trace, start_s: float, window: Trace) -> frozenset[int]:
 
 
 def at_rate(
-    requests: Sequence[Request], period_s: float, rate_req_per_s: float, duration_s: float
+    requests: Sequence[Request],
+    period_s: float,
+    rate_req_per_s: float,
+    duration_s: float,
+    history: frozenset[int] = frozenset(),
 ) -> list[Request]:
     """The window's requests sent at ``rate_req_per_s`` on average for ``duration_s`` seconds.
 
     ``requests`` arrive over ``period_s`` (the window as replayed). All arrivals are stretched or
     squeezed by one factor, so the trace's bursts and lengths keep their shape, and the window
     is repeated end to end until ``duration_s`` is filled; a request arriving at or after it
-    is left out.
+    is left out. A repeat stands for more traffic like the window's, not the same prompts
+    again: its shared blocks get hash ids of their own, but for those in ``history`` (the
+    blocks the trace sent before the window, which every repeat finds cached alike).
     """
     if not requests or period_s <= 0 or rate_req_per_s <= 0 or duration_s <= 0:
         raise ValueError("at_rate needs requests, a positive period, rate and duration")
     factor = len(requests) / period_s / rate_req_per_s
     stretched_s = period_s * factor
+    # Ids of a repeat: the window's shifted past every id it holds, once per repeat.
+    shift = 1 + max((max(r.hash_ids, default=0) for r in requests), default=0)
     out: list[Request] = []
     copy = 0
     while copy * stretched_s < duration_s:
@@ -168,6 +176,9 @@ def at_rate(
             arrival_s = offset_s + request.arrival_s * factor
             if arrival_s >= duration_s:
                 break
-            out.append(dataclasses.replace(request, arrival_s=arrival_s))
+            ids = request.hash_ids
+            if copy and ids:
+                ids = tuple(h if h in history else h + copy * shift for h in ids)
+            out.append(dataclasses.replace(request, arrival_s=arrival_s, hash_ids=ids))
         copy += 1
     return out

@@ -220,7 +220,13 @@ def measure_rate(
     # A primed cache is kept: of this window's blocks, the next one finds only the trace's
     # history (the rest come from this window's seed), which its priming would send again.
     reset = not replay_settings.cached_ids and reset_prefix_cache(base_url)
-    window = at_rate(settings.requests, settings.period_s, rate, settings.rate_window_s)
+    window = at_rate(
+        settings.requests,
+        settings.period_s,
+        rate,
+        settings.rate_window_s,
+        replay_settings.cached_ids,
+    )
     seeded = replace(replay_settings, seed=replay_settings.seed + SEED_STRIDE * (index + 1))
     primed = prime(base_url, window, seeded)
     lost: list[str] = []
