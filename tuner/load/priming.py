@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from tuner.load.http import ReplaySettings
-from tuner.load.metrics import parse_scrape
+from tuner.load.metrics import SERVER_COUNTERS, parse_scrape
 from tuner.load.spread import replay
 from tuner.traces.model import Request
 
-# vLLM's counter of prompt tokens found in its prefix cache.
-_HITS = "vllm:prefix_cache_hits_total"
+# vLLM's counter of prompt tokens found in its prefix cache, by the name a window's figures read.
+_HITS = dict(SERVER_COUNTERS)["server_prefix_cache_hits"]
 # How primes are built and kept, in a study's fingerprint (``tuner.study.trials.fingerprint``):
 # raised when that changes what a window finds cached, so that a study measured one way is not
 # continued another. 2: history blocks from the study's seed, kept between rates, a prompt's
