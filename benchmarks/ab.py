@@ -14,10 +14,15 @@ arm has ``--repeats`` of them. The trials go to an Optuna study (``OUT/ab.db`` u
 off is measured again). A spec with ``time_scale: auto`` is calibrated once, as ``tuner run``
 calibrates it, and the calibration is kept in the study.
 
+With ``--part W/N``, N such processes share the measurements, one a GPU (each with its own
+``CUDA_VISIBLE_DEVICES``): of the turns still to take, counted over every part's study in OUT,
+part W takes every N-th from the W-th, into ``OUT/ab-part-W.db``. Started together, the N parts
+measure each arm's repeats at once, on different GPUs where the arms and N allow.
+
 At the end, and with ``--report`` alone (no engine started), a table per arm: how many
 measurements, how many met the SLOs, the median of the study's value and its spread (lowest,
-highest), the median of the figures the SLOs name and of the engine's start; then the command
-that reruns it.
+highest), the median of the figures the SLOs name and of the engine's start, over every study
+in OUT (``ab.db`` and the parts'); then the command that reruns it.
 """
 
 from __future__ import annotations
@@ -131,21 +136,27 @@ def _cell(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
     return "-" if value is None else f"{value * scale:.{digits}f}"
 
 
-def report(study: optuna.Study, arms: Sequence[Arm]) -> list[str]:
-    """A markdown table, one row per arm, of the study's measurements of it."""
-    objective = of_study(study)
-    rows = data.rows_of(study.get_trials(deepcopy=False))
-    starts = {bar.trial: bar.parts_s[0] for bar in data.cost(rows)}
+def report(studies: Sequence[optuna.Study], arms: Sequence[Arm]) -> list[str]:
+    """A markdown table, one row per arm, of the studies' measurements of it."""
+    objective = of_study(studies[0])
+    rows: list[data.TrialRow] = []
+    starts: dict[int, float] = {}  # by the row's place in ``rows``: trial numbers repeat
+    for study in studies:
+        its = data.rows_of(study.get_trials(deepcopy=False))
+        at = {bar.trial: bar.parts_s[0] for bar in data.cost(its)}
+        starts.update((len(rows) + i, at[r.number]) for i, r in enumerate(its) if r.number in at)
+        rows.extend(its)
     unit = objective.value_unit.strip() or "lower is better"
     head = [
         "arm", "n", "met SLOs", f"{objective.value_name} median ({unit})", "lowest", "highest",
         *(f"{name[:-2]} median ms" for name in FIGURES), "engine start median s",
     ]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    place = {id(r): i for i, r in enumerate(rows)}
     for name, mine in measured(rows, arms).items():
         values = [r.value for r in mine if r.value is not None]
         figures = [_median([f for r in mine if (f := r.figure(k)) is not None]) for k in FIGURES]
-        started = _median([starts[r.number] for r in mine if r.number in starts])
+        started = _median([starts[place[id(r)]] for r in mine if place[id(r)] in starts])
         cells = [
             name, str(len(mine)), str(sum(r.outcome == data.FEASIBLE for r in mine)),
             _cell(_median(values), digits=3), _cell(min(values, default=None), digits=3),
@@ -177,21 +188,49 @@ def workload_of(spec: StudySpec, trace_path: Path) -> Workload:
 
 
 def run_arms(
-    run: Run, arms: Sequence[Arm], repeats: int, say: Callable[[str], None] = print
+    run: Run,
+    arms: Sequence[Arm],
+    repeats: int,
+    say: Callable[[str], None] = print,
+    part: tuple[int, int] = (0, 1),
+    others: Sequence[optuna.Study] = (),
 ) -> int:
-    """Measure what the study lacks of ``repeats`` per arm, in turns; how many trials ran."""
-    rows = data.rows_of(run.study.get_trials(deepcopy=False))
+    """Measure what the study lacks of ``repeats`` per arm, in turns; how many trials ran.
+
+    With ``part`` ``(w, n)``, what is lacking is counted over the run's study and ``others``
+    (the other parts'), and this part takes every ``n``-th of those turns from the ``w``-th."""
+    rows = [r for s in (run.study, *others) for r in data.rows_of(s.get_trials(deepcopy=False))]
     done = {name: len(found) for name, found in measured(rows, arms).items()}
     todo = turns(arms, repeats, done)
-    say(f"{sum(done.values())} measurements in the study, {len(todo)} to take")
+    index, parts = part
+    mine = todo[index::parts]
+    here = f", {len(mine)} of them in part {index} of {parts}" if parts > 1 else ""
+    say(f"{sum(done.values())} measurements in the study, {len(todo)} to take{here}")
     run.calibrate()
-    for index, arm in enumerate(todo, 1):
+    for number, arm in enumerate(mine, 1):
         trial = run.measure(arm.engine_args)
         row = data.row_of(trial)
-        say(
-            f"{index}/{len(todo)} {arm.name}: trial {trial.number} {row.outcome}, value {row.value}"
-        )
-    return len(todo)
+        took = f"trial {trial.number} {row.outcome}, value {row.value}"
+        say(f"{number}/{len(mine)} {arm.name}: {took}")
+    return len(mine)
+
+
+def parse_part(text: str) -> tuple[int, int]:
+    """``W/N`` as ``(W, N)``: part W (from 0) of N."""
+    index, _, parts = text.partition("/")
+    try:
+        found = int(index), int(parts)
+    except ValueError:
+        found = (-1, 0)
+    if not 0 <= found[0] < found[1]:
+        raise argparse.ArgumentTypeError(f"{text!r} is not W/N with 0 <= W < N")
+    return found
+
+
+def storages(out: Path) -> list[str]:
+    """The studies an A/B wrote in ``out``: its own (``ab.db``) and its parts'."""
+    files = [out / "ab.db", *sorted(out.glob("ab-part-*.db"))]
+    return [f"sqlite:///{f}" for f in files if f.exists()]
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -203,6 +242,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="measurements per arm")
     parser.add_argument("--study", default="ab", help="the study's name in its storage")
     parser.add_argument("--storage", help="an Optuna storage URL (default: OUT/ab.db)")
+    parser.add_argument(
+        "--part", type=parse_part, default=(0, 1), metavar="W/N",
+        help="take part W (from 0) of N processes' measurements, into OUT/ab-part-W.db",
+    )  # fmt: skip
     parser.add_argument("--launcher", choices=["auto", *LAUNCHERS], default="auto")
     parser.add_argument("--report", action="store_true", help="print the table only")
     return parser.parse_args(argv)
@@ -215,23 +258,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = load_spec(args.spec)
     memory = environment.host_memory() if environment.is_cpu_build() else None
     arms = load_arms(args.arms, spec, memory)
-    (args.out / "runs").mkdir(parents=True, exist_ok=True)
-    storage = args.storage or f"sqlite:///{args.out / 'ab.db'}"
+
+    def load(url: str) -> optuna.Study:
+        return open_study(args.study, url, spec.seed, objective=of_spec(spec))
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    index, parts = args.part
+    own = args.out / ("ab.db" if parts == 1 else f"ab-part-{index}.db")
+    storage = args.storage or f"sqlite:///{own}"
     study = open_study(args.study, storage, spec.seed, objective=of_spec(spec))
     if not args.report:
+        others = [] if args.storage else [u for u in storages(args.out) if u != storage]
         kind = (
             auto_launcher(environment.is_cpu_build()) if args.launcher == "auto" else args.launcher
         )
-        launcher = LAUNCHERS[kind](args.out / "runs" / "launcher.log")
+        runs = args.out / ("runs" if parts == 1 else f"runs-part-{index}")
+        runs.mkdir(parents=True, exist_ok=True)
+        launcher = LAUNCHERS[kind](runs / "launcher.log")
         # An A/B writes no configuration: Run.result is never asked.
-        settings = RunSettings(
-            run_dir=args.out / "runs", config_path=args.out / "chosen.yaml", launcher=launcher
-        )
+        settings = RunSettings(run_dir=runs, config_path=runs / "chosen.yaml", launcher=launcher)
+        run = Run(study, spec, workload_of(spec, args.trace), settings)
         try:
-            run_arms(Run(study, spec, workload_of(spec, args.trace), settings), arms, args.repeats)
+            run_arms(run, arms, args.repeats, part=args.part, others=[load(u) for u in others])
         finally:
             launcher.close()
-    print("\n".join(report(study, arms)))
+    found = [study] if args.storage else [load(u) for u in storages(args.out)] or [study]
+    print("\n".join(report(found, arms)))
     print(f"command: python {' '.join(sys.argv)}")
     return 0
 

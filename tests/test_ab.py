@@ -8,6 +8,7 @@ CPU build with the tiny model, two arms, one measurement each.
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -76,8 +77,8 @@ def arms_file(tmp_path: Path, arms: dict[str, Any]) -> Path:
     return path
 
 
-def a_run(tmp_path: Path, spec: StudySpec, runner: ByArm) -> Run:
-    study = open_study("ab", f"sqlite:///{tmp_path / 'ab.db'}", 0)
+def a_run(tmp_path: Path, spec: StudySpec, runner: ByArm, db: str = "ab.db") -> Run:
+    study = open_study("ab", f"sqlite:///{tmp_path / db}", 0)
     settings = RunSettings(
         run_dir=tmp_path / "runs",
         config_path=tmp_path / "written.yaml",
@@ -97,7 +98,7 @@ def test_the_arms_are_measured_in_turns_and_reported_per_arm(tmp_path, cpu_model
 
     assert ab.run_arms(run, arms, 3, say=lambda line: None) == 6
     assert runner.order == [4, 8, 4, 8, 4, 8]
-    table = ab.report(run.study, arms)
+    table = ab.report([run.study], arms)
     # The median and the lowest and highest of each arm; b's 1.5 missed the SLO (1.0).
     assert table[2].startswith("| a | 3 | 3 | 0.600 | 0.500 | 0.700 | 1200.0 |")
     assert table[3].startswith("| b | 3 | 2 | 0.900 | 0.800 | 1.500 | 1800.0 |")
@@ -121,6 +122,45 @@ def test_a_rerun_measures_only_what_the_study_lacks(tmp_path, cpu_model):
     assert ab.run_arms(a_run(tmp_path, spec, again), arms, 2, say=lines.append) == 2
     assert again.order == [4, 8]
     assert lines[0] == "2 measurements in the study, 2 to take"
+
+
+def test_parts_share_the_turns_and_the_report_covers_every_part(tmp_path, cpu_model):
+    spec = spec_of(cpu_model)
+    file = arms_file(
+        tmp_path, {"a": {"max-num-seqs": 4}, "b": {"max-num-seqs": 8}, "c": {"max-num-seqs": 16}}
+    )
+    arms = ab.load_arms(file, spec)
+    first = ByArm({4: [0.5, 0.6], 8: [0.9], 16: [0.3, 0.2]})
+    second = ByArm({4: [0.7], 8: [1.5, 0.8], 16: [0.4]})
+    lines: list[str] = []
+    # The turns a b c a b c, every other one to each part: a c b, then b a c.
+    one = a_run(tmp_path, spec, first, db="ab-part-0.db")
+    assert ab.run_arms(one, arms, 2, say=lines.append, part=(0, 2)) == 3
+    assert first.order == [4, 16, 8] and lines[0].endswith("6 to take, 3 of them in part 0 of 2")
+    # Started after the first part ended, the second counts what the first measured.
+    two = a_run(tmp_path, spec, second, db="ab-part-1.db")
+    assert ab.run_arms(two, arms, 2, say=lines.append, part=(1, 2), others=[one.study]) == 1
+    assert second.order == [8]
+
+    assert ab.storages(tmp_path) == [
+        f"sqlite:///{tmp_path / n}" for n in ("ab-part-0.db", "ab-part-1.db")
+    ]
+    table = ab.report([one.study, two.study], arms)
+    # Both studies have a trial 0: each measurement counts once, with its own engine start.
+    assert table[2].startswith("| a | 1 | 1 | 0.500 |")
+    assert table[3].startswith("| b | 2 | 1 | 1.200 | 0.900 | 1.500 |")
+    assert table[4].startswith("| c | 1 | 1 | 0.300 |")
+
+
+@pytest.mark.parametrize(("text", "part"), [("0/1", (0, 1)), ("3/4", (3, 4))])
+def test_a_part_is_w_of_n(text, part):
+    assert ab.parse_part(text) == part
+
+
+@pytest.mark.parametrize("text", ["4/4", "-1/2", "1", "a/b", "0/0"])
+def test_a_part_outside_w_of_n_is_refused(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        ab.parse_part(text)
 
 
 def test_the_turns_go_round_the_arms_from_what_each_lacks():

@@ -43,7 +43,9 @@
 # `serve` then starts the app with the YAML written and sends it one request of its own.
 # With AB, an arms file (benchmarks/ab.py), the spec `tuner init` wrote (as edited) measures
 # those arms against each other instead of a `tuner run`: REPEATS (default 3) fresh engines
-# each, in turns, into $STUDY_ROOT/work/ab/ab.db (`ab.db` in OUT); nothing to `serve`.
+# each, in turns, into $STUDY_ROOT/work/ab/ab.db (`ab.db` in OUT); nothing to `serve`. With
+# GPUS=N as well (a machine of N GPUs), N such processes share those measurements, one a GPU
+# (`ab.py --part W/N`, CUDA_VISIBLE_DEVICES=W), each logging to $STUDY_ROOT/ab-part-W.log.
 set -u
 root=${STUDY_ROOT:-/root/user-cap}
 src=${TUNER_SRC:-.gpu/snap}
@@ -71,7 +73,8 @@ copy_out() {
   cp "$root/work/studies/prod.yaml" "$out/" 2>/dev/null
   backup "$root/work/studies/prod.db" "$out/prod.db"
   cp "$root/work/configs/prod.yaml" "$out/config.yaml" 2>/dev/null
-  backup "$root/work/ab/ab.db" "$out/ab.db"
+  for db in "$root"/work/ab/ab*.db; do backup "$db" "$out/$(basename "$db")"; done
+  cp "$root"/ab-part-*.log "$out/" 2>/dev/null
   # Each engine's start (weights, KV cache, compile) and its last lines, less nanobind's noise.
   for log in $(find "$root/work/runs" "$root/work/ab" -name '*engine.log' 2>/dev/null | sort); do
     echo "== $log"
@@ -133,8 +136,18 @@ fi
 grep -E '^(capacity_window_s|confirm_top_k|confirm_repeats|n_trials|objective_mode|warmup_requests):' studies/prod.yaml
 if [ -n "${AB:-}" ]; then
 echo "== ab"
-python3 "$root/ab.py" "$root/$(basename "${AB:-}")" --spec studies/prod.yaml --trace prod.csv \
-    --repeats ${REPEATS:-3} --out ab
+ab() { python3 "$root/ab.py" "$root/$(basename "${AB:-}")" --spec studies/prod.yaml --trace $prod \
+    --repeats ${REPEATS:-3} --out ab "\$@"; }
+if [ "${GPUS:-1}" -gt 1 ]; then
+  for w in \$(seq 0 $(( ${GPUS:-1} - 1 ))); do
+    CUDA_VISIBLE_DEVICES=\$w ab --part \$w/${GPUS:-1} > "$root/ab-part-\$w.log" 2>&1 &
+    sleep 2
+  done
+  wait
+  ab --report
+else
+  ab
+fi
 echo "exit \$?"
 else
 echo "== tuner run"
@@ -176,6 +189,9 @@ EOF
     grep -E '^(==|exit|\{"shape|trial|confirm|time budget|calibrat|pinned|wrote|best|#|\||command)' "$log" \
       | tail -40
     grep -E 'Traceback|Error' "$log" | tail -5
+    for part in "$root"/ab-part-*.log; do
+      [ -e "$part" ] && { echo "== $(basename "$part")"; grep -E '^[0-9]+/[0-9]+ |measurements in' "$part" | tail -4; }
+    done
     copy_out
     [ -e "$root/DONE" ] && echo "done" || echo "still running"
     ;;
