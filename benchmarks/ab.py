@@ -16,8 +16,9 @@ calibrates it, and the calibration is kept in the study.
 
 With ``--part W/N``, N such processes share the measurements, one a GPU (each with its own
 ``CUDA_VISIBLE_DEVICES``): of the turns still to take, counted over every part's study in OUT,
-part W takes every N-th from the W-th, into ``OUT/ab-part-W.db``. Started together, the N parts
-measure each arm's repeats at once, on different GPUs where the arms and N allow.
+part W takes its share (``share``: an arm's repeats go to different parts), into
+``OUT/ab-part-W.db``. Start the N parts together: each counts the others' measurements once,
+at its start.
 
 At the end, and with ``--report`` alone (no engine started), a table per arm: how many
 measurements, how many met the SLOs, the median of the study's value and its spread (lowest,
@@ -125,7 +126,20 @@ def measured(rows: Sequence[data.TrialRow], arms: Sequence[Arm]) -> dict[str, li
 def turns(arms: Sequence[Arm], repeats: int, done: Mapping[str, int]) -> list[Arm]:
     """The measurements still to take, in turns: round ``r`` measures every arm that has fewer
     than ``r + 1``, in the arms' order, until each has ``repeats``."""
-    return [a for r in range(repeats) for a in arms if done.get(a.name, 0) <= r]
+    return [a for _, a in rounds(arms, repeats, done)]
+
+
+def rounds(arms: Sequence[Arm], repeats: int, done: Mapping[str, int]) -> list[tuple[int, Arm]]:
+    """``turns``, each with its round."""
+    return [(r, a) for r in range(repeats) for a in arms if done.get(a.name, 0) <= r]
+
+
+def share(arms: Sequence[Arm], todo: Sequence[tuple[int, Arm]], part: tuple[int, int]) -> list[Arm]:
+    """Part ``w`` of ``n``'s turns: the ``k``-th arm's measurement of round ``r`` goes to part
+    ``(k + r) % n``, so that an arm's repeats move from part to part (from GPU to GPU) and each
+    part has about as many turns as the others."""
+    index, parts = part
+    return [a for r, a in todo if (arms.index(a) + r) % parts == index]
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -198,12 +212,12 @@ def run_arms(
     """Measure what the study lacks of ``repeats`` per arm, in turns; how many trials ran.
 
     With ``part`` ``(w, n)``, what is lacking is counted over the run's study and ``others``
-    (the other parts'), and this part takes every ``n``-th of those turns from the ``w``-th."""
+    (the other parts'), and this part takes its ``share`` of those turns."""
     rows = [r for s in (run.study, *others) for r in data.rows_of(s.get_trials(deepcopy=False))]
     done = {name: len(found) for name, found in measured(rows, arms).items()}
-    todo = turns(arms, repeats, done)
+    todo = rounds(arms, repeats, done)
     index, parts = part
-    mine = todo[index::parts]
+    mine = share(arms, todo, part)
     here = f", {len(mine)} of them in part {index} of {parts}" if parts > 1 else ""
     say(f"{sum(done.values())} measurements in the study, {len(todo)} to take{here}")
     run.calibrate()

@@ -130,26 +130,35 @@ def test_parts_share_the_turns_and_the_report_covers_every_part(tmp_path, cpu_mo
         tmp_path, {"a": {"max-num-seqs": 4}, "b": {"max-num-seqs": 8}, "c": {"max-num-seqs": 16}}
     )
     arms = ab.load_arms(file, spec)
-    first = ByArm({4: [0.5, 0.6], 8: [0.9], 16: [0.3, 0.2]})
-    second = ByArm({4: [0.7], 8: [1.5, 0.8], 16: [0.4]})
+    first = ByArm({4: [0.5], 8: [0.9], 16: [0.3]})
+    second = ByArm({4: [0.7], 8: [1.5], 16: [0.4]})
     lines: list[str] = []
-    # The turns a b c a b c, every other one to each part: a c b, then b a c.
+    # Started together, neither sees a measurement of the other: of the turns a b c a b c, the
+    # k-th arm's of round r goes to part (k + r) % 2, so each arm is measured by both parts.
     one = a_run(tmp_path, spec, first, db="ab-part-0.db")
     assert ab.run_arms(one, arms, 2, say=lines.append, part=(0, 2)) == 3
     assert first.order == [4, 16, 8] and lines[0].endswith("6 to take, 3 of them in part 0 of 2")
-    # Started after the first part ended, the second counts what the first measured.
     two = a_run(tmp_path, spec, second, db="ab-part-1.db")
-    assert ab.run_arms(two, arms, 2, say=lines.append, part=(1, 2), others=[one.study]) == 1
-    assert second.order == [8]
+    assert ab.run_arms(two, arms, 2, say=lines.append, part=(1, 2)) == 3
+    assert second.order == [8, 4, 16]
+    # Run again, a part counts the other's measurements: nothing is left to take.
+    assert ab.run_arms(two, arms, 2, say=lines.append, part=(1, 2), others=[one.study]) == 0
 
-    assert ab.storages(tmp_path) == [
-        f"sqlite:///{tmp_path / n}" for n in ("ab-part-0.db", "ab-part-1.db")
-    ]
+    expected = [f"sqlite:///{tmp_path / n}" for n in ("ab-part-0.db", "ab-part-1.db")]
+    assert ab.storages(tmp_path) == expected
     table = ab.report([one.study, two.study], arms)
-    # Both studies have a trial 0: each measurement counts once, with its own engine start.
-    assert table[2].startswith("| a | 1 | 1 | 0.500 |")
+    # Both studies have trials 0 to 2: each measurement counts once, with its own engine start.
+    assert table[2].startswith("| a | 2 | 2 | 0.600 | 0.500 | 0.700 |")
     assert table[3].startswith("| b | 2 | 1 | 1.200 | 0.900 | 1.500 |")
-    assert table[4].startswith("| c | 1 | 1 | 0.300 |")
+    assert table[4].startswith("| c | 2 | 2 | 0.350 | 0.300 | 0.400 |")
+
+
+def test_an_arms_repeats_go_to_different_parts_when_the_parts_divide_the_arms():
+    arms = [ab.Arm(name, {"max-num-seqs": n}) for n, name in enumerate("abcd", 1)]
+    todo = ab.rounds(arms, 3, {})
+    shares = [ab.share(arms, todo, (w, 4)) for w in range(4)]
+    assert [len(s) for s in shares] == [3, 3, 3, 3]
+    assert all(len({x.name for x in s}) == 3 for s in shares)
 
 
 @pytest.mark.parametrize(("text", "part"), [("0/1", (0, 1)), ("3/4", (3, 4))])
