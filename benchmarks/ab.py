@@ -31,8 +31,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
+import re
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,7 +49,7 @@ from tuner.engine.launchers import LAUNCHERS, auto_launcher
 from tuner.report import data
 from tuner.study.measure.objective import of_spec, of_study
 from tuner.study.measure.prepare import Workload, model_of, open_loop_replay, write_dummy_model
-from tuner.study.plan.space import runnable_baseline
+from tuner.study.plan.space import KV_ARGUMENTS, runnable_baseline
 from tuner.study.plan.spec import AUTO, StudySpec, load_spec
 from tuner.study.result.run import Run, RunSettings
 from tuner.study.trials.search import open_study
@@ -55,6 +57,21 @@ from tuner.traces.formats import load_trace
 
 # Figures of a measurement the report shows beside the study's value, where it has them.
 FIGURES = ("ttft_p95_s", "tpot_p95_s", "e2e_p99_s")
+# Where the time went, from vLLM's /metrics at the value (a capacity study: at its capacity), the
+# second table's columns: (header, figure, scale, digits), each the median over an arm's
+# measurements.
+SPENT = (
+    ("queue ms", "server_queue_mean_s", 1000.0, 0),
+    ("prefill ms", "server_prefill_mean_s", 1000.0, 0),
+    ("decode ms", "server_decode_mean_s", 1000.0, 0),
+    ("ITL p95 ms", "server_itl_p95_s", 1000.0, 0),
+    ("KV cache peak %", "kv_cache_usage_peak", 100.0, 1),
+    ("preemptions", "server_preemptions", 1.0, 0),
+    ("waiting peak", "waiting_peak", 1.0, 0),
+    ("running peak", "running_peak", 1.0, 0),
+)
+# The SLO a rate's reason names ("missed slo_tpot_p95_s", "stopped 7 s in: ttft_p95_s lost").
+SLO_IN_REASON = re.compile(r"(?:slo_)?([a-z0-9]+_p\d+_s)")
 
 
 @dataclass(frozen=True)
@@ -77,13 +94,17 @@ class Arm:
         return written(engine_args) == written(self.engine_args)
 
 
-def load_arms(path: Path, spec: StudySpec, memory: HostMemory | None = None) -> list[Arm]:
+def load_arms(
+    path: Path, spec: StudySpec, memory: HostMemory | None = None, reading: bool = False
+) -> list[Arm]:
     """The arms of ``path`` in the file's order; a ``ValueError`` where the file has fewer than
     two, an arm is not a mapping of engine arguments, or two arms are one configuration.
 
     With the ``memory`` of vLLM's CPU build, an arm that does not size its KV cache gets the
     share ``tuner run`` gives its candidates there (``runnable_baseline``): vLLM's default asks
-    more memory than such a machine has free."""
+    more memory than such a machine has free. ``reading`` (a report, no engine started): the
+    arms as written, each matching trials that sized what it leaves unsized, as a CPU machine's
+    did, where no arm matches a trial exactly (``arm_of``)."""
     found = yaml.safe_load(path.read_text())
     arms = found.get("arms") if isinstance(found, dict) else None
     if not isinstance(arms, dict) or len(arms) < 2:
@@ -92,24 +113,33 @@ def load_arms(path: Path, spec: StudySpec, memory: HostMemory | None = None) -> 
         if not isinstance(args, dict | None):
             raise ValueError(f"{path}: arm {name!r} is not a mapping of engine arguments")
     as_candidates = replace(spec, candidates=tuple(args or {} for args in arms.values()))
-    sized, _ = runnable_baseline(as_candidates, memory)
+    sized, _ = runnable_baseline(as_candidates, None if reading else memory)
     out: list[Arm] = []
     for name, args in zip(arms, sized.candidates, strict=True):
         added = tuple(k for k in args if k not in (arms[name] or {}))
+        if reading:
+            added = tuple(k for k in KV_ARGUMENTS if k not in args)
         arm = Arm(str(name), {**spec.engine_args, **args}, added)
-        same = next(
-            (a.name for a in out if a.measured(arm.engine_args) or arm.measured(a.engine_args)),
-            None,
-        )
+        same = next((a.name for a in out if one_configuration(a, arm, exact=reading)), None)
         if same is not None:
             raise ValueError(f"{path}: arms {same!r} and {arm.name!r} are one configuration")
         out.append(arm)
     return out
 
 
+def one_configuration(a: Arm, b: Arm, exact: bool = False) -> bool:
+    """Whether the trials of one arm would be taken for the other's (``exact``: the same
+    arguments)."""
+    if exact:
+        return dict(a.engine_args) == dict(b.engine_args)
+    return a.measured(b.engine_args) or b.measured(a.engine_args)
+
+
 def arm_of(row: data.TrialRow, arms: Sequence[Arm]) -> Arm | None:
-    """The arm whose configuration the trial measured, if any."""
-    return next((a for a in arms if a.measured(row.engine_args)), None)
+    """The arm whose configuration the trial measured, if any: the one of the same arguments,
+    else one that differs only in what it had sized for the machine."""
+    exact = next((a for a in arms if dict(a.engine_args) == dict(row.engine_args)), None)
+    return exact or next((a for a in arms if a.measured(row.engine_args)), None)
 
 
 def measured(rows: Sequence[data.TrialRow], arms: Sequence[Arm]) -> dict[str, list[data.TrialRow]]:
@@ -170,7 +200,8 @@ def report(studies: Sequence[optuna.Study], arms: Sequence[Arm]) -> list[str]:
     for name, mine in measured(rows, arms).items():
         values = [r.value for r in mine if r.value is not None]
         figures = [_median([f for r in mine if (f := r.figure(k)) is not None]) for k in FIGURES]
-        started = _median([starts[place[id(r)]] for r in mine if place[id(r)] in starts])
+        served = [r for r in mine if r.value is not None and place[id(r)] in starts]
+        started = _median([starts[place[id(r)]] for r in served])
         cells = [
             name, str(len(mine)), str(sum(r.outcome == data.FEASIBLE for r in mine)),
             _cell(_median(values), digits=3), _cell(min(values, default=None), digits=3),
@@ -178,8 +209,41 @@ def report(studies: Sequence[optuna.Study], arms: Sequence[Arm]) -> list[str]:
             *(_cell(f, 1000.0) for f in figures), _cell(started),
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
+    by_arm = measured(rows, arms)
+    lines += ["", *spent(by_arm)]
     for arm in arms:
-        lines.append(f"- {arm.name}: {dict(arm.engine_args)}")
+        unserved = Counter(r.reason for r in by_arm[arm.name] if r.value is None)
+        why = "".join(f"; {n} not served: {reason}" for reason, n in unserved.items())
+        lines.append(f"- {arm.name}: {dict(arm.engine_args)}{why}")
+    return lines
+
+
+def missed_above(row: data.TrialRow) -> str | None:
+    """What the lowest rate above a capacity trial's capacity missed: the SLO its reason names
+    (else the reason); None where no rate above it failed."""
+    above = [
+        p for p in row.points if not p.get("passed") and p["rate_req_per_s"] > (row.value or 0)
+    ]
+    if not above:
+        return None
+    reason = str(min(above, key=lambda p: p["rate_req_per_s"]).get("reason", ""))
+    found = SLO_IN_REASON.search(reason)
+    return found.group(1) if found else reason or None
+
+
+def spent(by_arm: Mapping[str, Sequence[data.TrialRow]]) -> list[str]:
+    """A markdown table, one row per arm: what the rate above its capacity missed (each
+    measurement's, counted) and where the time went at its value (``SPENT``, medians)."""
+    head = ["arm", "missed above capacity", *(h for h, *_ in SPENT)]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for name, mine in by_arm.items():
+        served = [r for r in mine if r.value is not None]
+        missed = Counter(m for r in served if (m := missed_above(r)) is not None)
+        cells = [name, ", ".join(f"{m} ({n})" for m, n in missed.most_common()) or "-"]
+        for _, figure, scale, digits in SPENT:
+            found = [f for r in served if (f := r.figure(figure)) is not None]
+            cells.append(_cell(_median(found), scale, digits))
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
@@ -265,38 +329,50 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def measure(
+    args: argparse.Namespace,
+    spec: StudySpec,
+    arms: Sequence[Arm],
+    load: Callable[[str], optuna.Study],
+) -> list[optuna.Study]:
+    """Take this process's measurements (its part's, with ``--part``); the studies to report."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    index, parts = args.part
+    own = args.out / ("ab.db" if parts == 1 else f"ab-part-{index}.db")
+    storage = args.storage or f"sqlite:///{own}"
+    study = load(storage)
+    others = [] if args.storage else [u for u in storages(args.out) if u != storage]
+    kind = auto_launcher(environment.is_cpu_build()) if args.launcher == "auto" else args.launcher
+    runs = args.out / ("runs" if parts == 1 else f"runs-part-{index}")
+    runs.mkdir(parents=True, exist_ok=True)
+    launcher = LAUNCHERS[kind](runs / "launcher.log")
+    # An A/B writes no configuration: Run.result is never asked.
+    settings = RunSettings(run_dir=runs, config_path=runs / "chosen.yaml", launcher=launcher)
+    run = Run(study, spec, workload_of(spec, args.trace), settings)
+    try:
+        run_arms(run, arms, args.repeats, part=args.part, others=[load(u) for u in others])
+    finally:
+        launcher.close()
+    return [study] if args.storage else [load(u) for u in storages(args.out)]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     spec = load_spec(args.spec)
     memory = environment.host_memory() if environment.is_cpu_build() else None
-    arms = load_arms(args.arms, spec, memory)
+    arms = load_arms(args.arms, spec, memory, reading=args.report)
 
     def load(url: str) -> optuna.Study:
         return open_study(args.study, url, spec.seed, objective=of_spec(spec))
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    index, parts = args.part
-    own = args.out / ("ab.db" if parts == 1 else f"ab-part-{index}.db")
-    storage = args.storage or f"sqlite:///{own}"
-    study = open_study(args.study, storage, spec.seed, objective=of_spec(spec))
-    if not args.report:
-        others = [] if args.storage else [u for u in storages(args.out) if u != storage]
-        kind = (
-            auto_launcher(environment.is_cpu_build()) if args.launcher == "auto" else args.launcher
-        )
-        runs = args.out / ("runs" if parts == 1 else f"runs-part-{index}")
-        runs.mkdir(parents=True, exist_ok=True)
-        launcher = LAUNCHERS[kind](runs / "launcher.log")
-        # An A/B writes no configuration: Run.result is never asked.
-        settings = RunSettings(run_dir=runs, config_path=runs / "chosen.yaml", launcher=launcher)
-        run = Run(study, spec, workload_of(spec, args.trace), settings)
-        try:
-            run_arms(run, arms, args.repeats, part=args.part, others=[load(u) for u in others])
-        finally:
-            launcher.close()
-    found = [study] if args.storage else [load(u) for u in storages(args.out)] or [study]
+    if args.report:  # read only: no study is made where there is none
+        found = [load(args.storage)] if args.storage else [load(u) for u in storages(args.out)]
+        if not found:
+            raise SystemExit(f"{args.out}: no A/B study there")
+    else:
+        found = measure(args, spec, arms, load)
     print("\n".join(report(found, arms)))
     print(f"command: python {' '.join(sys.argv)}")
     return 0

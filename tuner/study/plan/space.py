@@ -63,9 +63,11 @@ PREFILL_BOUND_BATCHED_TOKENS_LEVELS = [16384, 8192, 2048]
 # event loop can bound vLLM's defaults on short streamed requests, and a second one lifts the
 # capacity on some hosts and not on others, so the confirm step decides per workload; four
 # measured below two's median and started slowest (benchmarks/results/gpu-frontend.md,
-# gpu-frontend-knobs.md). Left out: stream-interval (tokens sent in chunks, which a streaming
-# client sees and no SLO measures; the header says how a spec adds it) and async-scheduling (on
-# by default in vLLM 0.26.0 for these models, so there is nothing to choose).
+# gpu-frontend-knobs.md), and carried what one did on long prompts, where the front end was
+# not the bound (h200-knobs-code/, with the KV-cache and prefill arguments left out). Left
+# out: stream-interval (tokens sent in chunks, which a streaming client sees and no SLO
+# measures; the header says how a spec adds it) and async-scheduling (on by default in vLLM
+# 0.26.0 for these models, so there is nothing to choose).
 GPU_API_SERVER_COUNTS = [1, 2]
 
 
