@@ -14,7 +14,8 @@
 #   OUT=... bash benchmarks/gpu/user_capacity.sh serve
 #                                                  once it ended: serve the YAML it wrote with
 #                                                  `vllm serve --config`, from another folder,
-#                                                  and ask for one completion ($OUT/serve.log)
+#                                                  and ask for one completion ($OUT/serve.log),
+#                                                  on port SERVE_PORT (default 8765)
 #
 # The commands are the README's ("Tune your model"), with `tuner` as
 # `python3 -m tuner.cli` from TUNER_SRC (default .gpu/snap):
@@ -201,7 +202,7 @@ EOF
     if [ -e "$root/server.yaml" ]; then
       # The app, from the study's folder (its command names examples/), with the YAML written.
       cd "$root/work" || exit 1
-      PORT=8765 CONFIG="$root/elsewhere/prod.yaml" python3 "$here/serve_own.py" "$root/server.yaml" \
+      PORT=${SERVE_PORT:-8765} CONFIG="$root/elsewhere/prod.yaml" python3 "$here/serve_own.py" "$root/server.yaml" \
         "$out/completion.json" > "$root/elsewhere/serve.log" 2>&1
       echo "exit $?"
       grep -v -E 'nanobind|leaked ' "$root/elsewhere/serve.log" | tail -n 8
@@ -210,15 +211,15 @@ EOF
     fi
     cd "$root/elsewhere" || exit 1
     began=$(date +%s)
-    ${SERVE:-python3 -m vllm.entrypoints.cli.main serve} --config prod.yaml --port 8765 \
+    ${SERVE:-python3 -m vllm.entrypoints.cli.main serve} --config prod.yaml --port ${SERVE_PORT:-8765} \
       > serve.log 2>&1 < /dev/null &
     server=$!
     for _ in $(seq 1 150); do
-      curl -sf localhost:8765/health > /dev/null && break
+      curl -sf localhost:${SERVE_PORT:-8765}/health > /dev/null && break
       kill -0 $server 2>/dev/null || break
       sleep 2
     done
-    if ! curl -sf localhost:8765/health > /dev/null; then
+    if ! curl -sf localhost:${SERVE_PORT:-8765}/health > /dev/null; then
       echo "not healthy after $(( $(date +%s) - began )) s"
       grep -v -E 'nanobind|leaked ' serve.log | tail -n 8
       cp serve.log "$out/"
@@ -227,7 +228,7 @@ EOF
     fi
     echo "healthy after $(( $(date +%s) - began )) s"
     model=$(python3 -c 'import yaml; print(yaml.safe_load(open("prod.yaml"))["model"])')
-    curl -s localhost:8765/v1/completions -H 'content-type: application/json' \
+    curl -s localhost:${SERVE_PORT:-8765}/v1/completions -H 'content-type: application/json' \
       -d "{\"model\": \"$model\", \"prompt\": \"Hello\", \"max_tokens\": 4, \"ignore_eos\": true}" \
       | tee "$out/completion.json"
     echo
