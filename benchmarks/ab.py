@@ -153,14 +153,9 @@ def measured(rows: Sequence[data.TrialRow], arms: Sequence[Arm]) -> dict[str, li
     return out
 
 
-def turns(arms: Sequence[Arm], repeats: int, done: Mapping[str, int]) -> list[Arm]:
-    """The measurements still to take, in turns: round ``r`` measures every arm that has fewer
-    than ``r + 1``, in the arms' order, until each has ``repeats``."""
-    return [a for _, a in rounds(arms, repeats, done)]
-
-
 def rounds(arms: Sequence[Arm], repeats: int, done: Mapping[str, int]) -> list[tuple[int, Arm]]:
-    """``turns``, each with its round."""
+    """The measurements still to take, in turns, each with its round: round ``r`` measures
+    every arm that has fewer than ``r + 1``, in the arms' order, until each has ``repeats``."""
     return [(r, a) for r in range(repeats) for a in arms if done.get(a.name, 0) <= r]
 
 
@@ -184,24 +179,23 @@ def report(studies: Sequence[optuna.Study], arms: Sequence[Arm]) -> list[str]:
     """A markdown table, one row per arm, of the studies' measurements of it."""
     objective = of_study(studies[0])
     rows: list[data.TrialRow] = []
-    starts: dict[int, float] = {}  # by the row's place in ``rows``: trial numbers repeat
+    starts: dict[int, float] = {}  # by the row's id: trial numbers repeat across studies
     for study in studies:
         its = data.rows_of(study.get_trials(deepcopy=False))
         at = {bar.trial: bar.parts_s[0] for bar in data.cost(its)}
-        starts.update((len(rows) + i, at[r.number]) for i, r in enumerate(its) if r.number in at)
+        starts.update((id(r), at[r.number]) for r in its if r.number in at)
         rows.extend(its)
+    by_arm = measured(rows, arms)
     unit = objective.value_unit.strip() or "lower is better"
     head = [
         "arm", "n", "met SLOs", f"{objective.value_name} median ({unit})", "lowest", "highest",
         *(f"{name[:-2]} median ms" for name in FIGURES), "engine start median s",
     ]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-    place = {id(r): i for i, r in enumerate(rows)}
-    for name, mine in measured(rows, arms).items():
+    for name, mine in by_arm.items():
         values = [r.value for r in mine if r.value is not None]
         figures = [_median([f for r in mine if (f := r.figure(k)) is not None]) for k in FIGURES]
-        served = [r for r in mine if r.value is not None and place[id(r)] in starts]
-        started = _median([starts[place[id(r)]] for r in served])
+        started = _median([starts[id(r)] for r in mine if r.value is not None and id(r) in starts])
         cells = [
             name, str(len(mine)), str(sum(r.outcome == data.FEASIBLE for r in mine)),
             _cell(_median(values), digits=3), _cell(min(values, default=None), digits=3),
@@ -209,7 +203,6 @@ def report(studies: Sequence[optuna.Study], arms: Sequence[Arm]) -> list[str]:
             *(_cell(f, 1000.0) for f in figures), _cell(started),
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
-    by_arm = measured(rows, arms)
     lines += ["", *spent(by_arm)]
     for arm in arms:
         unserved = Counter(r.reason for r in by_arm[arm.name] if r.value is None)

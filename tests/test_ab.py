@@ -205,9 +205,9 @@ def test_a_part_outside_w_of_n_is_refused(text):
 
 def test_the_turns_go_round_the_arms_from_what_each_lacks():
     a, b, c = (ab.Arm(name, {"max-num-seqs": n}) for name, n in (("a", 1), ("b", 2), ("c", 3)))
-    assert [x.name for x in ab.turns([a, b, c], 2, {})] == ["a", "b", "c", "a", "b", "c"]
-    assert [x.name for x in ab.turns([a, b, c], 2, {"a": 2, "b": 1})] == ["c", "b", "c"]
-    assert ab.turns([a, b], 1, {"a": 3, "b": 1}) == []
+    assert [x.name for _, x in ab.rounds([a, b, c], 2, {})] == ["a", "b", "c", "a", "b", "c"]
+    assert [x.name for _, x in ab.rounds([a, b, c], 2, {"a": 2, "b": 1})] == ["c", "b", "c"]
+    assert ab.rounds([a, b], 1, {"a": 3, "b": 1}) == []
 
 
 def test_on_the_cpu_build_an_arm_that_does_not_size_its_kv_cache_gets_trial_0s_share(
