@@ -23,7 +23,7 @@ from tuner.errors import InputError
 from tuner.study.measure.prepare import Workload, model_of, open_loop_replay
 from tuner.study.measure.trial import OnProgress
 from tuner.study.plan.spec import StudySpec, parse_spec
-from tuner.study.result.choice import TUNED
+from tuner.study.result.choice import DEFAULTS, TUNED
 from tuner.study.result.run import Run, RunSettings
 from tuner.study.trials.search import open_study
 from tuner.traces.formats import load_trace
@@ -111,6 +111,43 @@ def test_a_continued_study_holds_back_only_what_its_confirmation_still_needs(tmp
     budgeted = settings(tmp_path, scripted, time_budget_s=3600.0)
     again = Run(study, spec, workload(tmp_path, spec), budgeted, Heard())
     assert again.budget is not None and again.budget.confirm_trials == 2
+
+
+def test_where_only_the_defaults_served_they_are_measured_again(tmp_path, cpu_model):
+    """Nothing searched to hold against them, vLLM's defaults are still the answer written, with
+    the capacity a user plans servers by: their median over fresh engines, as a winner's is."""
+    scripted = Scripted({None: [1.0, 0.9, 1.2]})
+    spec = parse_spec(spec_dict(cpu_model, n_trials=1, confirm_top_k=1, confirm_repeats=2))
+    study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
+    heard = Heard()
+    run = Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), heard)
+    assert run.add_trials() == 1 and run.confirm() == 2
+    assert scripted.order == [None, None, None]
+    assert heard.lines == [
+        "confirming vLLM's defaults, the only configuration that served: measured up to 2 more "
+        "times on fresh engines, so that what is written is the median"
+    ]
+    written = run.result()
+    assert written is not None and written.choice.outcome == DEFAULTS
+    assert written.choice.group.measured == 3
+    assert any(line.startswith("defaults trial 0: score median 1 of 3") for line in written.lines)
+    assert run.confirm() == 0 and len(scripted.order) == 3
+    assert heard.lines[-1] == "not confirming again: vLLM's defaults were measured 3 times already"
+
+
+def test_the_defaults_are_not_measured_again_past_the_budget(tmp_path, cpu_model):
+    scripted = Scripted({None: [1.0, 0.9]})
+    spec = parse_spec(spec_dict(cpu_model, n_trials=1, confirm_top_k=1, confirm_repeats=1))
+    study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
+    heard = Heard()
+    budgeted = settings(tmp_path, scripted, time_budget_s=0.001)
+    run = Run(study, spec, workload(tmp_path, spec), budgeted, heard)
+    assert run.add_trials() == 1 and run.confirm() == 0 and scripted.order == [None]
+    assert heard.lines[-1].startswith(
+        "not confirming: only vLLM's defaults served, and the 0 s left hold no measurement of "
+        "it again (about "
+    ), heard.lines
+    assert heard.lines[-1].endswith("s); what is written was measured on one engine")
 
 
 def test_a_budget_is_planned_and_told_before_the_first_trial(tmp_path, cpu_model):

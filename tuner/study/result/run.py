@@ -37,6 +37,7 @@ from tuner.errors import InputError, TunerError
 from tuner.study.measure import calibrate as calibration
 from tuner.study.measure.objective import of_spec
 from tuner.study.measure.prepare import Workload, open_loop_replay, replay_lines, trial_setup
+from tuner.study.measure.record import TrialRecord
 from tuner.study.measure.trial import OnProgress, TrialSetup, run_trial
 from tuner.study.plan.space import capture_pin
 from tuner.study.plan.spec import AUTO, StudySpec
@@ -220,21 +221,22 @@ class Run:
                 "again would not give one"
             )
             return 0
-        if len(groups(self.study)) < 2:
-            say("not confirming: no searched configuration served to hold against vLLM's defaults")
-            return 0
         also = " and the spec's candidates" if spec.confirm_candidates else ""
         top_k, repeats = spec.confirm_top_k, spec.confirm_repeats
-        if not confirm.short(self.study, top_k, repeats, spec.confirm_candidates):
+        if len(groups(self.study)) < 2:
+            if not self._defaults_again(repeats):
+                return 0
+        elif not confirm.short(self.study, top_k, repeats, spec.confirm_candidates):
             say(
                 f"not confirming again: the top {top_k} and the baseline{also} were measured "
                 f"{1 + repeats} times each already"
             )
             return 0
-        say(
-            f"confirming: the top {top_k} and the baseline{also}, measured {repeats} more "
-            "times each, in turns"
-        )
+        else:
+            say(
+                f"confirming: the top {top_k} and the baseline{also}, measured {repeats} more "
+                "times each, in turns"
+            )
         how = search.Measuring(
             self.trial_setup(), self.settings.run_dir, self.settings.runner, self.machine,
             self.tell.trial_started,
@@ -248,6 +250,35 @@ class Run:
             budget=self.budget,
             candidates=spec.confirm_candidates,
         )
+
+    def _defaults_again(self, repeats: int) -> bool:
+        """Where one configuration alone served (vLLM's defaults, as a rule), whether to measure
+        it again (said either way): what is written is then its median over fresh engines, not
+        one engine's figures, as far as the budget allows."""
+        say = self.tell.say
+        (group,) = groups(self.study)
+        name = (
+            "vLLM's defaults" if TrialRecord.of(group.first).baseline else f"trial {group.number}"
+        )
+        more = 1 + repeats - group.measured
+        if more <= 0:
+            say(f"not confirming again: {name} were measured {group.measured} times already")
+            return False
+        budget = self.budget
+        if budget is not None and not budget.may_confirm():
+            left_s = max(budget.left_s, 0.0)
+            say(
+                f"not confirming: only {name} served, and the {left_s:.0f} s left hold no "
+                f"measurement of it again (about {budget.confirm_s:.0f} s); what is written was "
+                "measured on one engine"
+            )
+            return False
+        say(
+            f"confirming {name}, the only configuration that served: measured up to {more} more "
+            f"time{'s' if more != 1 else ''} on fresh engines, so that what is written is the "
+            "median"
+        )
+        return True
 
     def measure(self, engine_args: Mapping[str, Any]) -> FrozenTrial:
         """One configuration measured as given, on a fresh engine, as a trial of the study of its

@@ -11,7 +11,9 @@ the dashboard shows it and the sampler learns from it.
 What is written then is ``tuner.study.result.choice``'s: a searched configuration only where
 it beats the baseline beyond chance, measured as often as the baseline; else vLLM's
 defaults. Where no configuration met the SLOs there is nothing to hold against the defaults,
-and nothing is measured again: the closest configuration is written as it was measured.
+and nothing is measured again: the closest configuration is written as it was measured. Where
+the defaults alone served, they are measured again all the same (``tuner.study.result.run``):
+they are what is written, and their capacity is what a user plans servers by.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ logger = logging.getLogger(__name__)
 def to_confirm(study: optuna.Study, top_k: int, candidates: bool = False) -> list[Group]:
     """The top ``top_k`` feasible searched configurations by median, then the baseline, then
     (``candidates``) the spec's candidates not among them; nothing where no configuration is
-    feasible (the baseline and the candidates are measured again only to be held against a
-    winner).
+    feasible (the baseline and the candidates are measured again to be held against a winner,
+    or as the answer written where the baseline alone served).
 
     The baseline does not take a searched configuration's place when it leads: the best
     searched one is measured as often as vLLM's defaults either way, so the result holds like
