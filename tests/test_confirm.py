@@ -27,7 +27,7 @@ from tuner.study.measure.record import CONFIRMS_ATTR
 from tuner.study.measure.scoring import Score, score
 from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
-from tuner.study.result.choice import DEFAULTS, MISSES, TUNED, choose
+from tuner.study.result.choice import DEFAULTS, MISSES, TUNED, changed, choose
 from tuner.study.trials import picks
 from tuner.study.trials.confirm import confirm
 from tuner.study.trials.groups import groups, ranked
@@ -462,3 +462,44 @@ def test_the_committed_gpu_studies_report_the_trial_tuner_wrote(tmp_path, folder
     page = write_report(name, storage, tmp_path / "out", results / "configs").read_text()
     assert chosen_rows(page) == [str(trial)]
     assert f"<code>tuner run</code> wrote trial {trial} to " in page
+
+
+# --- what the configuration written sets ----------------------------------------------------
+
+
+def test_what_the_winner_sets_names_vllms_own_values_apart(tmp_path):
+    """The H200 code study (benchmarks/results/h200-code-mooncake-users/code): its winner moved
+    one engine argument from vLLM's value and wrote four more at vLLM's own values."""
+    db = tmp_path / "prod.db"
+    shutil.copy(REPO / "benchmarks/results/h200-code-mooncake-users/code/prod.db", db)
+    report = read_report("prod", f"sqlite:///{db}", tmp_path)
+    sets = (
+        "  it sets max-num-batched-tokens=2048 (vLLM's 8192); as vLLM sets them: "
+        "api-server-count=1 compilation-config.max_cudagraph_capture_size=512 max-num-seqs=1024 "
+        "gpu-memory-utilization=0.9"
+    )
+    assert sets in report.confirmation, report.confirmation
+
+
+def _args_study(searched: dict[str, Any]) -> optuna.Study:
+    study = optuna.create_study(direction="minimize")
+    for args, baseline in [({}, True), (searched, False)]:
+        attrs = {"feasible": True, "engine_args": args, "baseline": baseline or None}
+        study.add_trial(
+            optuna.trial.create_trial(value=1.0, user_attrs=attrs, params={}, distributions={})
+        )
+    return study
+
+
+def test_what_a_configuration_sets_against_vllms_values():
+    vllm = {"max-num-seqs": 1024, "max-num-batched-tokens": 8192}
+    found = {g.number: g for g in groups(_args_study({"max-num-seqs": 1024, "block-size": 32}))}
+    assert changed(found[1], found[0]) == "max-num-seqs=1024 block-size=32"
+    assert changed(found[1], found[0], vllm) == (
+        "block-size=32; as vLLM sets them: max-num-seqs=1024"
+    )
+    found = {g.number: g for g in groups(_args_study({"max-num-batched-tokens": 8192}))}
+    assert changed(found[1], found[0], vllm) == (
+        "only what vLLM sets itself: max-num-batched-tokens=8192"
+    )
+    assert changed(found[0], found[0], vllm) == "(the same arguments)"

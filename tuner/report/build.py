@@ -55,6 +55,7 @@ def read_report(name: str, storage: str, configs: Path) -> StudyReport:
         configuration = read_configuration(configs / f"{name}.yaml", name, choice.trial)
     # The outcome's lines where the study was confirmed or the defaults kept, as tuner run said.
     said = choice is not None and (choice.confirmation or choice.keeps_defaults)
+    outcome = summary(choice, vllm_defaults(study)) if choice is not None and said else []
     return StudyReport(
         name=name,
         storage=storage,
@@ -68,7 +69,7 @@ def read_report(name: str, storage: str, configs: Path) -> StudyReport:
         configuration=configuration,
         objective=of_study(study),
         measurements=() if choice is None else choice.measurements,
-        confirmation=tuple(summary(choice)) if choice is not None and said else (),
+        confirmation=tuple(outcome),
         feasible_configurations=sum(g.feasible for g in groups(study)),
         kept_because=choice.why if choice is not None and choice.keeps_defaults else "",
         closest=choice.closest.number if choice is not None and choice.closest else None,

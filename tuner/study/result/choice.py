@@ -24,6 +24,7 @@ real one, whose engine arguments and figures are written.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -183,20 +184,41 @@ def describe(group: Group, label: str) -> str:
     )
 
 
-def changed(group: Group, baseline: Group | None) -> str:
-    """The engine arguments ``group`` sets otherwise than the defaults, as NAME=VALUE words."""
+def changed(
+    group: Group, baseline: Group | None, vllm_defaults: Mapping[str, Any] | None = None
+) -> str:
+    """The engine arguments ``group`` sets otherwise than the defaults' trial, as NAME=VALUE
+    words. With ``vllm_defaults`` (vLLM's own values of the searched arguments, as the spec gives
+    them), a value moved from vLLM's is followed by vLLM's, and those set to vLLM's own value
+    (written so that the file does not depend on what a later vLLM defaults to) come last, apart:
+    ``max-num-batched-tokens=2048 (vLLM's 8192); as vLLM sets them: max-num-seqs=1024``."""
     mine: dict[str, Any] = dict(TrialRecord.of(group.first).engine_args)
     theirs: dict[str, Any] = {}
     if baseline is not None:
         theirs = dict(TrialRecord.of(baseline.first).engine_args)
-    words = [f"{k}={v}" for k, v in mine.items() if theirs.get(k, object()) != v]
-    return " ".join(words) or "(the same arguments)"
+    known = vllm_defaults or {}
+    moved: list[str] = []
+    kept: list[str] = []
+    for key, value in mine.items():
+        if key in theirs and theirs[key] == value:
+            continue
+        if key not in known:
+            moved.append(f"{key}={value}")
+        elif known[key] == value:
+            kept.append(f"{key}={value}")
+        else:
+            moved.append(f"{key}={value} (vLLM's {known[key]})")
+    if not kept:
+        return " ".join(moved) or "(the same arguments)"
+    if not moved:
+        return f"only what vLLM sets itself: {' '.join(kept)}"
+    return f"{' '.join(moved)}; as vLLM sets them: {' '.join(kept)}"
 
 
-def summary(choice: Choice) -> list[str]:
+def summary(choice: Choice, vllm_defaults: Mapping[str, Any] | None = None) -> list[str]:
     """The lines ``tuner run`` prints and the YAML header carries about the outcome: the
     configuration written against vLLM's defaults (or the closest searched one against them),
-    and the re-measured candidates."""
+    what it sets (``changed``, with ``vllm_defaults``), and the re-measured candidates."""
     if choice.outcome == MISSES:
         return []
     lines: list[str] = []
@@ -206,10 +228,10 @@ def summary(choice: Choice) -> list[str]:
             lines.append(describe(choice.baseline, "defaults"))
         if choice.closest is not None:
             lines.append(describe(choice.closest, "closest searched"))
-            lines.append(f"  it sets {changed(choice.closest, choice.baseline)}")
+            lines.append(f"  it sets {changed(choice.closest, choice.baseline, vllm_defaults)}")
     else:
         lines.append(describe(choice.group, "winner"))
-        lines.append(f"  it sets {changed(choice.group, choice.baseline)}")
+        lines.append(f"  it sets {changed(choice.group, choice.baseline, vllm_defaults)}")
         if choice.baseline is not None:
             lines.append(describe(choice.baseline, "defaults"))
         lines.append(choice.why)

@@ -88,7 +88,8 @@ def write_configuration(
     peak = workload.replay.peak_req_per_s
     rows, lines, measured = objective.result_lines(chosen, other, peak, labels[1])
     server = None if spec.server is None else spec.server.command
-    lines += summary(choice) + _time_spent(choice, spec)
+    vllm_defaults = {d.name: d.default for d in spec.space if d.has_default}
+    lines += summary(choice, vllm_defaults) + _time_spent(choice, vllm_defaults)
     text = render(
         spec.model,
         picks.engine_args_of(chosen),
@@ -144,10 +145,9 @@ def _labels(choice: Choice) -> tuple[str, str]:
     return ("best" if choice.meets_slos else "closest"), "defaults"
 
 
-def _time_spent(choice: Choice, spec: StudySpec) -> list[str]:
+def _time_spent(choice: Choice, vllm_defaults: Mapping[str, Any]) -> list[str]:
     """Where the written trial's time went (``tuner.study.measure.time_spent``), vLLM's
-    default max-num-seqs as the spec gives it."""
-    vllm_defaults = {d.name: d.default for d in spec.space if d.has_default}
+    default max-num-seqs as the spec gives it (in ``vllm_defaults``)."""
     chosen = TrialRecord.of(choice.trial)
     return time_lines(
         chosen.number, chosen.figures, vllm_defaults, choice.keeps_defaults, chosen.engine_args
