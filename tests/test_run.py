@@ -147,7 +147,7 @@ def test_the_defaults_are_not_measured_again_past_the_budget(tmp_path, cpu_model
         "not confirming: only vLLM's defaults served, and the 0 s left hold no measurement of "
         "it again (about "
     ), heard.lines
-    assert heard.lines[-1].endswith("s); what is written was measured on one engine")
+    assert heard.lines[-1].endswith("s); what is written was measured on 1 engine")
 
 
 def test_a_budget_is_planned_and_told_before_the_first_trial(tmp_path, cpu_model):

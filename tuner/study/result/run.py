@@ -257,12 +257,12 @@ class Run:
         one engine's figures, as far as the budget allows."""
         say = self.tell.say
         (group,) = groups(self.study)
-        name = (
-            "vLLM's defaults" if TrialRecord.of(group.first).baseline else f"trial {group.number}"
-        )
-        more = 1 + repeats - group.measured
+        baseline = TrialRecord.of(group.first).baseline
+        name = "vLLM's defaults" if baseline else f"trial {group.number}"
+        more, engines = 1 + repeats - group.measured, group.measured
         if more <= 0:
-            say(f"not confirming again: {name} were measured {group.measured} times already")
+            were = "were" if baseline else "was"
+            say(f"not confirming again: {name} {were} measured {engines} times already")
             return False
         budget = self.budget
         if budget is not None and not budget.may_confirm():
@@ -270,7 +270,7 @@ class Run:
             say(
                 f"not confirming: only {name} served, and the {left_s:.0f} s left hold no "
                 f"measurement of it again (about {budget.confirm_s:.0f} s); what is written was "
-                "measured on one engine"
+                f"measured on {engines} engine{'s' if engines != 1 else ''}"
             )
             return False
         say(
