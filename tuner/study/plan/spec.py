@@ -139,6 +139,12 @@ class StudySpec:
     # server (tuner.study.plan.own_server); None: vLLM's OpenAI server.
     server: OwnServer | None = None
 
+    @property
+    def vllm_defaults(self) -> dict[str, Any]:
+        """vLLM's own values of the searched engine arguments, where the spec gives them
+        (a dimension's ``default``)."""
+        return {d.name: d.default for d in self.space if d.has_default}
+
 
 DEFAULT_SPEC: dict[str, Any] = {
     "model": "models/cpu-demo",

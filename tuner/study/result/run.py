@@ -49,7 +49,7 @@ from tuner.study.trials.budget import (
     Budget,
     confirm_trials,
 )
-from tuner.study.trials.groups import any_feasible, contender, groups, ranked
+from tuner.study.trials.groups import Group, contender, groups, rank, ranked
 
 logger = logging.getLogger(__name__)
 
@@ -215,7 +215,8 @@ class Run:
         spec, say = self.spec, self.tell.say
         if not (spec.confirm_top_k and spec.confirm_repeats):
             return 0
-        if not any_feasible(self.study):
+        served = groups(self.study)
+        if not rank(served)[0]:
             say(
                 "not confirming: no configuration met the SLOs, and measuring vLLM's defaults "
                 "again would not give one"
@@ -223,15 +224,20 @@ class Run:
             return 0
         also = " and the spec's candidates" if spec.confirm_candidates else ""
         top_k, repeats = spec.confirm_top_k, spec.confirm_repeats
-        if len(groups(self.study)) < 2:
-            if not self._defaults_again(repeats):
-                return 0
-        elif not confirm.short(self.study, top_k, repeats, spec.confirm_candidates):
-            say(
-                f"not confirming again: the top {top_k} and the baseline{also} were measured "
-                f"{1 + repeats} times each already"
-            )
+        alone = served[0] if len(served) == 1 else None
+        if not confirm.short(self.study, top_k, repeats, spec.confirm_candidates):
+            if alone is not None:
+                name, were = _named(alone)
+                say(f"not confirming again: {name} {were} measured {alone.measured} times already")
+            else:
+                say(
+                    f"not confirming again: the top {top_k} and the baseline{also} were measured "
+                    f"{1 + repeats} times each already"
+                )
             return 0
+        if alone is not None:
+            if not self._alone_again(alone, repeats):
+                return 0
         else:
             say(
                 f"confirming: the top {top_k} and the baseline{also}, measured {repeats} more "
@@ -251,29 +257,23 @@ class Run:
             candidates=spec.confirm_candidates,
         )
 
-    def _defaults_again(self, repeats: int) -> bool:
-        """Where one configuration alone served (vLLM's defaults, as a rule), whether to measure
-        it again (said either way): what is written is then its median over fresh engines, not
-        one engine's figures, as far as the budget allows."""
-        say = self.tell.say
-        (group,) = groups(self.study)
-        baseline = TrialRecord.of(group.first).baseline
-        name = "vLLM's defaults" if baseline else f"trial {group.number}"
-        more, engines = 1 + repeats - group.measured, group.measured
-        if more <= 0:
-            were = "were" if baseline else "was"
-            say(f"not confirming again: {name} {were} measured {engines} times already")
-            return False
+    def _alone_again(self, group: Group, repeats: int) -> bool:
+        """Where ``group`` alone served (vLLM's defaults, as a rule) and was measured fewer than
+        ``1 + repeats`` times, whether to measure it again (said either way): what is written is
+        then its median over fresh engines, not one engine's figures, as far as the budget
+        allows."""
+        (name, _), engines = _named(group), group.measured
         budget = self.budget
         if budget is not None and not budget.may_confirm():
             left_s = max(budget.left_s, 0.0)
-            say(
+            self.tell.say(
                 f"not confirming: only {name} served, and the {left_s:.0f} s left hold no "
                 f"measurement of it again (about {budget.confirm_s:.0f} s); what is written was "
                 f"measured on {engines} engine{'s' if engines != 1 else ''}"
             )
             return False
-        say(
+        more = 1 + repeats - engines
+        self.tell.say(
             f"confirming {name}, the only configuration that served: measured up to {more} more "
             f"time{'s' if more != 1 else ''} on fresh engines, so that what is written is the "
             "median"
@@ -387,3 +387,11 @@ class Run:
             return held
         study.set_user_attr(calibration.CALIBRATION_ATTR, measured.as_attr())
         return measured
+
+
+def _named(group: Group) -> tuple[str, str]:
+    """A configuration by what it is, with its verb: ``("vLLM's defaults", "were")`` or
+    ``("trial N", "was")``."""
+    if TrialRecord.of(group.first).baseline:
+        return "vLLM's defaults", "were"
+    return f"trial {group.number}", "was"

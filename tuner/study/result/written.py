@@ -88,8 +88,7 @@ def write_configuration(
     peak = workload.replay.peak_req_per_s
     rows, lines, measured = objective.result_lines(chosen, other, peak, labels[1])
     server = None if spec.server is None else spec.server.command
-    vllm_defaults = {d.name: d.default for d in spec.space if d.has_default}
-    lines += summary(choice, vllm_defaults) + _time_spent(choice, vllm_defaults)
+    lines += summary(choice, spec.vllm_defaults) + _time_spent(choice, spec.vllm_defaults)
     text = render(
         spec.model,
         picks.engine_args_of(chosen),

@@ -143,11 +143,6 @@ def contender(study: optuna.Study) -> bool:
     return any(not TrialRecord.of(g.first).baseline for g in ranked(study)[0])
 
 
-def any_feasible(study: optuna.Study) -> bool:
-    """Whether any configuration met the SLOs (by the median verdict of its measurements)."""
-    return bool(ranked(study)[0])
-
-
 def any_confirms(study: optuna.Study) -> bool:
     """Whether the study holds any re-measurement."""
     return any(TrialRecord.of(t).confirms is not None for t in study.get_trials(deepcopy=False))

@@ -369,7 +369,7 @@ def queue_move(study: optuna.Study, spec: StudySpec) -> None:
     """Queue the incumbent search's next configuration (``tuner.study.trials.incumbent``), if it has
     one; else the study's sampler draws the trial."""
     names = {d.name for d in spec.space}
-    defaults = {d.name: d.default for d in spec.space if d.has_default}
+    defaults = spec.vllm_defaults
     objective = of_study(study)
     # A measured configuration ranks by the median of its measurements (its first trial and
     # the confirm step's re-measurements), as the winner is chosen.
