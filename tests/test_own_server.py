@@ -30,6 +30,7 @@ from tuner.engine.environment import Gpu
 from tuner.engine.launchers import EngineFailed
 from tuner.engine.own_server import CommandLauncher, ServerCommand
 from tuner.errors import InputError, SpecError
+from tuner.flags import MAX_CAPTURE_SIZE
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import SERVER_METRICS
 from tuner.load.prompts import prompt_words
@@ -37,7 +38,7 @@ from tuner.load.template import RequestTemplate
 from tuner.report.page import served_with
 from tuner.study.measure.judge import Criteria
 from tuner.study.measure.trial import TrialSetup, run_trial
-from tuner.study.plan.space import gpu_search_space
+from tuner.study.plan.space import capture_pin, gpu_search_space
 from tuner.study.plan.spec import parse_spec
 from tuner.study.result.emit import serve_command, served_config
 from tuner.study.trials import fingerprint
@@ -258,6 +259,44 @@ def test_the_gpu_space_leaves_out_what_only_vllms_server_reads(
     assert for_own_server(vllms, Path("s.yaml")) is vllms
     with pytest.raises(InputError, match=r"^s\.yaml: api-server-count: an argument of vLLM"):
         for_own_server(parse_spec(spec(candidates=[{"api_server_count": 2}])), Path("s.yaml"))
+
+
+def test_the_search_starts_from_the_defaults_of_an_engine_built_from_engine_args(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An app's ``AsyncLLM.from_engine_args`` takes 128 sequences and 2048 batched tokens where
+    `vllm serve` takes 1024 and 8192 on an H100 (what the example app's engine logged on an
+    H200): the study of the app starts from, pins at and is measured against the engine's."""
+    h100 = Gpu(0, "GPU-0", "NVIDIA H100", 81559)
+    gpu = {"search_space": gpu_search_space([500, 900, 1500], h100)}
+    vllms = parse_spec(gpu)
+    assert {k: vllms.vllm_defaults[k] for k in ("max-num-seqs", "max-num-batched-tokens")} == {
+        "max-num-seqs": 1024,
+        "max-num-batched-tokens": 8192,
+    }
+    own = for_own_server(parse_spec(spec(**gpu)), Path("s.yaml"))
+    assert own.vllm_defaults == {
+        MAX_CAPTURE_SIZE: 256,
+        "max-num-seqs": 128,
+        "max-num-batched-tokens": 2048,
+        "gpu-memory-utilization": 0.9,
+    }
+    captures = next(d for d in own.space if d.name == MAX_CAPTURE_SIZE).choices
+    assert 256 in captures and list(captures) == sorted(captures)
+    out = capsys.readouterr().out
+    assert "max-num-seqs 128 (was 1024), max-num-batched-tokens 2048 (was 8192)" in out
+    assert for_own_server(vllms, Path("s.yaml")) is vllms
+    # Not searched, the capture range is pinned at the engine's own, not vLLM's server's.
+    unsearched = replace(own, space=tuple(d for d in own.space if d.name != MAX_CAPTURE_SIZE))
+    assert capture_pin(unsearched, cpu_build=False) == {MAX_CAPTURE_SIZE: 256}
+    assert capture_pin(
+        replace(vllms, space=tuple(d for d in vllms.space if d.name != MAX_CAPTURE_SIZE)),
+        cpu_build=False,
+    ) == {MAX_CAPTURE_SIZE: 512}
+    # A spec already at the engine's defaults (vLLM's CPU build) is left as it is, unsaid.
+    cpu = parse_spec(spec())
+    assert for_own_server(cpu, Path("s.yaml")) is cpu
+    assert capsys.readouterr().out == ""
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from tuner.cli.spec import for_own_server
 from tuner.engine import environment
 from tuner.study.measure.prepare import write_dummy_model
 from tuner.study.plan import key_dependence
@@ -13,8 +14,9 @@ from tuner.study.plan.spec import load_spec
 
 def cmd_compile_key(args: argparse.Namespace) -> int:
     """Hash each searched dimension's values with vLLM's own config hashing, as the searched
-    trials run them (with the pinned capture range, if any), and without the pin."""
-    spec = load_spec(args.spec)
+    trials run them (with the pinned capture range, if any), and without the pin; for the
+    user's own server, as a study of it takes the spec (``for_own_server``)."""
+    spec = for_own_server(load_spec(args.spec), args.spec)
     write_dummy_model(spec)
     pinned = capture_pin(spec, environment.is_cpu_build())
     variants = {"searched trials": {**spec.engine_args, **pinned}}

@@ -18,7 +18,7 @@ from tuner.flags import LOAD_FORMAT, RANDOM_WEIGHTS, flag_name, random_weights
 from tuner.study.measure.objective import of_spec
 from tuner.study.measure.prepare import write_dummy_model
 from tuner.study.plan.own_server import SERVER_ONLY_ARGUMENTS
-from tuner.study.plan.space import default_spec_text, runnable_baseline
+from tuner.study.plan.space import default_spec_text, engine_defaults, runnable_baseline
 from tuner.study.plan.spec import StudySpec, load_spec, parse_spec
 from tuner.study.plan.spec_file import read_spec_document
 from tuner.study.result.written import write_whole
@@ -132,9 +132,17 @@ def check_engine_arguments(spec: StudySpec, path: Path) -> None:
 def for_own_server(spec: StudySpec, path: Path) -> StudySpec:
     """The spec as a study of the user's own server takes it: an argument only vLLM's OpenAI
     server reads (``SERVER_ONLY_ARGUMENTS``) is left out of the search space (said) and refused
-    (an ``InputError``) where the spec sets it; unchanged for vLLM's server."""
+    (an ``InputError``) where the spec sets it; the space's defaults are those of an engine built
+    from AsyncEngineArgs (``engine_defaults``, said where they change); unchanged for vLLM's
+    server."""
     if spec.server is None:
         return spec
+    spec, changed = engine_defaults(spec)
+    if changed:
+        print(
+            "search space: vLLM's defaults for an engine built from AsyncEngineArgs, as your "
+            f"server builds it, not vLLM's OpenAI server's: {', '.join(changed)}"
+        )
     for name in set_names(spec):
         if flag_name(name) in SERVER_ONLY_ARGUMENTS:
             raise InputError(

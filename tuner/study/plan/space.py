@@ -18,7 +18,7 @@ import yaml
 
 from tuner.engine.environment import Gpu, HostMemory
 from tuner.engine.process import API_SERVER_COUNT
-from tuner.flags import MAX_CAPTURE_SIZE, sets_capture_range
+from tuner.flags import MAX_CAPTURE_SIZE, flag_name, sets_capture_range
 from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec
 
 # max-num-batched-tokens as a few levels on a GPU: vLLM's compile key covers it, so each level
@@ -28,8 +28,9 @@ GPU_BATCHED_TOKENS_LEVELS = [2048, 4096, 8192, 16384]
 # The largest capture size offered: vLLM captures one graph per size (steps of 16 above 256),
 # so capture time and memory grow with the range.
 CAPTURE_SIZE_CEILING = 2048
-# The largest capture size tuner pins across trials where the range is not searched: vLLM's own
-# default ceiling on a GPU before Blackwell, reached by default at max-num-seqs 256.
+# vLLM's own default ceiling of the capture range on a GPU before Blackwell, reached by default
+# at max-num-seqs 256; what tuner pins across trials where the range is not searched and the
+# spec gives no default max-num-seqs (``capture_pin``).
 PINNED_CAPTURE_SIZE = 512
 # vLLM's default max-num-seqs on a GPU, as vLLM 0.26.0 sets it (vllm/engine/arg_utils.py,
 # EngineArgs.get_batch_defaults, for `vllm serve` and the LLM class alike): 1024 on a device
@@ -42,6 +43,15 @@ GPU_MAX_NUM_SEQS = 256
 # Its default max-num-batched-tokens for the API server, on the same two tiers.
 LARGE_GPU_BATCHED_TOKENS = 8192
 GPU_BATCHED_TOKENS = 2048
+# vLLM's defaults for an engine an app builds from AsyncEngineArgs (``AsyncLLM.from_engine_args``,
+# whose usage context, ENGINE_CONTEXT, get_batch_defaults has no values for: it has them for
+# vLLM's OpenAI server and its LLM class only), on any device: the scheduler's own,
+# ``SchedulerConfig.DEFAULT_MAX_NUM_SEQS`` and ``DEFAULT_MAX_NUM_BATCHED_TOKENS`` in vLLM 0.26.0
+# and 0.32.0, and the capture range that follows, 256. The example app's engine at its defaults
+# logged 2048 batched tokens and a capture range of 256 on one H200 (vLLM 0.26.0), where
+# `vllm serve` takes 1024 and 8192 (benchmarks/results/h200-translate-app/).
+ENGINE_MAX_NUM_SEQS = 128
+ENGINE_BATCHED_TOKENS = 2048
 # Prompts this long on average (tokens) make prefill the GPU's main work: on the Azure
 # conversation trace (1,457 on average) a 7B model's capacity was bound by prefill chunks
 # stretching the decode steps beside them, not by the front end, the capture range or
@@ -273,13 +283,53 @@ def prefill_bound(prompt_tokens: list[int] | None) -> bool:
     return sum(prompt_tokens) / len(prompt_tokens) >= LONG_PROMPT_TOKENS
 
 
+def engine_defaults(spec: StudySpec) -> tuple[StudySpec, list[str]]:
+    """The spec with vLLM's defaults for an engine an app builds from AsyncEngineArgs
+    (``ENGINE_MAX_NUM_SEQS``, ``ENGINE_BATCHED_TOKENS`` and the capture range that follows) as
+    its space's defaults, where it gives one that differs: where the search starts, and what the
+    configuration written is measured against. A categorical dimension lacking the value gets it
+    among its choices. Also what changed, each as "name value (was other)"."""
+    engine = {
+        "max-num-seqs": ENGINE_MAX_NUM_SEQS,
+        "max-num-batched-tokens": ENGINE_BATCHED_TOKENS,
+        MAX_CAPTURE_SIZE: vllm_default_capture_size(ENGINE_MAX_NUM_SEQS),
+    }
+    space, changed = [], []
+    for dim in spec.space:
+        value = engine.get(flag_name(dim.name))
+        if value is None or not dim.has_default or dim.default == value:
+            space.append(dim)
+            continue
+        changed.append(f"{dim.name} {value} (was {dim.default})")
+        choices = _with_choice(dim.choices, value) if dim.kind == "categorical" else dim.choices
+        space.append(replace(dim, default=value, choices=choices))
+    if not changed:
+        return spec, []
+    return replace(spec, space=tuple(space)), changed
+
+
+def _with_choice(choices: tuple[Any, ...], value: Any) -> tuple[Any, ...]:
+    """``choices`` with ``value`` among them, in their order where they are sorted either way
+    (the search's order), else last."""
+    if value in choices:
+        return choices
+    numbers = [c for c in choices if isinstance(c, int | float)]
+    if len(numbers) == len(choices):
+        if numbers == sorted(numbers):
+            return tuple(sorted([*numbers, value]))
+        if numbers == sorted(numbers, reverse=True):
+            return tuple(sorted([*numbers, value], reverse=True))
+    return (*choices, value)
+
+
 def capture_pin(spec: StudySpec, cpu_build: bool) -> dict[str, Any]:
     """Engine arguments that pin the capture range across searched trials, or none.
 
     vLLM's default range follows max-num-seqs, and the range is part of vLLM's compile key, so
-    by default every new max-num-seqs recompiles. Pinned (to ``PINNED_CAPTURE_SIZE``), trials
-    that differ in max-num-seqs or gpu-memory-utilization can share one compile. Nothing is
-    pinned where the range is searched or set by the spec, where graphs are off
+    by default every new max-num-seqs recompiles. Pinned (to the range vLLM takes at the
+    spec's default max-num-seqs, the baseline's; ``PINNED_CAPTURE_SIZE`` where the spec gives
+    none), trials that differ in max-num-seqs or gpu-memory-utilization can share one compile.
+    Nothing is pinned where the range is searched or set by the spec, where graphs are off
     (``enforce-eager``), or on vLLM's CPU build (no CUDA graphs).
     """
     if cpu_build or spec.engine_args.get("enforce-eager") is True:
@@ -287,7 +337,10 @@ def capture_pin(spec: StudySpec, cpu_build: bool) -> dict[str, Any]:
     searched = {d.name: 0 for d in spec.space}
     if sets_capture_range({**spec.engine_args, **searched}):
         return {}
-    return {MAX_CAPTURE_SIZE: PINNED_CAPTURE_SIZE}
+    seqs = {flag_name(k): v for k, v in spec.vllm_defaults.items()}.get("max-num-seqs")
+    if not isinstance(seqs, int) or seqs < 1:
+        return {MAX_CAPTURE_SIZE: PINNED_CAPTURE_SIZE}
+    return {MAX_CAPTURE_SIZE: vllm_default_capture_size(seqs)}
 
 
 # What every written spec says of its settings, above them.
