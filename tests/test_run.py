@@ -150,6 +150,31 @@ def test_the_defaults_are_not_measured_again_past_the_budget(tmp_path, cpu_model
     assert heard.lines[-1].endswith("s); what is written was measured on 1 engine")
 
 
+def test_a_confirmation_the_budget_stops_says_so(tmp_path, cpu_model):
+    """A searched configuration and the defaults each measured once, and no time left for a
+    second measurement: the run says the answer stands on fewer measurements than asked for."""
+    scripted = Scripted({None: [1.0, 1.0, 1.0], 4: [0.5, 0.5, 0.5], 8: [0.7, 0.7, 0.7]})
+    spec = parse_spec(spec_dict(cpu_model, n_trials=2, confirm_top_k=1, confirm_repeats=2))
+    study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
+    first = Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), Heard())
+    assert first.add_trials() == 2
+    heard = Heard()
+    budgeted = settings(tmp_path, scripted, time_budget_s=0.001)
+    later = Run(study, spec, workload(tmp_path, spec), budgeted, heard)
+    assert later.confirm() == 0 and len(scripted.order) == 2
+    assert heard.lines[-1].startswith(
+        "time budget: the confirmation stopped after 0 re-measurements, 0 s left of about "
+    ), heard.lines
+    assert heard.lines[-1].endswith(
+        " s each; 2 configurations short of the 3 measurements asked for (the fewest: 1), "
+        "judged on those taken (a larger --time-budget-s confirms in full)"
+    )
+    # With the time to finish, nothing of the kind is said.
+    done = Heard()
+    assert Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), done).confirm()
+    assert not any(line.startswith("time budget") for line in done.lines)
+
+
 def test_a_budget_is_planned_and_told_before_the_first_trial(tmp_path, cpu_model):
     scripted = Scripted({None: [1.0], 4: [0.5]})
     spec = parse_spec(spec_dict(cpu_model, confirm_top_k=0, n_trials=2))

@@ -247,7 +247,7 @@ class Run:
             self.trial_setup(), self.settings.run_dir, self.settings.runner, self.machine,
             self.tell.trial_started,
         )  # fmt: skip
-        return confirm.confirm(
+        ran = confirm.confirm(
             self.study,
             how,
             spec.confirm_top_k,
@@ -255,6 +255,29 @@ class Run:
             on_trial=self.tell.trial_finished,
             budget=self.budget,
             candidates=spec.confirm_candidates,
+        )
+        self._stopped_short(ran)
+        return ran
+
+    def _stopped_short(self, ran: int) -> None:
+        """Where the time budget stopped the confirmation before every configuration in it was
+        measured ``1 + confirm_repeats`` times, say so: the answer is then judged on fewer
+        measurements than the spec asks for."""
+        spec, budget = self.spec, self.budget
+        if budget is None or budget.may_confirm():
+            return
+        pending = confirm.short(
+            self.study, spec.confirm_top_k, spec.confirm_repeats, spec.confirm_candidates
+        )
+        if not pending:
+            return
+        fewest, many = min(g.measured for g in pending), len(pending) != 1
+        self.tell.say(
+            f"time budget: the confirmation stopped after {ran} re-measurement"
+            f"{'s' if ran != 1 else ''}, {max(budget.left_s, 0.0):.0f} s left of about "
+            f"{budget.confirm_s:.0f} s each; {len(pending)} configuration{'s' if many else ''} "
+            f"short of the {1 + spec.confirm_repeats} measurements asked for (the fewest: "
+            f"{fewest}), judged on those taken (a larger --time-budget-s confirms in full)"
         )
 
     def _alone_again(self, group: Group, repeats: int) -> bool:
