@@ -36,12 +36,13 @@ from tuner.load.metrics import SERVER_METRICS
 from tuner.load.prompts import prompt_words
 from tuner.load.template import RequestTemplate
 from tuner.report.page import served_with
-from tuner.study.measure.judge import Criteria
-from tuner.study.measure.trial import TrialSetup, run_trial
+from tuner.study.measure.judge import Criteria, score
+from tuner.study.measure.trial import TrialOutcome, TrialSetup, run_trial
 from tuner.study.plan.space import capture_pin, gpu_search_space
 from tuner.study.plan.spec import parse_spec
 from tuner.study.result.emit import serve_command, served_config
 from tuner.study.trials import fingerprint
+from tuner.study.trials.search import open_study, run_study
 from tuner.traces.model import Request
 
 FAKE_APP = textwrap.dedent(
@@ -285,6 +286,15 @@ def test_the_search_starts_from_the_defaults_of_an_engine_built_from_engine_args
     assert 256 in captures and list(captures) == sorted(captures)
     out = capsys.readouterr().out
     assert "max-num-seqs 128 (was 1024), max-num-batched-tokens 2048 (was 8192)" in out
+    # What vLLM's OpenAI server takes there is measured right after, as a candidate.
+    server_values = {MAX_CAPTURE_SIZE: 512, "max-num-seqs": 1024, "max-num-batched-tokens": 8192}
+    assert own.candidates == (server_values,)
+    assert (
+        "candidates: compilation-config.max_cudagraph_capture_size=512 max-num-seqs=1024 "
+        "max-num-batched-tokens=8192 added, the values vLLM's OpenAI server takes" in out
+    )
+    given = for_own_server(parse_spec(spec(**gpu, candidates=[server_values])), Path("s.yaml"))
+    assert given.candidates == (server_values,) and "candidates:" not in capsys.readouterr().out
     assert for_own_server(vllms, Path("s.yaml")) is vllms
     # Not searched, the capture range is pinned at the engine's own, not vLLM's server's.
     unsearched = replace(own, space=tuple(d for d in own.space if d.name != MAX_CAPTURE_SIZE))
@@ -297,6 +307,37 @@ def test_the_search_starts_from_the_defaults_of_an_engine_built_from_engine_args
     cpu = parse_spec(spec())
     assert for_own_server(cpu, Path("s.yaml")) is cpu
     assert capsys.readouterr().out == ""
+
+
+def test_the_server_values_are_measured_after_the_apps_own_and_searched_from(
+    tmp_path: Path,
+) -> None:
+    """Trial 0 is the app with no engine arguments, trial 1 vLLM's OpenAI server's values, and
+    where those win the search moves from them: the capture range up from 512, not from 256."""
+    h100 = Gpu(0, "GPU-0", "NVIDIA H100", 81559)
+    gpu = {"search_space": gpu_search_space([50, 100, 200], h100), "n_trials": 3}
+    own = for_own_server(parse_spec(spec(**gpu)), Path("s.yaml"))
+    ran: list[dict[str, Any]] = []
+
+    def runner(args, setup, workdir, should_stop=None) -> TrialOutcome:
+        ran.append(dict(args))
+        metrics = {"e2e_p99_s": 1.0 if args.get("max-num-seqs") == 1024 else 5.0}
+        metrics["error_rate"] = 0.0
+        result = score(metrics, {"e2e_p99_s": 9.0}, {"e2e_p99_s": 1.0})
+        return TrialOutcome(args, result, metrics, {})
+
+    setup = TrialSetup(
+        model="m",
+        requests=(),
+        replay=ReplaySettings(model="m", vocab_size=100),
+        criteria=Criteria(slos={"e2e_p99_s": 9.0}, weights={"e2e_p99_s": 1.0}),
+    )
+    study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
+    run_study(study, own, setup, tmp_path, 3, runner=runner)
+    assert ran[0] == {}
+    assert ran[1] == {MAX_CAPTURE_SIZE: 512, "max-num-seqs": 1024, "max-num-batched-tokens": 8192}
+    assert ran[2][MAX_CAPTURE_SIZE] == 1024
+    assert ran[2]["max-num-seqs"] == 1024 and ran[2]["max-num-batched-tokens"] == 8192
 
 
 @pytest.mark.parametrize(

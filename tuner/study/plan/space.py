@@ -283,29 +283,30 @@ def prefill_bound(prompt_tokens: list[int] | None) -> bool:
     return sum(prompt_tokens) / len(prompt_tokens) >= LONG_PROMPT_TOKENS
 
 
-def engine_defaults(spec: StudySpec) -> tuple[StudySpec, list[str]]:
+def engine_defaults(spec: StudySpec) -> tuple[StudySpec, dict[str, Any]]:
     """The spec with vLLM's defaults for an engine an app builds from AsyncEngineArgs
     (``ENGINE_MAX_NUM_SEQS``, ``ENGINE_BATCHED_TOKENS`` and the capture range that follows) as
     its space's defaults, where it gives one that differs: where the search starts, and what the
     configuration written is measured against. A categorical dimension lacking the value gets it
-    among its choices. Also what changed, each as "name value (was other)"."""
+    among its choices. Also the defaults replaced, by dimension: for a spec ``tuner init``
+    wrote on a GPU, what vLLM's OpenAI server takes there."""
     engine = {
         "max-num-seqs": ENGINE_MAX_NUM_SEQS,
         "max-num-batched-tokens": ENGINE_BATCHED_TOKENS,
         MAX_CAPTURE_SIZE: vllm_default_capture_size(ENGINE_MAX_NUM_SEQS),
     }
-    space, changed = [], []
+    space, was = [], {}
     for dim in spec.space:
         value = engine.get(flag_name(dim.name))
         if value is None or not dim.has_default or dim.default == value:
             space.append(dim)
             continue
-        changed.append(f"{dim.name} {value} (was {dim.default})")
+        was[dim.name] = dim.default
         choices = _with_choice(dim.choices, value) if dim.kind == "categorical" else dim.choices
         space.append(replace(dim, default=value, choices=choices))
-    if not changed:
-        return spec, []
-    return replace(spec, space=tuple(space)), changed
+    if not was:
+        return spec, {}
+    return replace(spec, space=tuple(space)), was
 
 
 def _with_choice(choices: tuple[Any, ...], value: Any) -> tuple[Any, ...]:
