@@ -40,8 +40,11 @@ def kind(t: FrozenTrial) -> str:
     if t.user_attrs.get("baseline"):
         return "defaults"
     # Studies before the spec had candidates enqueued it with a "hand_tuned" attribute.
-    if t.user_attrs.get("hand_tuned") or t.user_attrs.get("candidate") == 0:
+    if t.user_attrs.get("hand_tuned"):
         return "hand-tuned"
+    candidate = t.user_attrs.get("candidate")
+    if isinstance(candidate, int) and not isinstance(candidate, bool):
+        return f"candidate {candidate}"
     return "search"
 
 
