@@ -164,6 +164,9 @@ def test_baseline_and_candidates_report_and_a_later_hopeless_trial_is_pruned(
     assert candidate.user_attrs["candidate"] == 0
     assert candidate.intermediate_values == {5: 20.0, 10: 20.0, 15: 20.0, 20: 20.0}
     assert candidate.state == TrialState.COMPLETE
+    names = [d.name for d in spec.space]
+    assert ", the spec's candidate 0]" in trial_line(candidate, names)
+    assert "candidate" not in trial_line(baseline, names) + trial_line(searched, names)
     # Searched: 2.0 is under the line of 3 x its SLO, but 4 times the baseline's at step 10.
     assert searched.state == TrialState.PRUNED
     assert searched.intermediate_values == {5: 2.0, 10: 2.0}

@@ -51,6 +51,8 @@ def trial_line(trial: Any, space_names: Sequence[str]) -> str:
         state = "pruned"
     if recorded.baseline:
         state += ", baseline"
+    if recorded.candidate is not None:
+        state += f", the spec's candidate {recorded.candidate}"
     if recorded.move is not None:
         state += f", {recorded.move}"
     if recorded.confirms is not None:
