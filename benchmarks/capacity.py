@@ -51,6 +51,7 @@ from tuner.engine.process import Engine
 from tuner.load.http import ReplaySettings
 from tuner.load.open_loop import replay_in_process
 from tuner.study.measure.capacity import CapacitySettings, StartHint, measure_capacity, measure_rate
+from tuner.study.measure.judge import Criteria
 from tuner.study.measure.rates import CapacityFound, RatePoint
 from tuner.study.plan.spec import AUTO, StudySpec, load_spec
 from tuner.traces.formats import load_trace
@@ -129,6 +130,7 @@ def search_vs_scan(spec: StudySpec, options: argparse.Namespace, work: Path) -> 
         f"engine: {args}; capacity window {settings.rate_window_s:g} s, resolution "
         f"{settings.resolution:g}, at most {settings.max_rates} windows a search"
     )
+    criteria = Criteria(spec.slos, spec.weights, spec.max_error_rate)
     engine = Engine(model, args, work / "engine", env={"VLLM_SERVER_DEV_MODE": "1"})
     found: list[tuple[CapacityFound, float]] = []
     scan: list[RatePoint] = []
@@ -145,9 +147,7 @@ def search_vs_scan(spec: StudySpec, options: argparse.Namespace, work: Path) -> 
                 hint = StartHint(found[-1][0].capacity_req_per_s, repeat=True)
                 hinted = dataclasses.replace(settings, hint=hint)
             began = time.monotonic()
-            result = measure_capacity(
-                engine.base_url, hinted, replay_settings, spec.slos, spec.weights
-            )
+            result = measure_capacity(engine.base_url, hinted, replay_settings, criteria)
             took_s = time.monotonic() - began
             found.append((result, took_s))
             start = "" if hinted.hint is None else f", from search {n}'s capacity"
@@ -168,8 +168,7 @@ def search_vs_scan(spec: StudySpec, options: argparse.Namespace, work: Path) -> 
                         engine.base_url,
                         settings,
                         replay_settings,
-                        spec.slos,
-                        spec.weights,
+                        criteria,
                         rate,
                         SCAN_INDEX + i,
                     )

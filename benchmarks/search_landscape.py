@@ -45,6 +45,7 @@ from tuner.engine.process import Engine
 from tuner.load.http import ReplaySettings
 from tuner.load.open_loop import replay_in_process
 from tuner.study.measure.capacity import CapacitySettings, StartHint, measure_capacity
+from tuner.study.measure.judge import Criteria
 from tuner.study.plan.space import KV_ARGUMENTS
 from tuner.study.plan.spec import Dimension, load_spec
 from tuner.study.trials.incumbent import Taken, levels, next_point
@@ -122,6 +123,7 @@ def measure(options: argparse.Namespace) -> None:
         }
         print(f"window: {workload.describe()}; SLOs {dict(spec.slos)}", flush=True)
         hint = None
+        criteria = Criteria(spec.slos, spec.weights, spec.max_error_rate)
         for params in grid():
             name = key({**DEFAULTS, **params}) if params else "defaults"
             if name in table["configurations"]:
@@ -133,9 +135,7 @@ def measure(options: argparse.Namespace) -> None:
                 engine.wait_healthy(spec.health_timeout_s)
                 replay_in_process(engine.base_url, requests[:8], replay_settings)
                 run = settings if hint is None else _hinted(settings, hint)
-                found = measure_capacity(
-                    engine.base_url, run, replay_settings, spec.slos, spec.weights
-                )
+                found = measure_capacity(engine.base_url, run, replay_settings, criteria)
             took_s = time.monotonic() - began
             capacity = found.capacity_req_per_s
             hint = capacity or hint

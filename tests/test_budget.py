@@ -39,9 +39,9 @@ def test_the_confirmation_is_held_back_from_the_search() -> None:
     # 1000 s buy ten trials of 100 s: four are the confirmation's, six the search's.
     assert budget.searched_trials() == 6
     assert "about 6 of the 20 trials, then the winner and vLLM's defaults 2 more times each" in (
-        budget.plan(20, 1, 2)
+        budget.plan(20, 2)
     )
-    assert "estimated" in budget.plan(20, 1, 2)
+    assert "estimated" in budget.plan(20, 2)
     clock.now = 500.0  # five trials run: one more and four to confirm end at exactly 1000
     assert budget.may_search()
     clock.now = 500.1
@@ -57,7 +57,7 @@ def test_the_longest_trial_measured_plans_the_rest() -> None:
     clock.now = 120.0
     assert budget.trial_s == 120.0 and budget.confirm_s == 120.0
     assert budget.searched_trials() == 5  # 880 s: seven trials of 120 s, two of them confirming
-    assert "measured" in budget.plan(10, 1, 1)
+    assert "measured" in budget.plan(10, 1)
     budget.spent(80.0)
     budget.spent(95.0)
     clock.now = 295.0
@@ -98,7 +98,7 @@ def test_on_a_gpu_a_re_measurement_is_planned_at_its_share_until_one_is_measured
     clock.now = 186.0
     assert whole.searched_trials() == 1 and gpu.searched_trials() == 2
     assert gpu.confirm_s == pytest.approx(0.7 * 186.0)
-    assert "about 186 s a trial, measured; 130 s a re-measurement" in gpu.plan(20, 1, 2)
+    assert "about 186 s a trial, measured; 130 s a re-measurement" in gpu.plan(20, 2)
     clock.now = 186.0 + 150.0  # trial 1 ran: 864 s left
     assert not whole.may_search() and gpu.may_search()
     # Once a re-measurement is measured, the longest measured plans the rest of them.
@@ -111,7 +111,7 @@ def test_on_a_gpu_a_re_measurement_is_planned_at_its_share_until_one_is_measured
 def test_a_budget_too_small_for_the_confirmation_says_so() -> None:
     budget = Budget(ends=150.0, confirm_trials=2, estimate_s=100.0, clock=Clock())
     assert not budget.confirm_fits() and budget.searched_trials() == 0
-    said = budget.plan(4, 1, 1)
+    said = budget.plan(4, 1)
     assert "too small for the confirmation" in said and "vLLM's defaults will be kept" in said
 
 
@@ -136,7 +136,7 @@ def test_the_first_contender_is_searched_for_with_room_for_one_turn_of_the_confi
     clock.now = 292.0
     assert budget.held_s == pytest.approx(2 * 0.7 * 249.0)
     assert budget.may_search() and budget.searched_trials() == 1
-    said = budget.plan(20, 1, 2)
+    said = budget.plan(20, 2)
     assert "about 1 of the 20 trials, then as much of the confirmation as the time left" in said
     assert "a larger --time-budget-s confirms in full" in said
     # The same budget with a contender already measured holds the whole confirmation back.
@@ -147,7 +147,7 @@ def test_the_first_contender_is_searched_for_with_room_for_one_turn_of_the_confi
     budget.contender = True
     clock.now = 510.0
     assert not budget.may_search() and budget.confirm_fits() and budget.may_confirm()
-    assert "as much of the confirmation as the time left holds" in budget.plan(20, 1, 2)
+    assert "as much of the confirmation as the time left holds" in budget.plan(20, 2)
     for took in (147.0, 141.0, 126.0):
         budget.spent(took, confirming=True)
         clock.now += took

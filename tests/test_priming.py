@@ -174,7 +174,7 @@ def test_a_capacity_window_primes_the_cache_or_resets_it_before_its_requests(
     settings = CapacitySettings(window, period_s=2.0, rate_window_s=2.0)
     replay_settings = ReplaySettings("m", vocab_size=1000, block_tokens=512, cached_ids=cached)
     with pytest.raises(_Stop):
-        measure_rate("http://x", settings, replay_settings, {}, {}, 2.0, index=1)
+        measure_rate("http://x", settings, replay_settings, Criteria({}, {}), 2.0, index=1)
     seed = capacity.SEED_STRIDE * 2
     assert order == ["idle", *first, f"prime seed {seed}", f"replay seed {seed}"]
 

@@ -14,6 +14,7 @@ from conftest import served
 
 from tuner.load.http import ReplaySettings
 from tuner.study.measure.capacity import CapacitySettings, measure_rate
+from tuner.study.measure.judge import Criteria
 from tuner.traces.model import Request
 from tuner.traces.workload import model_info
 
@@ -50,7 +51,7 @@ def test_a_primed_window_finds_its_earlier_blocks_in_vllm_s_prefix_cache(
     primed = replace(cold, cached_ids=before, history_seed=5)
     with served(config, tmp_path, {"VLLM_SERVER_DEV_MODE": "1"}) as url:
         points = {
-            name: measure_rate(url, settings, replay_settings, {}, {}, 4.0, index)
+            name: measure_rate(url, settings, replay_settings, Criteria({}, {}), 4.0, index)
             for index, (name, replay_settings) in enumerate(
                 [("cold", cold), ("primed", primed), ("primed again", primed)]
             )

@@ -1,5 +1,5 @@
 """A trial's capacity: the highest arrival rate of the trace's window that one running server
-carries within every SLO, with no request failing.
+carries within every SLO, with no more requests failing than the spec's ``max_error_rate`` allows.
 
 ``measure_capacity`` runs on a server that is already up (started once per trial by
 ``tuner.study.measure.trial``): for each rate the search asks for
@@ -201,14 +201,14 @@ def measure_rate(
     base_url: str,
     settings: CapacitySettings,
     replay_settings: ReplaySettings,
-    slos: Mapping[str, float],
-    weights: Mapping[str, float],
+    criteria: Criteria,
     rate: float,
     index: int = 0,
     on_rate: OnRate | None = None,
 ) -> RatePoint:
     """Replay the window at ``rate`` for ``settings.rate_window_s`` on the running server, and judge
-    it: passed if every SLO is met and no request failed.
+    it by ``criteria``: passed if every SLO is met and no more requests failed than its
+    ``max_error_rate`` lets through.
 
     ``index`` is the window's place in its search: it numbers the window for ``on_rate`` and
     picks the seed of its prompts. The server is first waited on until idle, then its prefix
@@ -239,11 +239,11 @@ def measure_rate(
         if elapsed_s - checked_s < LOST_CHECK_S:
             return False
         checked_s = elapsed_s
-        lost.extend(lost_slos(elapsed_s, live, len(window), slos))
+        lost.extend(lost_slos(elapsed_s, live, len(window), criteria.slos))
         return bool(lost)
 
     result = replay(base_url, window, seeded, monitor=monitor)
-    judged = judge(result, Criteria(slos, weights), settings.client_tolerance_s)
+    judged = judge(result, criteria, settings.client_tolerance_s)
     reason: str | None
     if judged.stopped_at_s is not None:
         reason = f"stopped {judged.stopped_at_s:.0f} s in: {', '.join(lost)} lost"
@@ -261,18 +261,16 @@ def measure_capacity(
     base_url: str,
     settings: CapacitySettings,
     replay_settings: ReplaySettings,
-    slos: Mapping[str, float],
-    weights: Mapping[str, float],
+    criteria: Criteria,
     on_rate: OnRate | None = None,
 ) -> CapacityFound:
-    """Search the capacity of the server at ``base_url`` (already healthy, warmed up)."""
+    """Search the capacity of the server at ``base_url`` (already healthy, warmed up), each
+    rate judged by ``criteria`` (the spec's SLOs, weights and ``max_error_rate``)."""
     windows = itertools.count()
 
     def measure(rate: float) -> RatePoint:
         index = next(windows)
-        return measure_rate(
-            base_url, settings, replay_settings, slos, weights, rate, index, on_rate
-        )
+        return measure_rate(base_url, settings, replay_settings, criteria, rate, index, on_rate)
 
     found = search_capacity(
         measure,

@@ -107,8 +107,8 @@ def table_rows(
 
 
 def compared_line(point: Mapping[str, Any]) -> str:
-    """vLLM's defaults at the leading configuration's median capacity (one window, a rate
-    point's attributes), in one line."""
+    """The baseline at the finalist's capacity in the search (one window of a fresh measurement
+    of it, a rate point's attributes), in one line."""
     shown = [
         f"{label} {point[key] * scale:.0f} {unit}"
         for label, key, scale, unit in COMPARED_FIGURES
@@ -118,6 +118,6 @@ def compared_line(point: Mapping[str, Any]) -> str:
     if not point.get("passed") and point.get("reason"):
         verdict += f" ({point['reason']})"
     return (
-        f"at {num(point['rate_req_per_s'])} req/s, the leading configuration's median "
-        f"capacity, vLLM's defaults: {', '.join(shown)}: they {verdict}"
+        f"at {num(point['rate_req_per_s'])} req/s, the finalist's capacity in the search, "
+        f"vLLM's defaults: {', '.join(shown)}: they {verdict}"
     )

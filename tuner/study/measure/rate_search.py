@@ -97,10 +97,7 @@ class RateSearch(Measure):
                     TrialProgress(phase, elapsed_s, settings.rate_window_s, done, None, ttft_p95_s)
                 )
 
-        criteria = setup.criteria
-        return measure_capacity(
-            base_url, settings, setup.replay, criteria.slos, criteria.weights, on_rate
-        )
+        return measure_capacity(base_url, settings, setup.replay, setup.criteria, on_rate)
 
     def outcome(
         self, engine_args: Mapping[str, Any], setup: TrialSetup, measured: Any, ended: Ended

@@ -25,6 +25,8 @@ from tuner.study.measure.trial import TrialOutcome
 BASELINE_ATTR = "baseline"
 CANDIDATE_ATTR = "candidate"
 CONFIRMS_ATTR = "confirms"
+# A fresh measurement of the confirmation of finalist trial N (its own or the baseline's).
+FRESH_ATTR = "fresh_for"
 MOVE_ATTR = "move"
 # Who measured it (``tuner.study.trials.workers``), on what, with which engine arguments.
 WORKER_ATTR = "worker"
@@ -59,7 +61,8 @@ LOG_TAIL_CHARS = 4000
 # The attributes that are not figures the trial measured.
 _OWN = frozenset(
     {
-        BASELINE_ATTR, CANDIDATE_ATTR, CONFIRMS_ATTR, MOVE_ATTR, WORKER_ATTR, *MEASURED_ON,
+        BASELINE_ATTR, CANDIDATE_ATTR, CONFIRMS_ATTR, FRESH_ATTR, MOVE_ATTR, WORKER_ATTR,
+        *MEASURED_ON,
         ARGS_ATTR, FEASIBLE_ATTR, REASON_ATTR, LOG_ATTR, COMPILE_KEY_ATTR, CACHE_HIT_ATTR,
         POINTS_ATTR, COMPARED_ATTR,
     }
@@ -87,13 +90,15 @@ class Attributed(Protocol):
 @dataclass(frozen=True)
 class Queued:
     """What a trial was queued as: vLLM's defaults, the spec's candidate
-    ``candidate``, a re-measurement of trial ``confirms``, the incumbent search's ``move``;
-    none of them for a trial the sampler drew. Readable while the trial is measured."""
+    ``candidate``, a re-measurement of trial ``confirms`` (``fresh``: one of the confirmation
+    of finalist trial ``fresh``), the incumbent search's ``move``; none of them for a trial the
+    sampler drew. Readable while the trial is measured."""
 
     baseline: bool = False
     candidate: int | None = None
     confirms: int | None = None
     move: str | None = None
+    fresh: int | None = None
 
     @classmethod
     def of(cls, trial: Attributed) -> Queued:
@@ -103,6 +108,7 @@ class Queued:
             candidate=_int(attrs.get(CANDIDATE_ATTR)),
             confirms=_int(attrs.get(CONFIRMS_ATTR)),
             move=_str(attrs.get(MOVE_ATTR)),
+            fresh=_int(attrs.get(FRESH_ATTR)),
         )
 
     @property
@@ -117,6 +123,7 @@ class Queued:
             CANDIDATE_ATTR: self.candidate,
             CONFIRMS_ATTR: self.confirms,
             MOVE_ATTR: self.move,
+            FRESH_ATTR: self.fresh,
         }
         return {key: value for key, value in named.items() if value is not None}
 
@@ -142,6 +149,7 @@ class TrialRecord:
     candidate: int | None
     confirms: int | None
     move: str | None
+    fresh: int | None
     worker: str | None
     measured_on: Mapping[str, str]
     feasible: bool
@@ -169,6 +177,7 @@ class TrialRecord:
             candidate=queued.candidate,
             confirms=queued.confirms,
             move=queued.move,
+            fresh=queued.fresh,
             worker=_str(attrs.get(WORKER_ATTR)),
             measured_on={k: attrs[k] for k in MEASURED_ON if isinstance(attrs.get(k), str)},
             feasible=bool(attrs.get(FEASIBLE_ATTR)),

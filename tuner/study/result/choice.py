@@ -2,21 +2,23 @@
 ``tuner run`` (the YAML it writes and its exit status), ``tuner report`` (the page's verdict) and
 the GPU runner's tables, so that they cannot name different winners.
 
-A configuration is its first trial and the confirm step's re-measurements of it
+A configuration is its first trial and its re-measurements
 (``tuner.study.trials.groups.groups``). The choice has three outcomes:
 
-- ``TUNED``: a searched configuration beats vLLM's defaults (the baseline) beyond chance:
-  measured at least as many times as the defaults, and more than once, it passes the rank test
-  of ``tuner.study.trials.significance`` against them (at 3 measurements against 3: its worst
-  is better than their best, "beyond the measured spread"). Of those, the best median.
-  Feasibility comes first: a configuration that meets the SLOs beats defaults that miss them (or
-  did not serve), and then the best median among the configurations measured most often wins,
-  so a single lucky measurement never beats a repeated one.
-- ``DEFAULTS``: the defaults meet the SLOs and no searched configuration beats them beyond the
-  spread (or none was measured as often as they were): the defaults are written, and the choice
-  names the closest searched configuration and by how much it differed.
+- ``TUNED``: the search's finalist beats the baseline (vLLM's defaults, or the spec's
+  ``baseline``) on fresh engines: in the confirmation's round (``tuner.study.trials.confirm``),
+  each of its fresh measurements is better than each of the baseline's, as many of each and at
+  least 3 (p = 1/20 at 3 against 3, ``tuner.study.trials.significance``), and the baseline did
+  not meet the SLOs at its confirmed capacity. The search's own measurements choose the
+  finalist and never count in that test. Written with its fresh measurements against the
+  baseline's, the gain with its interval. Where the baseline did not serve at all, the
+  searched configuration measured most often that met the SLOs.
+- ``DEFAULTS``: the baseline meets the SLOs and the finalist was not confirmed (a fresh pair
+  favoured the baseline, the fresh measurements were too few, or nothing else met the SLOs):
+  the baseline is written, and the choice names the finalist and why.
 - ``MISSES``: no configuration met the SLOs; the closest is written, the served configuration
-  with the best median, one whose client kept up where any did.
+  with the best median, one whose client kept up where any did. Also where the baseline misses
+  the SLOs and fresh measurements did not confirm the finalist.
 
 The trial that stands for a configuration is its median measurement (``Group.median_trial``): a
 real one, whose engine arguments and figures are written.
@@ -24,6 +26,7 @@ real one, whose engine arguments and figures are written.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,8 +34,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.study.measure.objective import of_trial
+from tuner.study.measure.objective import StudyObjective, of_trial
 from tuner.study.measure.record import TrialRecord
+from tuner.study.trials import confirm, fingerprint, significance
 from tuner.study.trials.groups import Group, any_confirms, groups, rank
 
 TUNED = "tuned"
@@ -95,32 +99,86 @@ def choose(study: optuna.Study) -> Choice | None:
         return Choice(closest, MISSES, why, baseline, confirmation=confirmation)
     found = _searched(feasible, baseline)
     held = Choice(feasible[0], TUNED, "", baseline, None, tuple(candidates), confirmation)
-    if baseline is None or not baseline.feasible:
+    if baseline is None:
         # Feasibility first; among the feasible, those measured most often.
         most = max(g.measured for g in found)
         winner = next(g for g in found if g.measured == most)
-        why = "vLLM's defaults " + ("did not serve" if baseline is None else "miss the SLOs")
-        return replace(held, group=winner, why=f"meets the SLOs where {why}")
-    often = _as_often(found, baseline)
-    beyond = [g for g in often if baseline.measured > 1 and g.beats(baseline)]
-    if beyond:
-        winner = beyond[0]
-        gain = f"{winner.gain_over(baseline):.0%} better by the median"
-        if winner.in_every_measurement(baseline):
-            why = (
-                f"beats vLLM's defaults beyond the measured spread: {gain}, and better in every "
-                "measurement"
-            )
-        else:
-            why = (
-                f"beats vLLM's defaults beyond chance: {gain}, better in "
-                f"{winner.pairs_won(baseline)} of measurements (a rank test: p <= 0.05)"
-            )
-        return replace(held, group=winner, why=why)
-    nearest = next(iter(often), None) or next(iter(found), None)
+        return replace(held, group=winner, why="meets the SLOs where vLLM's defaults did not serve")
+    state = confirm.round_of(served, significance.MIN_FRESH)
+    if state is not None and state.confirmed:
+        mine, theirs = state.finalist_fresh, state.baseline_fresh
+        why = beats_words(state, _resolution(study))
+        return replace(held, group=mine, baseline=theirs, why=why)
+    if not baseline.feasible:
+        return _defaults_miss(held, found, state)
+    nearest = state.finalist if state is not None else next(iter(found), None)
     pruned = tuple(t.number for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)))
-    why = _kept_because(baseline, nearest, searched=len(served) > 1, pruned=pruned)
+    why = _kept_because(baseline, state, searched=len(served) > 1, pruned=pruned)
+    if state is not None and state.finalist_fresh.trials:
+        nearest = state.finalist_fresh
     return replace(held, group=baseline, outcome=DEFAULTS, why=why, closest=nearest)
+
+
+def _defaults_miss(held: Choice, found: list[Group], state: confirm.Round | None) -> Choice:
+    """Where vLLM's defaults miss the SLOs and the finalist was not confirmed: without fresh
+    measurements, the searched configuration that met them, said to be unconfirmed; with fresh
+    measurements against it, the finalist as the closest (neither meets them reliably)."""
+    if state is None or not state.baseline_fresh.trials:
+        most = max(g.measured for g in found)
+        winner = next(g for g in found if g.measured == most)
+        why = (
+            "meets the SLOs where vLLM's defaults miss them, in the search's measurements: "
+            "not confirmed on fresh engines"
+        )
+        return replace(held, group=winner, why=why)
+    missed = sum(1 for v in state.oriented(state.finalist_fresh) if v == -math.inf)
+    why = (
+        f"vLLM's defaults miss the SLOs, and the finalist, trial {state.finalist.number}, did "
+        f"not beat them on fresh engines (it missed them in {missed} of "
+        f"{len(state.finalist_fresh.trials)})"
+    )
+    return replace(held, group=state.finalist, outcome=MISSES, why=why)
+
+
+def beats_words(state: confirm.Round, resolution: float = 0.0) -> str:
+    """``beats vLLM's defaults on fresh engines: 61% better by the median (1.61x, 90% interval
+    1.27 to 1.94x; 3 fresh engines each, every pair in its favour, p = 0.05)``."""
+    mine, theirs = state.finalist_fresh, state.baseline_fresh
+    gain = mine.gain_over(theirs)
+    n = len(mine.trials)
+    how = f"{n} fresh engines each, every pair in its favour, p = {state.p_value():.2g}"
+    times = gain_interval(mine, theirs, resolution)
+    return (
+        f"beats vLLM's defaults on fresh engines: {gain:.0%} better by the median ({times}; {how})"
+    )
+
+
+def gain_interval(mine: Group, theirs: Group, resolution: float = 0.0) -> str:
+    """``1.61x, 90% interval 1.27 to 1.94x``: how many times better ``mine`` is than
+    ``theirs`` (a capacity: its ratio; a latency score: theirs over mine), with the interval of
+    ``tuner.study.trials.significance.ratio_interval`` (widened by ``resolution``)."""
+    objective = mine.objective
+
+    def positive(group: Group) -> list[float]:
+        return [v if objective.maximize else 1.0 / v for v in group.values if v > 0]
+
+    a, b = positive(mine), positive(theirs)
+    ratio = significance.ratio(a, b)
+    interval = significance.ratio_interval(a, b, resolution=resolution)
+    if ratio is None or interval is None:
+        return "no ratio: a measurement is 0"
+    low, high = interval
+    level = f"{significance.CONFIDENCE:.0%} interval"
+    if math.isinf(high):
+        return f"{ratio:.2f}x, {level} from {low:.2f}x (too few measurements to bound it above)"
+    return f"{ratio:.2f}x, {level} {low:.2f} to {high:.2f}x"
+
+
+def _resolution(study: optuna.Study) -> float:
+    """The capacity search's resolution the study was measured at (0 for a latency study)."""
+    recorded = study.user_attrs.get(fingerprint.WORKLOAD_ATTR) or {}
+    value = recorded.get("capacity_resolution") if isinstance(recorded, dict) else None
+    return float(value) if isinstance(value, int | float) else 0.0
 
 
 def _searched(feasible: list[Group], baseline: Group | None) -> list[Group]:
@@ -128,42 +186,62 @@ def _searched(feasible: list[Group], baseline: Group | None) -> list[Group]:
     return [g for g in feasible if baseline is None or g.number != baseline.number]
 
 
-def _as_often(found: list[Group], baseline: Group) -> list[Group]:
-    """Those measured at least as many times as the defaults: like against like."""
-    return [g for g in found if g.measured >= baseline.measured]
-
-
 def _kept_because(
-    baseline: Group, closest: Group | None, searched: bool, pruned: tuple[int, ...] = ()
+    baseline: Group, state: confirm.Round | None, searched: bool, pruned: tuple[int, ...] = ()
 ) -> str:
-    """Why the defaults are kept, in one line (``searched``: any other configuration served;
-    ``pruned``: the numbers of the trials stopped early)."""
-    if closest is None and not searched and pruned:
+    """Why the defaults are kept, in one line (``state``: the confirmation of the finalist;
+    ``searched``: any other configuration served; ``pruned``: the trials stopped early)."""
+    if state is None and not searched and pruned:
         numbers = ", ".join(str(n) for n in pruned)
         trials = f"trial{'s' if len(pruned) > 1 else ''} {numbers}"
         return f"every searched configuration was stopped early, behind the best so far ({trials})"
-    if closest is None and not searched:
+    if state is None and not searched:
         return "no other configuration was measured (the time budget or --n-trials ended the run)"
-    if closest is None:
+    if state is None:
         return "no searched configuration met the SLOs"
-    gain = closest.gain_over(baseline)
-    margin = f"{abs(gain):.0%} {'better' if gain >= 0 else 'worse'} by the median"
-    if baseline.measured < 2:
+    return _not_confirmed(baseline, state)
+
+
+def _not_confirmed(baseline: Group, state: confirm.Round) -> str:
+    """Why the round did not confirm its finalist, in one line."""
+    final = state.finalist
+    objective = final.objective
+    margin = _margin(confirm.searched_only(final).gain_over(confirm.searched_only(baseline)))
+    named = f"the finalist, trial {final.number} ({margin} by the median in the search)"
+    against = state.against
+    if against is not None:
+        mine, theirs = against
         return (
-            f"vLLM's defaults were measured once, so no spread says whether trial "
-            f"{closest.number} ({margin}) beats them: the confirmation did not run"
+            f"{named} did not beat them on fresh engines: its trial {mine.number} "
+            f"({_value(objective, mine)}) against their trial {theirs.number} "
+            f"({_value(objective, theirs)}) favours the defaults"
         )
-    if closest.measured < baseline.measured:
+    met = state.defaults_meet()
+    if met:
+        rate = objective.value_text(state.finalist_fresh.median)
         return (
-            f"the closest searched configuration, trial {closest.number} ({margin}), was "
-            f"measured {_times(closest.measured)}, the defaults {_times(baseline.measured)}"
+            f"{named} was better in every fresh pair, but at {rate}, its confirmed capacity, "
+            f"vLLM's defaults met the SLOs too (trial {met[0].number}): no gain shown"
         )
-    if gain <= 0:
-        return f"nothing searched beat them: the closest, trial {closest.number}, is {margin}"
-    return (
-        f"no searched configuration beats them beyond the measured spread: the closest, trial "
-        f"{closest.number}, is {margin}, within the spread"
-    )
+    ours, others = len(state.finalist_fresh.trials), len(state.baseline_fresh.trials)
+    fewest = significance.MIN_FRESH
+    if min(ours, others) < fewest or ours != others:
+        return (
+            f"{named} was measured {_times(ours)} on fresh engines and the defaults "
+            f"{_times(others)}, short of the {fewest} each a verdict needs (the time budget or "
+            "confirm_repeats ended the confirmation): no verdict from fewer"
+        )
+    return f"{named} did not beat them beyond chance on fresh engines"
+
+
+def _margin(gain: float) -> str:
+    return f"{abs(gain):.0%} {'better' if gain >= 0 else 'worse'}"
+
+
+def _value(objective: StudyObjective, trial: FrozenTrial) -> str:
+    recorded = TrialRecord.of(trial)
+    text = objective.value_text(float(trial.value or 0.0))
+    return text if recorded.feasible else f"{text}, missed the SLOs"
 
 
 def _times(count: int) -> str:

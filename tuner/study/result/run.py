@@ -210,82 +210,91 @@ class Run:
         return ran
 
     def confirm(self) -> int:
-        """The confirm step, where the spec asks for one: the top configurations and the
-        baseline measured again, in turns; how many trials it ran."""
+        """The confirmation, where the spec asks for one: the search's finalist and the
+        baseline on fresh engines in ABBA order (``tuner.study.trials.confirm``), then the
+        spec's candidates where it confirms them; or, where no searched configuration met the
+        SLOs, the baseline measured again so that its median is written. How many trials ran."""
         spec, say = self.spec, self.tell.say
-        if not (spec.confirm_top_k and spec.confirm_repeats):
+        repeats = spec.confirm_repeats
+        if not (spec.confirm_top_k and repeats):
             return 0
         served = groups(self.study)
-        if not rank(served)[0]:
+        feasible, baseline, _ = rank(served)
+        if not feasible:
             say(
                 "not confirming: no configuration met the SLOs, and measuring vLLM's defaults "
                 "again would not give one"
             )
             return 0
-        also = " and the spec's candidates" if spec.confirm_candidates else ""
-        top_k, repeats = spec.confirm_top_k, spec.confirm_repeats
-        alone = served[0] if len(served) == 1 else None
-        if not confirm.short(self.study, top_k, repeats, spec.confirm_candidates):
-            if alone is not None:
-                name, were = _named(alone)
-                say(f"not confirming again: {name} {were} measured {alone.measured} times already")
-            else:
-                say(
-                    f"not confirming again: the top {top_k} and the baseline{also} were measured "
-                    f"{1 + repeats} times each already"
-                )
-            return 0
-        if alone is not None:
-            if not self._alone_again(alone, repeats):
-                return 0
+        state = confirm.round_of(served, repeats)
+        if state is None:
+            alone = baseline if baseline is not None and baseline.feasible else None
+            return self._alone_again(alone, repeats) if alone is not None else 0
+        if state.next_arm() is None:
+            say(f"not confirming again: the confirmation of trial {state.finalist.number} is done")
+            ran = 0
         else:
+            name = _named(state.baseline)[0]
             say(
-                f"confirming: the top {top_k} and the baseline{also}, measured {repeats} more "
-                "times each, in turns"
+                f"confirming the finalist, trial {state.finalist.number}, against {name}: "
+                f"{repeats} fresh measurements each, in turns (finalist, {name}, {name}, "
+                f"finalist, ...), stopping at the first pair that favours {name}"
             )
-        how = search.Measuring(
+            ran = confirm.confirm(
+                self.study, self._measuring(), repeats, self.tell.trial_finished, self.budget
+            )
+            self._stopped_short(ran)
+        if spec.confirm_candidates:
+            ran += self._candidates_again(repeats)
+        return ran
+
+    def _measuring(self) -> search.Measuring:
+        return search.Measuring(
             self.trial_setup(), self.settings.run_dir, self.settings.runner, self.machine,
             self.tell.trial_started,
         )  # fmt: skip
-        ran = confirm.confirm(
-            self.study,
-            how,
-            spec.confirm_top_k,
-            spec.confirm_repeats,
-            on_trial=self.tell.trial_finished,
-            budget=self.budget,
-            candidates=spec.confirm_candidates,
-        )
-        self._stopped_short(ran)
+
+    def _candidates_again(self, repeats: int) -> int:
+        """The spec's candidates other than the finalist, each measured ``repeats`` more times,
+        as far as the budget allows, so that the answer is held against them."""
+        ran = 0
+        state = confirm.current(self.study, repeats)
+        final = state.finalist.number if state is not None else None
+        for group in ranked(self.study)[2]:
+            if group.number == final:
+                continue
+            ran += confirm.again(
+                self.study, group.number, self._measuring(), 1 + repeats,
+                self.tell.trial_finished, self.budget,
+            )  # fmt: skip
         return ran
 
     def _stopped_short(self, ran: int) -> None:
-        """Where the time budget stopped the confirmation before every configuration in it was
-        measured ``1 + confirm_repeats`` times, say so: the answer is then judged on fewer
-        measurements than the spec asks for."""
+        """Where the time budget stopped the confirmation before its round was decided, say
+        so: the baseline is then kept (no verdict from fewer fresh measurements)."""
         spec, budget = self.spec, self.budget
         if budget is None or budget.may_confirm():
             return
-        pending = confirm.short(
-            self.study, spec.confirm_top_k, spec.confirm_repeats, spec.confirm_candidates
-        )
-        if not pending:
+        state = confirm.current(self.study, spec.confirm_repeats)
+        if state is None or state.next_arm() is None:
             return
-        fewest, many = min(g.measured for g in pending), len(pending) != 1
+        mine, theirs = len(state.finalist_fresh.trials), len(state.baseline_fresh.trials)
         self.tell.say(
-            f"time budget: the confirmation stopped after {ran} re-measurement"
+            f"time budget: the confirmation stopped after {ran} fresh measurement"
             f"{'s' if ran != 1 else ''}, {max(budget.left_s, 0.0):.0f} s left of about "
-            f"{budget.confirm_s:.0f} s each; {len(pending)} configuration{'s' if many else ''} "
-            f"short of the {1 + spec.confirm_repeats} measurements asked for (the fewest: "
-            f"{fewest}), judged on those taken (a larger --time-budget-s confirms in full)"
+            f"{budget.confirm_s:.0f} s each; the finalist measured {mine} and the baseline "
+            f"{theirs} of the {spec.confirm_repeats} each asked for: the baseline is kept (no "
+            "verdict from fewer; a larger --time-budget-s or --confirm-only confirms in full)"
         )
 
-    def _alone_again(self, group: Group, repeats: int) -> bool:
-        """Where ``group`` alone served (vLLM's defaults, as a rule) and was measured fewer than
-        ``1 + repeats`` times, whether to measure it again (said either way): what is written is
-        then its median over fresh engines, not one engine's figures, as far as the budget
-        allows."""
-        (name, _), engines = _named(group), group.measured
+    def _alone_again(self, group: Group, repeats: int) -> int:
+        """Where ``group`` alone met the SLOs (vLLM's defaults, as a rule) and was measured fewer
+        than ``1 + repeats`` times, measure it again (said either way): what is written is then
+        its median over fresh engines, not one engine's figures, as far as the budget allows."""
+        (name, were), engines = _named(group), group.measured
+        if engines >= 1 + repeats:
+            self.tell.say(f"not confirming again: {name} {were} measured {engines} times already")
+            return 0
         budget = self.budget
         if budget is not None and not budget.may_confirm():
             left_s = max(budget.left_s, 0.0)
@@ -294,14 +303,17 @@ class Run:
                 f"measurement of it again (about {budget.confirm_s:.0f} s); what is written was "
                 f"measured on {engines} engine{'s' if engines != 1 else ''}"
             )
-            return False
+            return 0
         more = 1 + repeats - engines
         self.tell.say(
             f"confirming {name}, the only configuration that served: measured up to {more} more "
             f"time{'s' if more != 1 else ''} on fresh engines, so that what is written is the "
             "median"
         )
-        return True
+        return confirm.again(
+            self.study, group.number, self._measuring(), 1 + repeats,
+            self.tell.trial_finished, budget,
+        )  # fmt: skip
 
     def measure(self, engine_args: Mapping[str, Any]) -> FrozenTrial:
         """One configuration measured as given, on a fresh engine, as a trial of the study of its
@@ -309,10 +321,7 @@ class Run:
         arm of an A/B, which ``benchmarks/ab.py`` measures in turns). The trial is told as it
         starts and ends; an engine that fails is an infeasible trial, as in ``add_trials``.
         Only for a run with a launcher."""
-        how = search.Measuring(
-            self.trial_setup(), self.settings.run_dir, self.settings.runner, self.machine,
-            self.tell.trial_started,
-        )  # fmt: skip
+        how = self._measuring()
         trial = self.study.ask()
         frozen = search.measure(self.study, trial, dict(engine_args), how, prunable=False)
         self.tell.trial_finished(frozen)
@@ -346,7 +355,7 @@ class Run:
         estimate_s = ENGINE_START_GUESS_S + of_spec(spec).measure_s(spec, replay_s)
         candidates = len(spec.candidates) if spec.confirm_candidates else 0
         held = confirm_trials(spec.confirm_top_k, spec.confirm_repeats, candidates)
-        held = max(0, held - self._references_measured()) if held else 0
+        held = max(0, held - self._fresh_taken()) if held else 0
         share = 1.0 if environment.is_cpu_build() else GPU_CONFIRM_SHARE
         return Budget(
             self.settings.began + budget_s,
@@ -356,20 +365,17 @@ class Run:
             contender=contender(self.study),
         )
 
-    def _references_measured(self) -> int:
-        """The re-measurements of the baseline (and, where the spec confirms them, of its
-        candidates) that the study holds already, as far as the confirmation asks for them: a
-        continued study's confirmation measures those no more, only a new leader."""
-        repeats = self.spec.confirm_repeats
-        _, baseline, candidates = ranked(self.study)
-        references = [baseline, *(candidates if self.spec.confirm_candidates else [])]
-        return sum(min(repeats, g.measured - 1) for g in references if g is not None)
+    def _fresh_taken(self) -> int:
+        """The fresh measurements the study's confirmation round holds already: a continued
+        study's confirmation measures only what its round still needs."""
+        state = confirm.current(self.study, self.spec.confirm_repeats)
+        return state.taken if state is not None else 0
 
     def _plan(self) -> None:
         """Say what the budget buys (nothing without one)."""
         if self.budget is not None:
             spec = self.spec
-            self.tell.say(self.budget.plan(self.n_trials, spec.confirm_top_k, spec.confirm_repeats))
+            self.tell.say(self.budget.plan(self.n_trials, spec.confirm_repeats))
 
     def _calibration(self) -> calibration.Calibration:
         """The study's calibration: the one it holds, else measured now on vLLM's defaults (the

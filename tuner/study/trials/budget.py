@@ -2,8 +2,8 @@
 
 A run that searches until its time is up leaves nothing for the confirmation, and then cannot
 say whether its winner beats vLLM's defaults or was lucky once. So the budget is planned: the
-confirm step's measurements (the top ``confirm_top_k`` configurations and the baseline,
-``confirm_repeats`` more times each) are held back from the start, and the search stops as soon
+confirmation's fresh measurements (the finalist and the baseline, ``confirm_repeats`` each) are
+held back from the start, and the search stops as soon
 as one more trial and the confirmation together would end after the budget.
 
 What a trial costs is estimated before any ran (``Budget.estimate_s``: an engine start and the
@@ -134,10 +134,10 @@ class Budget:
         """Whether the budget left holds the confirmation's first turn at least."""
         return self.first_turn_s <= self.left_s
 
-    def plan(self, n_trials: int, top_k: int, repeats: int) -> str:
-        """What the budget buys, in words: ``about N trials, then the winner and vLLM's
-        defaults K more times each (about T s a trial, estimated)``, or, where the trials it
-        buys leave room for only part of the confirmation, that it takes as much as fits."""
+    def plan(self, n_trials: int, repeats: int) -> str:
+        """What the budget buys, in words: ``about N trials, then the finalist and the baseline
+        on K fresh engines each (about T s a trial, estimated)``, or, where the trials it buys
+        leave room for only part of the confirmation, that it takes as much as fits."""
         what = "measured" if self.costs else "estimated"
         cost = f"about {self.trial_s:.0f} s a trial, {what}"
         if self.confirm_trials and self.confirm_s != self.trial_s:
@@ -148,26 +148,28 @@ class Budget:
         if not self.confirm_fits():
             return (
                 f"the budget ({self.left_s:.0f} s left) is too small for the confirmation "
-                f"({self.confirm_trials} measurements of {cost}): vLLM's defaults will be kept "
-                "unless they miss the SLOs; give a larger --time-budget-s"
+                f"({self.confirm_trials} measurements of {cost}): the baseline will be kept "
+                "unless it misses the SLOs (no verdict without fresh measurements); give a larger "
+                "--time-budget-s"
             )
-        top = "the winner" if top_k == 1 else f"the top {top_k}"
+        fresh = f"{repeats} fresh measurement{'s' if repeats != 1 else ''} each"
         if trials * self.trial_s + self.whole_s > self.left_s:
             return (
                 f"the budget buys about {trials} of the {n_trials} trials, then as much of the "
-                f"confirmation as the time left holds ({top} and vLLM's defaults {repeats} more "
-                f"time{'s' if repeats != 1 else ''} each asked for; at least the leader and the "
-                f"defaults once more each) ({cost}); a larger --time-budget-s confirms in full"
+                f"confirmation as the time left holds (the finalist and the baseline, {fresh} "
+                f"asked for; short of them the baseline is kept) ({cost}); a larger "
+                "--time-budget-s confirms in full"
             )
         return (
-            f"the budget buys about {trials} of the {n_trials} trials, then {top} and vLLM's "
-            f"defaults {repeats} more time{'s' if repeats != 1 else ''} each ({cost})"
+            f"the budget buys about {trials} of the {n_trials} trials, then the finalist and "
+            f"the baseline, {fresh}, fewer where a pair favours the baseline ({cost})"
         )
 
 
 def confirm_trials(top_k: int, repeats: int, candidates: int = 0) -> int:
-    """The measurements the confirm step takes: the top ``top_k``, the baseline and the
-    ``candidates`` re-measured, ``repeats`` more times each."""
+    """The measurements the confirmation takes at most: the finalist and the baseline on
+    ``repeats`` fresh engines each, and the ``candidates`` ``repeats`` more times each; none
+    where ``top_k`` or ``repeats`` is 0 (the spec turns the confirmation off)."""
     if top_k <= 0 or repeats <= 0:
         return 0
-    return repeats * (top_k + 1 + candidates)
+    return repeats * (2 + candidates)

@@ -1,26 +1,41 @@
-"""The noise-aware winner: re-measure the top trials and the baseline, choose by the median.
+"""The confirmation: the search's finalist against the baseline, on fresh engines, in turns.
 
-One configuration measured twice differs by 10 to 20 % (the H100; more on a shared CPU), so a
-winner picked from one measurement each is partly luck. After a run's trials, the top
-``confirm_top_k`` feasible configurations and the baseline are measured ``confirm_repeats``
-more times each, on fresh engines, in turns (A, B, baseline, A, B, baseline), so that a slow
-minute of the machine does not fall on one configuration. Each re-measurement is a trial of its
-own with the user attribute ``confirms`` (the trial it repeats) and the same parameters, so
-the dashboard shows it and the sampler learns from it.
+The search's measurements choose; they never confirm. A finalist picked as the best of several
+first measurements is partly the luckiest, and a test that counted that measurement would favour
+it (the winner's curse: in the GPU studies kept, a re-measured leader's first measurement was the
+best of its group 17.5 times in 27 and 11 % above its re-measurements). So:
 
-What is written then is ``tuner.study.result.choice``'s: a searched configuration only where
-it beats the baseline beyond chance, measured as often as the baseline; else vLLM's
-defaults. Where no configuration met the SLOs there is nothing to hold against the defaults,
-and nothing is measured again: the closest configuration is written as it was measured. Where
-the defaults alone served, they are measured again all the same (``tuner.study.result.run``):
-they are what is written, and their capacity is what a user plans servers by.
+- **One finalist**: the best feasible searched configuration by the median of its search
+  measurements (``finalist``; fresh ones never rank it), or none where no searched
+  configuration met the SLOs.
+- **Fresh pairs, in ABBA order**: the finalist and the baseline, each measured ``repeats`` more
+  times on fresh engines (finalist, baseline, baseline, finalist, finalist, baseline...), so that
+  a slow stretch of the machine falls on both alike. Each is a trial of its own, with the
+  parameters of the configuration it repeats and the user attributes ``confirms`` (the trial it
+  repeats) and ``fresh_for`` (the finalist's number), so the dashboard shows it.
+- **Stopped at the first pair that favours the baseline**: the finalist is written only where
+  each of its fresh measurements beats each of the baseline's, as many of each
+  (``tuner.study.trials.significance.beats``: at 3 against 3, p = 1/20). One fresh pair the other
+  way decides against it, and nothing more is measured (about 3 measurements, not 6, where the
+  finalist is no better).
+- **At one rate**: each fresh measurement of the baseline in a capacity study also replays one
+  window at the finalist's capacity in the search, where that is above its own; where the
+  baseline met the SLOs at the finalist's confirmed capacity, the finalist is not written
+  (``Round.defaults_meet``).
+
+A failed round is final for that finalist: a study continued with more trials confirms a new
+finalist in a round of its own (each round a test at 1/20). Fresh measurements whose client fell
+behind say nothing of the server: they are taken again, within ``Round.limit`` measurements.
+What is written is then ``tuner.study.result.choice``'s.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import optuna
 from optuna.distributions import (
@@ -32,43 +47,158 @@ from optuna.distributions import (
 from optuna.trial import FrozenTrial
 
 from tuner.study.measure.record import Queued, TrialRecord
+from tuner.study.trials import significance
 from tuner.study.trials.budget import Budget
-from tuner.study.trials.groups import Group, ranked
+from tuner.study.trials.groups import Group, groups, rank
 from tuner.study.trials.search import Measuring, measure
 
 logger = logging.getLogger(__name__)
 
-
-def to_confirm(study: optuna.Study, top_k: int, candidates: bool = False) -> list[Group]:
-    """The top ``top_k`` feasible searched configurations by median, then the baseline, then
-    (``candidates``) the spec's candidates not among them; nothing where no configuration is
-    feasible (the baseline and the candidates are measured again to be held against a winner,
-    or as the answer written where the baseline alone served).
-
-    The baseline does not take a searched configuration's place when it leads: the best
-    searched one is measured as often as vLLM's defaults either way, so the result holds like
-    against like whichever wins (the budget plans for both).
-    """
-    ranked_groups, baseline, spec_candidates = ranked(study)
-    if top_k <= 0 or not ranked_groups:
-        return []
-    searched = [g for g in ranked_groups if baseline is None or g.number != baseline.number]
-    top = searched[:top_k]
-    for extra in [baseline, *(spec_candidates if candidates else [])]:
-        if extra is not None and all(g.number != extra.number for g in top):
-            top.append(extra)
-    return top
+FINALIST = "finalist"
+BASELINE = "baseline"
+# The order of the fresh measurements, repeated: A B B A.
+ORDER = (FINALIST, BASELINE, BASELINE, FINALIST)
+# Fresh measurements taken, at most, per measurement a round asks for (client-behind ones are
+# taken again, up to this).
+RETAKES = 1.5
 
 
-def short(study: optuna.Study, top_k: int, repeats: int, candidates: bool = False) -> list[Group]:
-    """The configurations ``to_confirm`` names that have fewer than ``1 + repeats``
-    measurements.
+def searched_only(group: Group) -> Group:
+    """``group`` with only the measurements that choose: none of a confirmation's."""
+    kept = tuple(t for t in group.trials if TrialRecord.of(t).fresh is None)
+    return Group(group.first, kept or group.trials[:1], group.objective)
 
-    Measurements taken count, not only those in the median: a configuration whose client fell
-    behind on every re-measurement would otherwise be measured until the time ran out (the H100
-    study of benchmarks/results/h100.md re-measured its baseline six times).
-    """
-    return [g for g in to_confirm(study, top_k, candidates) if g.measured < 1 + repeats]
+
+def finalist(all_groups: Sequence[Group]) -> Group | None:
+    """The best feasible searched configuration by the median of its search measurements (not
+    vLLM's defaults nor any fresh measurement); None where no searched one met the SLOs."""
+    chosen = [searched_only(g) for g in all_groups]
+    feasible, baseline, _ = rank(chosen)
+    searched = [g for g in feasible if baseline is None or g.number != baseline.number]
+    if not searched:
+        return None
+    return next(g for g in all_groups if g.number == searched[0].number)
+
+
+@dataclass(frozen=True)
+class Round:
+    """One confirmation: the ``finalist``'s and the ``baseline``'s groups, their fresh
+    measurements for it (client-behind ones apart), and how many each is to get."""
+
+    finalist: Group
+    baseline: Group
+    repeats: int
+
+    def _fresh(self, group: Group) -> tuple[FrozenTrial, ...]:
+        number = self.finalist.number
+        return tuple(
+            t for t in group.trials if TrialRecord.of(t).fresh == number and t is not group.first
+        )
+
+    def _behind(self, group: Group) -> int:
+        number = self.finalist.number
+        return sum(1 for t in group.left_out if TrialRecord.of(t).fresh == number)
+
+    @property
+    def finalist_fresh(self) -> Group:
+        """The finalist's fresh measurements, as a group of their own (the first trial the
+        finalist's, for its arguments)."""
+        return Group(self.finalist.first, self._fresh(self.finalist), self.finalist.objective)
+
+    @property
+    def baseline_fresh(self) -> Group:
+        """The baseline's fresh measurements, as a group of their own."""
+        return Group(self.baseline.first, self._fresh(self.baseline), self.baseline.objective)
+
+    @property
+    def taken(self) -> int:
+        """Fresh measurements taken, client-behind ones included."""
+        mine, theirs = self.finalist_fresh.trials, self.baseline_fresh.trials
+        return len(mine) + len(theirs) + self._behind(self.finalist) + self._behind(self.baseline)
+
+    @property
+    def limit(self) -> int:
+        return math.ceil(2 * self.repeats * RETAKES)
+
+    def oriented(self, group: Group) -> list[float]:
+        """``group``'s values, higher better, ``-inf`` for a measurement that missed the SLOs."""
+        return group.oriented()
+
+    @property
+    def against(self) -> tuple[FrozenTrial, FrozenTrial] | None:
+        """The first fresh pair (the finalist's measurement, the baseline's) in which the
+        finalist is not better; None where every pair so far favours it."""
+        mine, theirs = self.finalist_fresh, self.baseline_fresh
+        for t, a in zip(mine.trials, self.oriented(mine), strict=True):
+            for o, b in zip(theirs.trials, self.oriented(theirs), strict=True):
+                if not a > b:
+                    return t, o
+        return None
+
+    @property
+    def complete(self) -> bool:
+        """Whether both have their ``repeats`` fresh measurements."""
+        mine, theirs = self.finalist_fresh.trials, self.baseline_fresh.trials
+        return len(mine) >= self.repeats and len(theirs) >= self.repeats
+
+    def next_arm(self) -> str | None:
+        """Which to measure next (``FINALIST`` or ``BASELINE``), by ABBA order of the fresh
+        measurements kept; None once decided, complete, or out of retakes."""
+        if self.against is not None or self.complete or self.taken >= self.limit:
+            return None
+        mine, theirs = len(self.finalist_fresh.trials), len(self.baseline_fresh.trials)
+        arm = ORDER[(mine + theirs) % len(ORDER)]
+        if arm == FINALIST and mine >= self.repeats:
+            return BASELINE
+        if arm == BASELINE and theirs >= self.repeats:
+            return FINALIST
+        return arm
+
+    @property
+    def confirmed(self) -> bool:
+        """Whether the finalist beats the baseline beyond chance on fresh engines, and the
+        baseline did not meet the SLOs at the finalist's confirmed capacity."""
+        mine, theirs = self.oriented(self.finalist_fresh), self.oriented(self.baseline_fresh)
+        return significance.beats(mine, theirs) and not self.defaults_meet()
+
+    def p_value(self) -> float:
+        return significance.p_value(
+            self.oriented(self.finalist_fresh), self.oriented(self.baseline_fresh)
+        )
+
+    def defaults_meet(self) -> list[FrozenTrial]:
+        """The baseline's fresh measurements that met the SLOs at the finalist's median fresh
+        value or above (a capacity study: its capacity, or its one window at the finalist's
+        capacity); none in a latency study, which measures every configuration at one load."""
+        mine = self.finalist_fresh
+        if not mine.values or not mine.objective.searches_rates:
+            return []
+        rate = mine.median
+        met = []
+        for trial in self.baseline_fresh.trials:
+            recorded = TrialRecord.of(trial)
+            compared = recorded.compared or {}
+            at = float(compared.get("rate_req_per_s") or 0.0)
+            if (recorded.capacity_req_per_s or 0.0) >= rate or (
+                compared.get("passed") and at >= rate
+            ):
+                met.append(trial)
+        return met
+
+
+def current(study: optuna.Study, repeats: int) -> Round | None:
+    """The study's confirmation round: its finalist against the baseline; None where there is
+    no finalist or the baseline did not serve."""
+    return round_of(groups(study), repeats)
+
+
+def round_of(all_groups: Sequence[Group], repeats: int) -> Round | None:
+    """``current`` of a study's groups already read."""
+    chosen = finalist(all_groups)
+    baseline = rank(list(all_groups))[1]
+    if chosen is None or baseline is None:
+        return None
+    return Round(chosen, baseline, repeats)
 
 
 OnTrial = Callable[[FrozenTrial], None]
@@ -77,60 +207,84 @@ OnTrial = Callable[[FrozenTrial], None]
 def confirm(
     study: optuna.Study,
     how: Measuring,
-    top_k: int,
     repeats: int,
     on_trial: OnTrial | None = None,
     budget: Budget | None = None,
-    candidates: bool = False,
 ) -> int:
-    """Re-measure the top ``top_k`` configurations and the baseline (and, with ``candidates``,
-    the spec's candidates) until each has ``repeats`` measurements beyond its first, in turns;
-    return how many trials ran.
-
-    The top is taken again after every turn: a leader whose re-measurements pull its median
-    down gives way, and the configuration that overtakes it is measured in its turn too (on
-    the demo, the baseline led by one measurement, fell behind on two more, and the winner was
-    left measured once). Each turn measures the configurations with the fewest measurements,
-    best first. Configurations measured enough already (an earlier run's confirmation) are
-    not measured again; at most ``repeats * (2 * top_k + 2 + C)`` trials run, C the number of
-    candidates re-measured; with a ``budget``, none starts that would end after it.
-    """
-    if top_k <= 0 or repeats <= 0:
-        return 0
-    extra = len(ranked(study)[2]) if candidates else 0
-    limit = repeats * (2 * top_k + 2 + extra)
+    """Measure the round's finalist and baseline on fresh engines in ABBA order until it is
+    decided (a pair against the finalist), complete (``repeats`` each) or the ``budget`` holds
+    no more; how many trials ran."""
     ran = 0
-    while ran < limit:
-        pending = short(study, top_k, repeats, candidates)
-        if not pending:
+    while (state := current(study, repeats)) is not None:
+        arm = state.next_arm()
+        if arm is None:
             break
-        fewest = min(g.measured for g in pending)
-        for group in [g for g in pending if g.measured == fewest]:
-            if ran >= limit:
-                break
-            if budget is not None and not budget.may_confirm():
-                logger.info("time budget reached while confirming, after %d trials", ran)
-                return ran
-            began = time.monotonic()
-            frozen = _measure_again(study, group.first, how)
-            ran += 1
-            if budget is not None:
-                budget.spent(time.monotonic() - began, confirming=True)
-            if on_trial is not None:
-                on_trial(frozen)
+        if budget is not None and not budget.may_confirm():
+            logger.info("time budget reached while confirming, after %d trials", ran)
+            break
+        group = state.finalist if arm == FINALIST else state.baseline
+        compare = _capacity_of(state.finalist) if arm == BASELINE else None
+        began = time.monotonic()
+        frozen = measure_again(study, group.first, how, fresh=state.finalist.number, at=compare)
+        ran += 1
+        if budget is not None:
+            budget.spent(time.monotonic() - began, confirming=True)
+        if on_trial is not None:
+            on_trial(frozen)
     return ran
 
 
-def _measure_again(study: optuna.Study, first: FrozenTrial, how: Measuring) -> FrozenTrial:
-    """One more measurement of ``first``'s configuration, as a trial of its own."""
-    study.enqueue_trial(dict(first.params), user_attrs=Queued(confirms=first.number).attrs())
+def again(
+    study: optuna.Study,
+    number: int,
+    how: Measuring,
+    times: int,
+    on_trial: OnTrial | None = None,
+    budget: Budget | None = None,
+) -> int:
+    """Measure configuration ``number`` until it has ``times`` measurements (a configuration
+    alone served, whose median is then written; a candidate held against the answer)."""
+    ran = 0
+    while True:
+        group = next((g for g in groups(study) if g.number == number), None)
+        if group is None or group.measured >= times or ran >= times:
+            return ran
+        if budget is not None and not budget.may_confirm():
+            return ran
+        began = time.monotonic()
+        frozen = measure_again(study, group.first, how)
+        ran += 1
+        if budget is not None:
+            budget.spent(time.monotonic() - began, confirming=True)
+        if on_trial is not None:
+            on_trial(frozen)
+
+
+def _capacity_of(group: Group) -> float | None:
+    """The finalist's median in the search, where its study measures capacities."""
+    if not group.objective.searches_rates:
+        return None
+    median = searched_only(group).median
+    return median if median > 0 else None
+
+
+def measure_again(
+    study: optuna.Study,
+    first: FrozenTrial,
+    how: Measuring,
+    fresh: int | None = None,
+    at: float | None = None,
+) -> FrozenTrial:
+    """One more measurement of ``first``'s configuration, as a trial of its own (``fresh``: of
+    the confirmation of that finalist; ``at``: a rate to replay once more where above its
+    capacity)."""
+    queued = Queued(confirms=first.number, fresh=fresh)
+    study.enqueue_trial(dict(first.params), user_attrs=queued.attrs())
     trial = study.ask()
     for name, distribution in first.distributions.items():
         _suggest_again(trial, name, distribution)
     recorded = TrialRecord.of(first)
-    return measure(
-        study, trial, recorded.engine_args, how, prunable=False, compared=recorded.baseline
-    )
+    return measure(study, trial, recorded.engine_args, how, prunable=False, compare_at=at)
 
 
 def _suggest_again(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> None:

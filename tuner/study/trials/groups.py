@@ -9,6 +9,7 @@ chosen by it (``tuner.study.result.choice``), and a searched capacity trial is g
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -78,19 +79,28 @@ class Group:
         """Sorts the best first: the median, then the earlier configuration."""
         return (self.objective.rank(self.median), self.number)
 
+    def oriented(self) -> list[float]:
+        """Its values, higher better whatever the direction, ``-inf`` for a measurement that
+        missed the SLOs (``tuner.study.trials.significance``'s terms)."""
+        return [
+            -self.objective.rank(float(t.value)) if TrialRecord.of(t).feasible else -math.inf
+            for t in self.trials
+            if t.value is not None
+        ]
+
     def beats(self, other: Group) -> bool:
-        """Better than ``other`` beyond chance (``tuner.study.trials.significance``): at three
-        measurements against three, in every measurement."""
-        return significance.beats(self.values, other.values, self.objective.better)
+        """Better than ``other`` beyond chance (``tuner.study.trials.significance.beats``): as
+        many measurements of each, at least 3, each better than each of ``other``'s."""
+        return significance.beats(self.oriented(), other.oriented())
 
     def in_every_measurement(self, other: Group) -> bool:
         """This one's worst measurement is better than ``other``'s best."""
-        return significance.in_every_measurement(self.values, other.values, self.objective.better)
+        return significance.in_every_pair(self.oriented(), other.oriented())
 
     def pairs_won(self, other: Group) -> str:
         """``W of N pairs``: how many pairs of a measurement of each this one wins (a tie:
         half)."""
-        won = significance.pairs_won(self.values, other.values, self.objective.better)
+        won = significance.pairs_won(self.oriented(), other.oriented())
         return f"{won:g} of {len(self.values) * len(other.values)} pairs"
 
     def gain_over(self, other: Group) -> float:

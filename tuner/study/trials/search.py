@@ -309,13 +309,6 @@ def _gate(study: optuna.Study) -> float | None:
     return best.median if best is not None and best.median > 0 else None
 
 
-def _leader(study: optuna.Study) -> float | None:
-    """The leading searched configuration's median (not the baseline's), or None."""
-    ranked, baseline, _ = groups.ranked(study)
-    leader = next((g for g in ranked if baseline is None or g.number != baseline.number), None)
-    return leader.median if leader is not None and leader.median > 0 else None
-
-
 def measure(
     study: optuna.Study,
     trial: Trial,
@@ -323,15 +316,15 @@ def measure(
     how: Measuring,
     prunable: bool,
     gated: bool = False,
-    compared: bool = False,
+    compare_at: float | None = None,
 ) -> FrozenTrial:
     """Run the asked ``trial`` with ``args``, record what it measured and tell the study.
 
     ``gated``: a searched configuration, which the trial's measure may first hold to the best
     median so far (``Measure.for_trial``; a capacity trial replays the best median capacity
-    first, and is pruned if it fails there: it cannot beat it). ``compared``: vLLM's defaults
-    measured again, which a capacity trial also measures once at the leading configuration's
-    median capacity (``Measure.for_trial``'s ``compare``).
+    first, and is pruned if it fails there: it cannot beat it). ``compare_at``: the baseline
+    measured again in a confirmation, which a capacity trial also measures once at the
+    finalist's capacity, where that is above its own (``Measure.for_trial``'s ``compare``).
 
     Any escape (Ctrl-C, a storage error) marks the trial FAIL with the reason first.
     """
@@ -345,7 +338,7 @@ def measure(
             args,
             trial.params,
             gate=lambda: _gate(study) if gated else None,
-            compare=lambda: _leader(study) if compared else None,
+            compare=lambda: compare_at,
         )
         setup = replace(setup, measure=measure)
         outcome = how.runner(

@@ -1,82 +1,160 @@
-"""Whether one configuration's measurements are better than another's beyond chance.
+"""Whether one configuration's measurements beat another's beyond chance, and by how much.
 
-The confirm step measures configurations on fresh engines, in turns, and engines of one
-configuration differ (by up to a third on the H100s measured). A configuration beats another
-where an exact one-sided rank test says so: count, over every pair of a measurement of each, how
-often the first is better (a tie counts half); then, of every way to deal all the measurements
-into two sets of the same sizes, the share that gives the first set a count as high. If the two
-configurations were the same, each way would be as likely, so a share of at most ``ALPHA`` is
-a gain that chance explains one time in twenty or less.
+The confirmation (``tuner.study.trials.confirm``) measures the search's finalist and the
+baseline on fresh engines, in turns, and engines of one configuration differ (a pooled SD of
+0.086 in log capacity on GPUs, one engine in several reading 30 to 40 % low; more on a shared
+CPU). The finalist beats the baseline where each of its fresh measurements is better than each
+of the baseline's (``in_every_pair``), with as many of each and at least ``MIN_FRESH``. Were the
+two configurations the same, every order of the ``2n`` measurements would be as likely, and
+the one where the finalist's ``n`` all come first has probability ``1 / C(2n, n)``: 1/20 at
+three against three, the exact one-sided Mann-Whitney p (``p_value``, scipy's). Ties count
+against the finalist, so they only lower that chance. Since only fresh measurements count, the
+search that chose the finalist among many does not enter the test: its false-positive rate is
+at most 1/20 whatever the number of configurations searched.
 
-At three measurements against three (the confirm step's default) only one way in 20 is that
-rare: the one where each of the first's measurements is better than each of the other's, the
-rule of "better in every measurement". With more measurements the test allows an overlap where
-the rest of the ranks make up for it, so more re-measurements show a smaller gain, where "better
-in every measurement" would only get harder to meet. Where the measurements are too few for
-any way to be that rare (two against two: one in 6), better in every measurement is asked.
+``ratio_interval`` is how much better, with its interval: the Hodges-Lehmann-style interval of
+the shift in log values that inverts the same rank test (every shift the test does not reject
+at ``(1 - confidence) / 2`` on either side), as a ratio. At three against three its 90 % interval
+runs from the smallest to the largest ratio of a fresh measurement of each.
+
+Values here are *oriented*: higher is better, whatever the study's direction (a capacity as it
+is; a latency score negated), and a measurement that missed the SLOs is ``-inf``.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import random
 from collections.abc import Callable, Sequence
 
-# The share of ways, at most, for a gain to count as beyond chance: one in twenty.
+from scipy.stats import mannwhitneyu
+
+# The chance, at most, that a finalist no better than the baseline is written.
 ALPHA = 0.05
-# Up to this many measurements in all, every way is counted (12,870 at 8 against 8); beyond,
-# a fixed sample of ways.
-EXACT_UP_TO = 16
-SAMPLED_WAYS = 20_000
-
-Better = Callable[[float, float], bool]
+# The fewest fresh measurements of each for a test at ``ALPHA``: C(6, 3) = 20.
+MIN_FRESH = 3
+# The gain's interval, as printed.
+CONFIDENCE = 0.9
 
 
-def pairs_won(values: Sequence[float], others: Sequence[float], better: Better) -> float:
+def fewest_fresh(alpha: float = ALPHA) -> int:
+    """The fewest fresh measurements of each configuration for which ``n`` against ``n``, all
+    in the finalist's favour, is at most ``alpha`` under chance."""
+    n = 1
+    while 1 / math.comb(2 * n, n) > alpha:
+        n += 1
+    return n
+
+
+def in_every_pair(values: Sequence[float], others: Sequence[float]) -> bool:
+    """Whether each of ``values`` is strictly better than each of ``others`` (a tie is not)."""
+    return bool(values) and bool(others) and min(values) > max(others)
+
+
+def pairs_won(values: Sequence[float], others: Sequence[float]) -> float:
     """Over every pair of a value of each, how often ``values``' is better (a tie: half)."""
     won = 0.0
     for value in values:
         for other in others:
-            if better(value, other):
-                won += 1.0
-            elif not better(other, value):
-                won += 0.5
+            won += 1.0 if value > other else 0.5 if value == other else 0.0
     return won
 
 
-def one_sided_p(values: Sequence[float], others: Sequence[float], better: Better) -> float:
-    """The share of ways to deal all the values into sets of these sizes whose first set wins
-    at least as many pairs as ``values`` does."""
-    pooled = [*values, *others]
-    n = len(values)
-    won = pairs_won(values, others, better)
-
-    def as_high(chosen: Sequence[int]) -> bool:
-        picked = set(chosen)
-        first = [pooled[i] for i in chosen]
-        rest = [v for i, v in enumerate(pooled) if i not in picked]
-        return pairs_won(first, rest, better) >= won - 1e-9
-
-    if len(pooled) <= EXACT_UP_TO:
-        ways = list(itertools.combinations(range(len(pooled)), n))
-        return sum(1 for chosen in ways if as_high(chosen)) / len(ways)
-    rng = random.Random(0)  # the same answer for the same measurements
-    drawn = [rng.sample(range(len(pooled)), n) for _ in range(SAMPLED_WAYS)]
-    # The measured way itself counts, so that a sampled share is never 0.
-    return (1 + sum(1 for chosen in drawn if as_high(chosen))) / (1 + SAMPLED_WAYS)
-
-
-def beats(values: Sequence[float], others: Sequence[float], better: Better) -> bool:
-    """Whether ``values`` are better than ``others`` beyond chance (the module's test); where
-    they are too few for that, whether each is better than each of ``others``."""
+def p_value(values: Sequence[float], others: Sequence[float]) -> float:
+    """The exact one-sided Mann-Whitney p that ``values`` are better than ``others`` (scipy's);
+    1 where either is empty."""
     if not values or not others:
-        return False
-    if math.comb(len(values) + len(others), len(values)) < round(1 / ALPHA):
-        return in_every_measurement(values, others, better)
-    return one_sided_p(values, others, better) <= ALPHA + 1e-12
+        return 1.0
+    finite = _finite([*values, *others])
+    result = mannwhitneyu(
+        [finite(v) for v in values], [finite(v) for v in others],
+        alternative="greater", method="exact",
+    )  # fmt: skip
+    return float(result.pvalue)
 
 
-def in_every_measurement(values: Sequence[float], others: Sequence[float], better: Better) -> bool:
-    """Whether each of ``values`` is better than each of ``others``."""
-    return bool(values) and bool(others) and all(better(v, o) for v in values for o in others)
+def beats(values: Sequence[float], others: Sequence[float], alpha: float = ALPHA) -> bool:
+    """Whether ``values`` beat ``others`` beyond chance: as many of each, at least
+    ``fewest_fresh(alpha)``, and each better than each (``p_value`` at most ``alpha``)."""
+    n = len(values)
+    return (
+        n == len(others)
+        and n >= fewest_fresh(alpha)
+        and in_every_pair(values, others)
+        and p_value(values, others) <= alpha + 1e-12
+    )
+
+
+def shift_interval(
+    values: Sequence[float], others: Sequence[float], confidence: float = CONFIDENCE
+) -> tuple[float, float]:
+    """The shifts ``d`` of ``values`` (finite) for which the rank test of ``values - d`` against
+    ``others`` rejects neither side at ``(1 - confidence) / 2``: the interval of how much
+    ``values`` are above ``others``. An end is infinite where too few measurements bound it."""
+    lower = _lowest_shift(values, others, (1 - confidence) / 2)
+    upper = -_lowest_shift(others, values, (1 - confidence) / 2)
+    return lower, upper
+
+
+def ratio_interval(
+    values: Sequence[float],
+    others: Sequence[float],
+    confidence: float = CONFIDENCE,
+    resolution: float = 0.0,
+) -> tuple[float, float] | None:
+    """How many times ``values`` (positive, oriented so that higher is better) are
+    ``others``: the ``shift_interval`` of their logs, as ratios, widened on each side by
+    ``1 + resolution`` (a capacity is known only to within its search's resolution). None where
+    a value is not positive."""
+    if not values or not others or min(*values, *others) <= 0 or math.isinf(max(*values, *others)):
+        return None
+    low, high = shift_interval([math.log(v) for v in values], [math.log(v) for v in others])
+    widen = 1.0 + resolution
+    return _exp(low) / widen, _exp(high) * widen
+
+
+def ratio(values: Sequence[float], others: Sequence[float]) -> float | None:
+    """The ratio of the medians of two sets of positive values; None where one is not."""
+    if not values or not others:
+        return None
+    mine, theirs = _median(values), _median(others)
+    if mine <= 0 or theirs <= 0 or math.isinf(mine) or math.isinf(theirs):
+        return None
+    return mine / theirs
+
+
+def _lowest_shift(values: Sequence[float], others: Sequence[float], alpha: float) -> float:
+    """The lowest shift the one-sided test of ``values - d`` above ``others`` does not reject at
+    ``alpha``: between two pairwise differences the test's statistic is constant, so each gap is
+    tried at its middle."""
+    diffs = sorted({v - o for v in values for o in others})
+    gaps = [diffs[0] - 1.0, *((a + b) / 2 for a, b in itertools.pairwise(diffs))]
+    gaps.append(diffs[-1] + 1.0)
+    for index, shift in enumerate(gaps):
+        shifted = [v - shift for v in values]
+        p = mannwhitneyu(shifted, others, alternative="greater", method="exact").pvalue
+        if p > alpha + 1e-12:
+            return -math.inf if index == 0 else diffs[index - 1]
+    return diffs[-1]
+
+
+def _finite(pooled: Sequence[float]) -> Callable[[float], float]:
+    """A map of ``-inf`` (a measurement that missed the SLOs) below every finite value, for
+    scipy's ranks."""
+    finite = [v for v in pooled if not math.isinf(v)]
+    floor = (min(finite) - 1.0) if finite else 0.0
+    return lambda v: floor if v == -math.inf else v
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _exp(value: float) -> float:
+    if math.isinf(value):
+        return math.inf if value > 0 else 0.0
+    return math.exp(value)
