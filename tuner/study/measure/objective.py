@@ -90,6 +90,11 @@ class StudyObjective:
             return 0.0
         return (self.rank(over) - self.rank(value)) / abs(over)
 
+    def upward(self, value: float) -> float:
+        """A positive value as one whose ratios say how many times better: itself where higher
+        is better, its inverse where lower is (a score half as high is 2x better)."""
+        return value if self.maximize else 1.0 / value
+
     def best_first(self, trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
         """Completed trials from the best value to the worst: ordered by value and number, and
         read from the best end (of equal values, the later trial first where higher is

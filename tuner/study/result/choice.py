@@ -160,7 +160,7 @@ def gain_interval(mine: Group, theirs: Group, resolution: float = 0.0) -> str:
     objective = mine.objective
 
     def positive(group: Group) -> list[float]:
-        return [v if objective.maximize else 1.0 / v for v in group.values if v > 0]
+        return [objective.upward(v) for v in group.values if v > 0]
 
     a, b = positive(mine), positive(theirs)
     ratio = significance.ratio(a, b)

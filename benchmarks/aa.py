@@ -1,0 +1,289 @@
+"""A/A: how often the whole pipeline writes a winner where nothing is better, and how often it
+finds a real gain.
+
+Each study is a real ``Run`` (``tuner.study.result.run``: the search from vLLM's defaults, the
+finalist, the confirmation on fresh engines in ABBA order, the choice) over an in-memory Optuna
+study, with its engines replaced by a seeded stand-in (``NoisyEngines``) that runs tuner's own
+capacity search (``tuner.study.measure.rates.search_capacity``, the rate ladder, the gate, the
+one window at the finalist's capacity) against a server whose capacity is drawn per engine:
+
+- ``gpu``: the spread of one configuration on fresh GPU engines in benchmarks/results' studies,
+  a pooled SD of 0.086 in log capacity, and one engine in six reading 30 to 40 % low;
+- ``cpu``: the CPU Quick start's, an SD of 0.236 (a shared 2-core machine), no outliers;
+
+and each rate's window passes where the rate is below that capacity, times a window's own noise
+(SD 0.03). In an A/A study every configuration has the same capacity; for the power, the first
+searched configuration (as max-num-batched-tokens 2048 was on the long-prompt traces) carries
+``gain`` times more and the others as much as the defaults.
+
+    python benchmarks/aa.py                      # 400 null studies a row, 200 for each gain
+    python benchmarks/aa.py --studies 100 --gains ""    # a quick look: null studies only
+
+It prints, for each spread and number of searched configurations, the share of null studies
+that wrote a searched configuration (with its 95 % Clopper-Pearson interval, scipy's), then the
+share of studies that wrote the better configuration at each gain, and how many measurements the
+confirmation took. tests/test_aa.py holds the null share at most 5 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from scipy.stats import binomtest
+
+from tuner.engine.dummy_model import write_model
+from tuner.engine.launchers import ProcessLauncher
+from tuner.study.measure.objective import CAPACITY_OBJECTIVE
+from tuner.study.measure.prepare import Workload, model_of, open_loop_replay
+from tuner.study.measure.rate_search import RateSearch
+from tuner.study.measure.rates import CapacityFound, RatePoint, search_capacity
+from tuner.study.measure.trial import Ended, TrialOutcome, TrialSetup
+from tuner.study.plan.spec import StudySpec, parse_spec
+from tuner.study.result.choice import TUNED, choose
+from tuner.study.result.run import Run, RunSettings
+from tuner.study.trials.search import open_study
+from tuner.traces.formats import load_trace
+
+SPREADS: dict[str, tuple[float, float]] = {
+    # (SD of log capacity per engine, share of engines reading 30 to 40 % low)
+    "gpu": (0.086, 1 / 6),
+    "cpu": (0.236, 0.0),
+}
+WINDOW_SD = 0.03
+CAPACITY_REQ_PER_S = 10.0
+
+
+@dataclass
+class NoisyEngines:
+    """A trial runner: each call a fresh engine whose capacity is drawn around the
+    configuration's own, searched with tuner's capacity search."""
+
+    rng: random.Random
+    sd: float
+    low_share: float
+    gain: float = 1.0
+    better: dict[str, Any] | None = None
+    baseline: dict[str, Any] | None = None
+    calls: list[str] = field(default_factory=list)
+
+    def capacity_of(self, args: Mapping[str, Any]) -> float:
+        args = dict(args)
+        if self.baseline is None:
+            self.baseline = args  # trial 0: vLLM's defaults
+        elif self.better is None and args != self.baseline:
+            self.better = args  # the first searched configuration
+        good = self.better is not None and args == self.better
+        return CAPACITY_REQ_PER_S * (self.gain if good else 1.0)
+
+    def engine(self, args: Mapping[str, Any]) -> float:
+        drawn = self.capacity_of(args) * math.exp(self.rng.gauss(0.0, self.sd))
+        if self.rng.random() < self.low_share:
+            drawn *= self.rng.uniform(0.6, 0.7)
+        return drawn
+
+    def __call__(
+        self, args: Mapping[str, Any], setup: TrialSetup, workdir: Path, should_stop: Any = None
+    ) -> TrialOutcome:
+        search = setup.measure
+        assert isinstance(search, RateSearch)
+        settings = search.settings
+        engine = self.engine(args)
+        self.calls.append("baseline" if dict(args) == self.baseline else "other")
+
+        def measure(rate: float) -> RatePoint:
+            passed = rate <= engine * math.exp(self.rng.gauss(0.0, WINDOW_SD))
+            return RatePoint(rate, passed, {"ttft_p95_s": 0.1 if passed else 9.0})
+
+        found = search_capacity(
+            measure, settings.start_req_per_s, settings.resolution, settings.max_rates,
+            settings.floor_req_per_s, first_step=settings.first_step,
+            gate_req_per_s=settings.gate_req_per_s,
+        )  # fmt: skip
+        found = _compared(found, settings.compare_req_per_s, measure)
+        ended = Ended(timings={}, crashed=False, log_path=workdir / "log", compiled={}, late={})
+        return search.outcome(args, setup, found, ended)
+
+
+def _compared(found: CapacityFound, rate: float | None, measure: Any) -> CapacityFound:
+    if rate is None or rate <= found.capacity_req_per_s or not found.points:
+        return found
+    return dataclasses.replace(found, compared=measure(rate))
+
+
+def spec_for(model: Path, searched: int) -> StudySpec:
+    """A capacity study of ``searched`` configurations besides vLLM's defaults, the spec's
+    confirmation as tuner writes it."""
+    return parse_spec(
+        {
+            "model": str(model),
+            "dummy_model": None,
+            "engine_args": {"load-format": "dummy"},
+            "search_space": {
+                "max-num-seqs": {"type": "int", "low": 16, "high": 1024, "log": True},
+                "max-num-batched-tokens": {
+                    "type": "categorical",
+                    "choices": [2048, 4096, 8192, 16384],
+                },
+            },
+            "baseline": {"max-num-seqs": 1024, "max-num-batched-tokens": 8192},
+            "slos": {"ttft_p95_s": 1.0},
+            "objective": {"ttft_p95_s": 1.0},
+            "window_s": 10,
+            "objective_mode": "capacity",
+            "n_trials": 1 + searched,
+            "search": "tpe",
+        }
+    )
+
+
+def one_study(
+    spec: StudySpec, workload: Workload, engines: NoisyEngines, work: Path, seed: int
+) -> tuple[bool, bool, int]:
+    """One study run through: whether it wrote a searched configuration, whether that was the
+    better one, and how many fresh measurements the confirmation took."""
+    study = open_study(f"aa-{seed}", optuna.storages.InMemoryStorage(), seed,
+                       objective=CAPACITY_OBJECTIVE)  # fmt: skip
+    settings = RunSettings(
+        run_dir=work / "runs",
+        config_path=work / "configs" / "aa.yaml",
+        launcher=ProcessLauncher(),
+        runner=engines,
+    )
+    run = Run(study, spec, workload, settings)
+    run.calibrate()
+    searched = run.add_trials()
+    confirming = run.confirm()
+    del searched
+    choice = choose(study)
+    tuned = choice is not None and choice.outcome == TUNED
+    first = choice.group.first.params if tuned and choice is not None else None
+    better = engines.better is not None and first is not None and _same(first, engines, study)
+    return tuned, better, confirming
+
+
+def _same(params: Mapping[str, Any], engines: NoisyEngines, study: optuna.Study) -> bool:
+    chosen = next(t for t in study.trials if t.params == params)
+    args = chosen.user_attrs.get("engine_args") or {}
+    return dict(args) == engines.better
+
+
+def workload_for(spec: StudySpec, work: Path) -> Workload:
+    trace_path = work / "trace.csv"
+    rows = "".join(
+        f"{0.1 * i:.1f},{200 + (i * 37) % 300},{50 + (i * 11) % 100}\n" for i in range(100)
+    )
+    trace_path.write_text("timestamp,input_tokens,output_tokens\n" + rows)
+    trace = load_trace(trace_path)
+    model = model_of(spec)
+    replay = open_loop_replay(trace, spec.window_s, 1.0, model.max_model_len)
+    return Workload(trace_path, "0" * 64, trace, replay, spec.window_s, 1.0, model)
+
+
+@dataclass(frozen=True)
+class Row:
+    spread: str
+    searched: int
+    gain: float
+    studies: int
+    written: int
+    right: int
+    fresh_median: float
+
+    @property
+    def share(self) -> float:
+        return self.written / self.studies
+
+    def interval(self) -> tuple[float, float]:
+        ci = binomtest(self.written, self.studies).proportion_ci(0.95, method="exact")
+        return float(ci.low), float(ci.high)
+
+
+def measure_row(
+    spread: str, searched: int, gain: float, studies: int, seed: int, work: Path
+) -> Row:
+    """``studies`` studies of ``searched`` configurations at ``spread``, the first searched one
+    ``gain`` times better."""
+    model = write_model(work / "model", "cpu-demo", weights=False)
+    spec = spec_for(model, searched)
+    workload = workload_for(spec, work)
+    sd, low = SPREADS[spread]
+    written = right = 0
+    fresh: list[int] = []
+    for n in range(studies):
+        rng = random.Random(f"{seed}-{spread}-{searched}-{gain}-{n}")
+        engines = NoisyEngines(rng, sd, low, gain)
+        tuned, better, confirming = one_study(spec, workload, engines, work, seed * 100_003 + n)
+        written += tuned
+        right += better
+        fresh.append(confirming)
+    return Row(spread, searched, gain, studies, written, right, statistics.median(fresh))
+
+
+def null_rows(
+    studies: int,
+    seed: int,
+    spreads: Sequence[str] = tuple(SPREADS),
+    searched: Sequence[int] = (3, 6, 9),
+) -> list[Row]:
+    """The null (A/A) rows: every configuration the same."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return [
+            measure_row(spread, k, 1.0, studies, seed, Path(tmp))
+            for spread in spreads
+            for k in searched
+        ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--studies", type=int, default=400, help="null studies a row")
+    parser.add_argument("--power-studies", type=int, default=200, help="studies a gain")
+    parser.add_argument("--gains", default="1.2,1.5,2", help="comma-separated, '' for none")
+    parser.add_argument("--searched", default="3,6,9")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="write the rows here too")
+    options = parser.parse_args(argv)
+    logging.disable(logging.INFO)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    searched = [int(k) for k in options.searched.split(",")]
+    gains = [float(g) for g in options.gains.split(",") if g]
+    began = time.monotonic()
+    rows: list[Row] = []
+    print(f"$ python benchmarks/aa.py {' '.join(sys.argv[1:])}".rstrip())
+    print("spread searched  gain  studies  written  share  95% interval   better  fresh (median)")
+    with tempfile.TemporaryDirectory() as tmp:
+        for spread in SPREADS:
+            for k in searched:
+                for gain in [1.0, *gains]:
+                    count = options.studies if gain == 1.0 else options.power_studies
+                    row = measure_row(spread, k, gain, count, options.seed, Path(tmp))
+                    rows.append(row)
+                    low, high = row.interval()
+                    print(
+                        f"{spread:6} {k:8} {gain:5.2f} {count:8} {row.written:8} "
+                        f"{row.share:6.1%} {low:6.1%}-{high:6.1%} {row.right:8} "
+                        f"{row.fresh_median:8.1f}",
+                        flush=True,
+                    )
+    print(f"{time.monotonic() - began:.0f} s")
+    if options.json is not None:
+        options.json.write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
