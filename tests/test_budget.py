@@ -21,8 +21,8 @@ class Clock:
 def gpu_budget(
     ends: float, clock: Clock, estimate_s: float = 140.0, contender: bool = True
 ) -> Budget:
-    """A GPU run's budget with four re-measurements held back (the winner and vLLM's defaults
-    twice each), a re-measurement planned at ``GPU_CONFIRM_SHARE`` until one is measured."""
+    """A GPU run's budget with four fresh measurements held back (the finalist and the baseline
+    twice each), a fresh measurement planned at ``GPU_CONFIRM_SHARE`` until one is measured."""
     return Budget(
         ends=ends,
         confirm_trials=4,
@@ -38,9 +38,11 @@ def test_the_confirmation_is_held_back_from_the_search() -> None:
     budget = Budget(ends=1000.0, confirm_trials=4, estimate_s=100.0, clock=clock)
     # 1000 s buy ten trials of 100 s: four are the confirmation's, six the search's.
     assert budget.searched_trials() == 6
-    assert "about 6 of the 20 trials, then the winner and vLLM's defaults 2 more times each" in (
-        budget.plan(20, 2)
+    said = budget.plan(20, 2)
+    assert "about 6 of the 20 trials, then the finalist and the baseline, 2 fresh measurements" in (
+        said
     )
+    assert "each, fewer where a pair favours the baseline" in said
     assert "estimated" in budget.plan(20, 2)
     clock.now = 500.0  # five trials run: one more and four to confirm end at exactly 1000
     assert budget.may_search()
@@ -112,14 +114,15 @@ def test_a_budget_too_small_for_the_confirmation_says_so() -> None:
     budget = Budget(ends=150.0, confirm_trials=2, estimate_s=100.0, clock=Clock())
     assert not budget.confirm_fits() and budget.searched_trials() == 0
     said = budget.plan(4, 1)
-    assert "too small for the confirmation" in said and "vLLM's defaults will be kept" in said
+    assert "too small for the confirmation (2 measurements" in said
+    assert "the baseline will be kept unless it misses the SLOs" in said
 
 
 @pytest.mark.parametrize(
     ("top_k", "repeats", "candidates", "trials"),
-    [(1, 1, 0, 2), (2, 2, 0, 6), (1, 2, 2, 8), (0, 2, 0, 0), (1, 0, 0, 0)],
+    [(1, 1, 0, 2), (1, 3, 0, 6), (1, 2, 2, 8), (1, 3, 1, 9), (0, 2, 0, 0), (1, 0, 0, 0)],
 )
-def test_the_confirmation_counts_the_top_the_baseline_and_the_candidates(
+def test_the_confirmation_counts_the_finalist_the_baseline_and_the_candidates(
     top_k: int, repeats: int, candidates: int, trials: int
 ) -> None:
     assert confirm_trials(top_k, repeats, candidates) == trials

@@ -369,11 +369,11 @@ def test_a_gate_above_the_capacity_costs_one_window(stand_in):
     assert found.below_req_per_s == gate and found.capacity_req_per_s == 0.0
 
 
-def test_the_defaults_are_measured_once_more_at_the_leader_s_capacity(stand_in):
+def test_the_defaults_are_measured_once_more_at_the_finalist_s_capacity(stand_in):
     """vLLM's defaults measured again in the confirm step search their own capacity, then replay
-    one window at the leading configuration's (above theirs), so the result compares both at
-    one rate; that window is not one of the search's points. Below their capacity, nothing
-    more is measured."""
+    one window at the finalist's capacity in the search (above theirs), so the result compares
+    both at one rate; that window is not one of the search's points. Below their capacity,
+    nothing more is measured."""
     window = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
     replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
     slos = {"ttft_p95_s": 0.5}
@@ -512,8 +512,8 @@ def test_a_capacity_study_ranks_configurations_by_the_load_they_carry(tmp_path):
         # A coarse resolution: this checks the ranking, not the last 10 %.
         "capacity_resolution": 0.5,
         "capacity_max_windows": 6,
-        # The best configuration and the baseline measured once more each (if the best is not
-        # the baseline), and the winner chosen by the median.
+        # The finalist and the baseline on one fresh engine each (where a searched configuration
+        # met the SLOs; else the baseline once more): too few for a verdict, the pipeline runs.
         "confirm_top_k": 1,
         "confirm_repeats": 1,
     }
@@ -583,8 +583,8 @@ def scripted_capacity_study(
     tmp_path: Path, model: Path, outcomes: list[TrialOutcome], confirmed: int = 0
 ) -> list[str]:
     """A capacity study of ``outcomes`` through ``run_study``, the last ``confirmed`` of them
-    the confirmation's (the finalist and the baseline, 3 fresh each, in ABBA order); the ``tuner run``
-    arguments that report on it."""
+    the confirmation's (the finalist and the baseline, 3 fresh each, in ABBA order); the
+    ``tuner run`` arguments that report on it."""
     spec_raw = {
         "model": str(model),
         "dummy_model": None,

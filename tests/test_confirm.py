@@ -1,5 +1,7 @@
-"""The noise-aware winner: the top configurations and the baseline re-measured in turns, the
-winner chosen by its median, and the margin over vLLM's defaults judged against the spread.
+"""The confirmation and its verdict: the search's finalist (the best searched configuration by
+its search measurements) against the baseline on fresh engines, in ABBA order, stopped at the
+first fresh pair that does not favour the finalist; the finalist is written only where each of
+its fresh measurements beats each of the baseline's, three of each at least.
 
 Studies are real Optuna studies in SQLite, filled through ``run_study`` and ``confirm`` with a
 stand-in runner whose scores are scripted per configuration and measurement; ``tuner run
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +20,18 @@ import optuna
 import pytest
 from conftest import REPO, cpu_spec, run_tuner, write_small_trace, write_spec
 
-from tuner.cli.exits import EXIT_DEFAULTS_KEPT, MEETS_SLOS_EXITS
+from tuner.cli.exits import EXIT_DEFAULTS_KEPT, EXIT_MISSES_SLOS, MEETS_SLOS_EXITS
 from tuner.cli.main import main
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.http import ReplaySettings
 from tuner.report.build import read_report, write_report
-from tuner.study.measure.record import CONFIRMS_ATTR
+from tuner.study.measure.record import CONFIRMS_ATTR, FRESH_ATTR
 from tuner.study.measure.scoring import Score, score
 from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.result.choice import DEFAULTS, MISSES, TUNED, changed, choose
 from tuner.study.trials import picks
-from tuner.study.trials.confirm import confirm
+from tuner.study.trials.confirm import again, confirm, current
 from tuner.study.trials.groups import groups, ranked
 from tuner.study.trials.search import Measuring, open_study, run_study
 
@@ -54,22 +56,28 @@ class Scripted:
     """Scores by configuration (max-num-seqs, None for the baseline) and measurement."""
 
     def __init__(
-        self, scores: Mapping[int | None, Sequence[float]], behind: Sequence[int | None] = ()
+        self,
+        scores: Mapping[int | None, Sequence[float]],
+        behind: Sequence[int | None] = (),
+        behind_at: Collection[int] = (),
     ) -> None:
         self.scores = {k: list(v) for k, v in scores.items()}
         # Configurations whose re-measurements are flagged as trial.py flags a window whose
         # client fell behind (their first measurement is not).
         self.behind = set(behind)
+        # Measurements flagged so by their place in the run (0: the study's first trial).
+        self.behind_at = set(behind_at)
         self.order: list[int | None] = []
 
     def __call__(self, args, setup, workdir, should_stop=None) -> TrialOutcome:
         seqs = args.get("max-num-seqs")
         again = seqs in self.order
+        at = len(self.order)
         self.order.append(seqs)
         value = self.scores[seqs].pop(0)
         metrics = {"ttft_p95_s": value * SLO_S, "error_rate": 0.0}
         scored = score(metrics, {"ttft_p95_s": SLO_S}, {"ttft_p95_s": 1.0})
-        if again and seqs in self.behind:
+        if (again and seqs in self.behind) or at in self.behind_at:
             metrics[CLIENT_BEHIND] = 1.0
             scored = Score(scored.value, {**scored.constraints, CLIENT_BEHIND: 1.0})
         return TrialOutcome(args, scored, metrics, {})
@@ -95,7 +103,14 @@ def run_scripted(
     study = open_study("s", storage, 0)
     run_study(study, spec, setup, tmp_path / "runs", 3, runner=scripted, measured_on={})
     how = Measuring(setup, tmp_path / "runs", runner=scripted)
-    ran = confirm(study, how, top_k, repeats, candidates=candidates)
+    ran = confirm(study, how, repeats) if top_k else 0
+    if candidates:
+        # As ``Run.confirm`` does after the round: each candidate other than the finalist.
+        state = current(study, repeats)
+        final = state.finalist.number if state is not None else None
+        for group in ranked(study)[2]:
+            if group.number != final:
+                ran += again(study, group.number, how, 1 + repeats)
     trace = tmp_path / "trace.csv"
     write_small_trace(trace)
     args = [
@@ -106,101 +121,211 @@ def run_scripted(
     return study, ran, args
 
 
-def test_a_lucky_first_measurement_loses_to_the_median(tmp_path, cpu_model, capsys):
-    scripted = Scripted(
-        {
-            None: [1.0, 1.05, 0.98],  # the baseline
-            4: [0.5, 0.9, 0.95],  # lucky once, then slower
-            8: [0.6, 0.58, 0.62],
-        }
-    )
-    study, ran, args = run_scripted(tmp_path, cpu_model, scripted, top_k=2, repeats=2)
-    # The first three trials, then the top two and the baseline in turns, twice, best first:
-    # after the first turn 8 (median 0.59) leads 4 (0.7).
-    assert scripted.order == [None, 4, 8, 4, 8, None, 8, 4, None]
+def header_of(tmp_path: Path) -> str:
+    return (tmp_path / "configs" / "s.yaml").read_text()
+
+
+def test_the_finalist_and_the_baseline_are_measured_fresh_in_abba_order(tmp_path, cpu_model):
+    # Trial 1 (max-num-seqs 4) is the finalist, the best searched configuration by its search
+    # measurement; it and the baseline are measured three more times each, finalist, baseline,
+    # baseline, finalist, finalist, baseline. Trial 2 (8), second in the search, is not.
+    scripted = Scripted({None: [0.97, 0.99, 0.96, 1.0], 4: [0.5, 0.9, 0.95, 0.92], 8: [0.6]})
+    study, ran, _ = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=3)
+    assert scripted.order == [None, 4, 8, 4, None, None, 4, 4, None]
     assert ran == 6
     trials = study.get_trials()
-    assert [t.user_attrs.get(CONFIRMS_ATTR) for t in trials] == [None] * 3 + [1, 2, 0, 2, 1, 0]
+    assert [t.user_attrs.get(CONFIRMS_ATTR) for t in trials] == [None] * 3 + [1, 0, 0, 1, 1, 0]
+    assert [t.user_attrs.get(FRESH_ATTR) for t in trials] == [None] * 3 + [1] * 6
     assert all(t.params == trials[t.user_attrs.get(CONFIRMS_ATTR, t.number)].params for t in trials)
-    result = choose(study)
-    assert result is not None and result.outcome == TUNED
-    assert result.group.number == 2 and result.group.median == pytest.approx(0.6)
-    assert result.trial.number == 2  # 0.6: its first measurement
-    # Before the confirmation, trial 1 led: the winner changed.
-    assert min(trials[:3], key=lambda t: t.value).number == 1
-
-    assert main(args) == 0
-    out = capsys.readouterr().out
-    header = (tmp_path / "configs" / "s.yaml").read_text()
-    assert "# Study 's', trial 2." in header and "max-num-seqs: 8" in header
-    assert "# winner trial 2: score median 0.6 of 3 (0.58 to 0.62; trials 2, 4, 6)" in header
-    assert "#   it sets max-num-seqs=8" in header
-    assert "# defaults trial 0: score median 1 of 3 (0.98 to 1.05; trials 0, 5, 8)" in header
-    assert "# beats vLLM's defaults beyond the measured spread: 40% better by the median" in header
-    assert "winner trial 2" in out
+    state = current(study, 3)
+    assert state is not None and state.finalist.number == 1 and state.baseline.number == 0
+    assert [t.number for t in state.finalist_fresh.trials] == [3, 6, 7]
+    assert [t.number for t in state.baseline_fresh.trials] == [4, 5, 8]
+    assert state.complete and state.against is None and state.next_arm() is None
+    # Decided: run again, it measures nothing more.
+    how = Measuring(
+        TrialSetup(
+            model="m", requests=(), replay=ReplaySettings(model="m", vocab_size=100),
+            criteria=Criteria({"ttft_p95_s": SLO_S}, {"ttft_p95_s": 1.0}),
+        ),
+        tmp_path, runner=scripted,
+    )  # fmt: skip
+    assert confirm(study, how, 3) == 0 and len(study.trials) == 9
 
 
-def test_a_lead_inside_the_spread_keeps_the_defaults(tmp_path, cpu_model, capsys):
-    scripted = Scripted({None: [1.0, 0.7, 1.1], 4: [0.8, 0.85, 0.75], 8: [3.0]})
-    study, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
-    assert scripted.order == [None, 4, 8, 4, None, 4, None]  # 8 missed the SLO: not confirmed
-    result = choose(study)
-    assert result is not None and result.outcome == DEFAULTS
-    assert result.closest is not None and result.closest.number == 1
-    assert result.trial.number in (0, 4, 6) and result.group.number == 0
-    assert main(args) == EXIT_DEFAULTS_KEPT
-    header = (tmp_path / "configs" / "s.yaml").read_text()
-    assert "max-num-seqs" not in header.split("# Serve with")[1]  # vLLM's defaults, as measured
-    assert (
-        "# vLLM's defaults kept: no searched configuration beats them beyond the measured "
-        "spread: the closest, trial 1, is 20% better by the median, within the spread"
-    ) in header
-    assert "# closest searched trial 1: score median 0.8 of 3" in header
-    assert "#   it sets max-num-seqs=4" in header
-    assert "vLLM's defaults kept (trial" in capsys.readouterr().out
-
-
-def test_more_re_measurements_show_a_gain_that_overlaps_once(tmp_path, cpu_model, capsys):
-    """Four measurements each: the winner's worst (0.95) is worse than the defaults' best
-    (0.9), but it wins 15 of the 16 pairs, which 2 of the 70 ways to deal the eight scores do:
-    beyond chance. "Better in every measurement" would have kept the defaults."""
-    scripted = Scripted({None: [1.0, 1.05, 0.98, 0.9], 4: [0.8, 0.85, 0.75, 0.95], 8: [3.0]})
-    study, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=3)
-    assert scripted.order == [None, 4, 8, 4, None, 4, None, 4, None]
-    result = choose(study)
-    assert result is not None and result.outcome == TUNED and result.group.number == 1
-    assert main(args) == 0
-    header = (tmp_path / "configs" / "s.yaml").read_text()
-    assert (
-        "# beats vLLM's defaults beyond chance: 17% better by the median, better in 15 of 16 "
-        "pairs of measurements (a rank test: p <= 0.05)"
-    ) in header
-
-
-def test_the_baseline_winning_says_so_and_an_earlier_confirmation_is_kept(tmp_path, cpu_model):
-    scripted = Scripted({None: [0.5, 0.55, 0.5], 4: [0.6, 0.9, 0.9], 8: [0.95]})
-    study, ran, _ = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
-    # The baseline leads; the best searched configuration is measured as often as it anyway,
-    # in turns, so that the defaults are kept on like against like.
-    assert scripted.order == [None, 4, 8, 4, None, 4, None] and ran == 4
+def test_a_lucky_search_measurement_does_not_count_in_the_verdict(tmp_path, cpu_model, capsys):
+    # Trial 1's search measurement (0.5, lucky once) makes it the finalist, but only fresh
+    # measurements count: its first fresh one (0.9) is not better than the baseline's (0.85),
+    # and that first pair stops the round after two measurements.
+    scripted = Scripted({None: [1.0, 0.85], 4: [0.5, 0.9], 8: [0.6]})
+    study, ran, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=3)
+    assert scripted.order == [None, 4, 8, 4, None] and ran == 2
+    state = current(study, 3)
+    assert state is not None and state.against is not None
+    assert [t.number for t in state.against] == [3, 4] and state.next_arm() is None
     result = choose(study)
     assert result is not None and result.outcome == DEFAULTS and result.group.number == 0
     assert result.closest is not None and result.closest.number == 1
-    assert result.closest.measured == result.group.measured == 3
-    assert "the closest, trial 1, is 80% worse by the median" in result.why, result.why
-    # Run again: every configuration it would confirm has its measurements already.
+    assert [t.number for t in result.closest.trials] == [3]  # its fresh measurement only
+    why = (
+        "the finalist, trial 1 (50% better by the median in the search) did not beat them on "
+        "fresh engines: its trial 3 (0.900) against their trial 4 (0.850) favours the defaults"
+    )
+    assert result.why == why
+    assert main(args) == EXIT_DEFAULTS_KEPT
+    header = header_of(tmp_path)
+    assert f"# vLLM's defaults kept: {why}" in header
+    assert "max-num-seqs" not in header.split("# Serve with")[1]  # vLLM's defaults, as measured
+    assert "# closest searched trial 1: score 0.9, measured once" in header
+    assert "vLLM's defaults kept (trial" in capsys.readouterr().out
+
+
+def test_the_finalist_is_fixed_by_the_search_and_a_pair_against_it_ends_the_round(
+    tmp_path, cpu_model
+):
+    # Trial 2 (0.5) is the finalist; its fresh measurement (0.9) loses to the baseline's (0.7),
+    # and the round ends there. With it, trial 2's median (0.7) falls behind trial 1's (0.6),
+    # but fresh measurements never rank the finalist: trial 1 is not measured in its place,
+    # then or when the confirmation runs again.
+    scripted = Scripted({None: [0.8, 0.7], 4: [0.6], 8: [0.5, 0.9]})
+    study, ran, _ = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=3)
+    assert scripted.order == [None, 4, 8, 8, None] and ran == 2
+    assert [g.number for g in ranked(study)[0]] == [1, 2, 0]
+    state = current(study, 3)
+    assert state is not None and state.finalist.number == 2 and state.next_arm() is None
+    how = Measuring(
+        TrialSetup(
+            model="m", requests=(), replay=ReplaySettings(model="m", vocab_size=100),
+            criteria=Criteria({"ttft_p95_s": SLO_S}, {"ttft_p95_s": 1.0}),
+        ),
+        tmp_path, runner=scripted,
+    )  # fmt: skip
+    assert confirm(study, how, 3) == 0 and len(scripted.order) == 5
+    result = choose(study)
+    assert result is not None and result.outcome == DEFAULTS
+    assert result.closest is not None and result.closest.number == 2
+    assert "the finalist, trial 2 (38% better by the median in the search)" in result.why
+    assert "its trial 3 (0.900) against their trial 4 (0.700) favours the defaults" in result.why
+
+
+def test_a_confirmed_winner_s_header_gives_the_gain_with_its_interval(tmp_path, cpu_model, capsys):
+    # Fresh: the finalist 0.275, 0.25, 0.3 against the baseline 0.55, 0.5, 0.6. By the median
+    # 0.275 against 0.55: 50% better, 2x; at three against three the 90% interval runs from the
+    # least ratio of a fresh pair (0.5 / 0.3 = 1.67) to the greatest (0.6 / 0.25 = 2.4).
+    scripted = Scripted({None: [0.45, 0.55, 0.5, 0.6], 4: [0.2, 0.275, 0.25, 0.3], 8: [0.8]})
+    study, ran, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=3)
+    assert ran == 6
+    result = choose(study)
+    assert result is not None and result.outcome == TUNED and result.group.number == 1
+    # What is written is the finalist's fresh measurements against the baseline's: the search's
+    # (0.2 and 0.45) are in neither.
+    assert [t.number for t in result.group.trials] == [3, 6, 7]
+    assert result.baseline is not None
+    assert [t.number for t in result.baseline.trials] == [4, 5, 8]
+    assert result.trial.number == 3  # 0.275, the median fresh measurement
+    assert main(args) == 0
+    header = header_of(tmp_path)
+    assert "# Study 's', trial 3." in header and "max-num-seqs: 4" in header
+    assert "# winner trial 1: score median 0.275 of 3 (0.25 to 0.3; trials 3, 6, 7)" in header
+    assert "#   it sets max-num-seqs=4" in header
+    assert "# defaults trial 0: score median 0.55 of 3 (0.5 to 0.6; trials 4, 5, 8)" in header
+    assert (
+        "# beats vLLM's defaults on fresh engines: 50% better by the median (2.00x, 90% interval "
+        "1.67 to 2.40x; 3 fresh engines each, every pair in its favour, p = 0.05)"
+    ) in header
+    assert "winner trial 1" in capsys.readouterr().out
+
+
+def test_a_round_short_of_three_fresh_each_keeps_the_defaults(tmp_path, cpu_model, capsys):
+    # confirm_repeats 2: the finalist is better in both fresh pairs, but two against two is
+    # 1 in 6 by chance, no verdict; the defaults are kept, and the why says so.
+    scripted = Scripted({None: [0.95, 0.98, 1.0], 4: [0.8, 0.85, 0.75], 8: [3.0]})
+    study, ran, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
+    assert scripted.order == [None, 4, 8, 4, None, None, 4] and ran == 4
+    state = current(study, 2)
+    assert state is not None and state.complete and state.against is None
+    assert not state.confirmed
+    result = choose(study)
+    assert result is not None and result.outcome == DEFAULTS and result.group.number == 0
+    assert result.closest is not None and result.closest.number == 1
+    why = (
+        "the finalist, trial 1 (16% better by the median in the search) was measured 2 times on "
+        "fresh engines and the defaults 2 times, short of the 3 each a verdict needs (the time "
+        "budget or confirm_repeats ended the confirmation): no verdict from fewer"
+    )
+    assert result.why == why
+    assert main(args) == EXIT_DEFAULTS_KEPT
+    header = header_of(tmp_path)
+    assert f"# vLLM's defaults kept: {why}" in header
+    assert "# closest searched trial 1: score median 0.8 of 2 (0.75 to 0.85; trials 3, 6)" in header
+    assert "#   it sets max-num-seqs=4" in header
+    assert "max-num-seqs" not in header.split("# Serve with")[1]
+    assert "vLLM's defaults kept (trial" in capsys.readouterr().out
+
+
+def test_one_fresh_pair_against_the_finalist_keeps_the_defaults(tmp_path, cpu_model):
+    # Better by the median (0.85 against 0.96) and in 8 of the 9 fresh pairs, but its third
+    # fresh measurement (trial 7, 0.95) is worse than the baseline's third (trial 8, 0.9): the
+    # rule asks every pair, and the round stops there, complete.
+    scripted = Scripted({None: [0.99, 0.97, 0.96, 0.9], 4: [0.8, 0.85, 0.75, 0.95], 8: [3.0]})
+    study, ran, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=3)
+    assert scripted.order == [None, 4, 8, 4, None, None, 4, 4, None] and ran == 6
+    state = current(study, 3)
+    assert state is not None and state.against is not None
+    assert [t.number for t in state.against] == [7, 8]
+    assert state.finalist_fresh.gain_over(state.baseline_fresh) > 0.1
+    result = choose(study)
+    assert result is not None and result.outcome == DEFAULTS
+    assert result.why.endswith(
+        "its trial 7 (0.950) against their trial 8 (0.900) favours the defaults"
+    )
+    assert main(args) == EXIT_DEFAULTS_KEPT
+
+
+def test_the_baseline_winning_says_so_and_an_earlier_confirmation_is_kept(tmp_path, cpu_model):
+    scripted = Scripted({None: [0.5, 0.55], 4: [0.6, 0.9], 8: [0.95]})
+    study, ran, _ = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=3)
+    # The baseline leads the search; the finalist is still the best searched configuration, and
+    # its first fresh pair against the baseline ends the round.
+    assert scripted.order == [None, 4, 8, 4, None] and ran == 2
+    result = choose(study)
+    assert result is not None and result.outcome == DEFAULTS and result.group.number == 0
+    assert result.closest is not None and result.closest.number == 1
+    assert result.why.startswith(
+        "the finalist, trial 1 (20% worse by the median in the search) did not beat them"
+    ), result.why
+    # Run again: the round is decided, nothing is measured.
     setup = TrialSetup(
         model="m", requests=(), replay=ReplaySettings(model="m", vocab_size=100),
         criteria=Criteria({"ttft_p95_s": SLO_S}, {"ttft_p95_s": 1.0}),
     )  # fmt: skip
-    assert confirm(study, Measuring(setup, tmp_path, runner=scripted), 1, 2) == 0
+    assert confirm(study, Measuring(setup, tmp_path, runner=scripted), 3) == 0
+    assert len(study.trials) == 5
+
+
+def test_where_the_defaults_miss_a_finalist_that_fails_a_fresh_pair_misses_too(tmp_path, cpu_model):
+    # vLLM's defaults miss the SLO (a score above 1) in every measurement. The finalist meets
+    # it in the search and in two fresh measurements, then misses it (trial 7): a miss against
+    # a miss favours neither, so the round stops there, and neither is written as meeting them.
+    scripted = Scripted({None: [1.5, 1.4, 1.45], 4: [0.8, 0.9, 0.7, 1.6], 8: [3.0]})
+    study, ran, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=3)
+    assert scripted.order == [None, 4, 8, 4, None, None, 4, 4] and ran == 5
+    state = current(study, 3)
+    assert state is not None and [t.number for t in state.against or ()] == [7, 4]
+    result = choose(study)
+    assert result is not None and result.outcome == MISSES and result.group.number == 1
+    assert result.why == (
+        "vLLM's defaults miss the SLOs, and the finalist, trial 1, did not beat them on fresh "
+        "engines (it missed them in 1 of 3)"
+    )
+    assert main(args) == EXIT_MISSES_SLOS
 
 
 def test_nothing_is_measured_again_where_no_configuration_met_the_slos(tmp_path, cpu_model):
     # A winner is held against the baseline; with none, re-measuring the baseline (on a slow
     # machine, minutes of an engine that misses every SLO) would change no answer.
     scripted = Scripted({None: [1.5], 4: [1.2], 8: [3.0]})
-    study, ran, _ = run_scripted(tmp_path, cpu_model, scripted, top_k=2, repeats=2)
+    study, ran, _ = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=3)
     assert ran == 0 and scripted.order == [None, 4, 8] and len(study.trials) == 3
     result = choose(study)
     assert result is not None and result.outcome == MISSES and result.group.number == 1
@@ -238,92 +363,106 @@ def test_a_re_measurement_whose_client_fell_behind_is_not_in_the_median():
     assert [t.number for t in group.trials] == [0, 2] and group.median == pytest.approx(2.1)
 
 
-def test_re_measurements_whose_client_fell_behind_count_as_taken(tmp_path, cpu_model):
+def test_fresh_measurements_whose_client_fell_behind_are_taken_again(tmp_path, cpu_model):
+    # The baseline's first fresh measurement (trial 4) is flagged: it says nothing of the
+    # server, so the baseline is measured again in its place, and the round goes on in ABBA
+    # order of the measurements kept (finalist 3, baseline 5, 6, finalist 7, 8, baseline 9).
+    scores = {None: [1.0, 1.1, 1.2, 1.15, 1.1], 4: [0.5, 0.6, 0.55, 0.58], 8: [0.7]}
+    scripted = Scripted(scores, behind_at=[4])
+    study, ran, _ = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=3)
+    assert scripted.order == [None, 4, 8, 4, None, None, None, 4, 4, None] and ran == 7
+    state = current(study, 3)
+    assert state is not None and state.taken == 7 and state.next_arm() is None
+    baseline = next(g for g in groups(study) if g.number == 0)
+    assert [t.number for t in baseline.left_out] == [4]
+    result = choose(study)
+    assert result is not None and result.outcome == TUNED and result.group.number == 1
+    assert [t.number for t in result.group.trials] == [3, 7, 8]
+    assert result.baseline is not None
+    assert [t.number for t in result.baseline.trials] == [5, 6, 9]
+
+
+def test_fresh_measurements_whose_client_fell_behind_count_as_taken(tmp_path, cpu_model):
     # The H100 study of benchmarks/results/h100.md: every re-measurement of the baseline was
     # flagged, none entered its median, and the confirmation measured it again until the time ran
-    # out (six times). Flagged re-measurements are left out of the median but count as taken.
-    scripted = Scripted({None: [0.9, 0.8, 0.8, 0.8, 0.8], 4: [0.5, 0.5, 0.5], 8: [0.7]}, [None])
-    study, ran, _ = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
-    assert ran == 4 and scripted.order == [None, 4, 8, 4, None, 4, None]
+    # out. Flagged fresh measurements are left out of the verdict but count as taken: the round
+    # stops at its limit (9 for 3 each), and with no fresh measurement of the baseline kept the
+    # defaults stay.
+    scores = {None: [0.9] + [0.8] * 8, 4: [0.5, 0.5], 8: [0.7]}
+    scripted = Scripted(scores, behind=[None])
+    study, ran, _ = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=3)
+    assert ran == 9 and scripted.order == [None, 4, 8, 4] + [None] * 8
+    state = current(study, 3)
+    assert state is not None and state.taken == state.limit == 9 and state.next_arm() is None
     result = choose(study)
-    assert result is not None and result.outcome == TUNED
-    assert result.group.number == 1 and len(result.group.values) == 3
+    assert result is not None and result.outcome == DEFAULTS
+    assert "was measured once on fresh engines and the defaults 0 times, short of the 3" in (
+        result.why
+    )
     baseline = result.baseline
-    assert baseline is not None and baseline.values == [0.9] and baseline.measured == 3
-    assert [t.user_attrs[CLIENT_BEHIND] for t in baseline.left_out] == [1.0, 1.0]
-
-
-def test_a_leader_that_falls_back_hands_its_turns_to_the_next(tmp_path, cpu_model, capsys):
-    # The demo's case: the baseline leads on one measurement; with top_k 1 the best searched
-    # configuration (trial 2) is re-measured beside it, in turns, best first.
-    scripted = Scripted({None: [0.52, 0.69, 0.71], 4: [0.9], 8: [0.57, 0.6, 0.55]})
-    study, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
-    assert scripted.order == [None, 4, 8, 8, None, 8, None]
-    result = choose(study)
-    assert result is not None and result.closest is not None and result.closest.number == 2
-    assert result.closest.median == pytest.approx(0.57)
-    assert result.baseline is not None and len(result.baseline.values) == 3
-    # Its worst (0.6) is not better than the baseline's best (0.52): noise, so the defaults stay.
-    assert result.outcome == DEFAULTS
-    assert main(args) == EXIT_DEFAULTS_KEPT
-    header = (tmp_path / "configs" / "s.yaml").read_text()
-    assert "within the spread" in header and "# vLLM's defaults kept: " in header
+    assert baseline is not None and baseline.values == [0.9] and baseline.measured == 9
+    assert [t.user_attrs[CLIENT_BEHIND] for t in baseline.left_out] == [1.0] * 8
 
 
 def test_the_spec_candidates_are_re_measured_and_held_against_the_winner(
     tmp_path, cpu_model, capsys
 ):
     # The hand-tuned configuration of a GPU study is a candidate: with confirm_candidates it is
-    # re-measured in the turns too, and the verdict holds the winner against its spread.
-    scripted = Scripted({None: [1.0, 1.05, 0.98], 4: [0.9, 0.85, 0.95], 8: [0.5, 0.55, 0.52]})
-    study, ran, args = run_scripted(tmp_path, cpu_model, scripted, 1, 2, candidates=True)
-    # The top one (8, a candidate itself), the baseline, then candidate 4, in turns.
-    assert scripted.order == [None, 4, 8, 8, None, 4, 8, None, 4] and ran == 6
+    # measured again after the round (the finalist, 8, a candidate itself, is not), and the
+    # verdict holds the winner's fresh measurements against its re-measurements.
+    scores = {None: [0.97, 0.99, 0.96, 1.0], 4: [0.9, 0.85, 0.95, 0.92], 8: [0.5, 0.55, 0.52, 0.53]}
+    scripted = Scripted(scores)
+    study, ran, args = run_scripted(tmp_path, cpu_model, scripted, 1, 3, candidates=True)
+    assert scripted.order == [None, 4, 8, 8, None, None, 8, 8, None, 4, 4, 4] and ran == 9
     result = choose(study)
     assert result is not None and result.outcome == TUNED and result.group.number == 2
     assert [g.number for g in result.candidates] == [1, 2]
     assert main(args) == 0
-    header = (tmp_path / "configs" / "s.yaml").read_text()
-    assert "# candidate trial 1: score median 0.9 of 3 (0.85 to 0.95; trials 1, 5, 8)" in header
+    header = header_of(tmp_path)
+    assert "# candidate trial 1: score median 0.92 of 3 (0.85 to 0.95; trials 9, 10, 11)" in header
     assert "# beats candidate trial 1 beyond the measured spread" in header
     assert "candidate trial 2" not in header  # the winner itself
     assert "beats candidate trial 1" in capsys.readouterr().out
 
 
 def test_a_candidate_inside_the_winner_s_spread_is_called_noise(tmp_path, cpu_model):
-    scripted = Scripted({None: [1.0, 1.05, 0.98], 4: [0.6, 0.5, 0.7], 8: [0.5, 0.65, 0.52]})
-    _, _, args = run_scripted(tmp_path, cpu_model, scripted, 1, 2, candidates=True)
+    scores = {None: [0.97, 0.99, 0.96, 1.0], 4: [0.6, 0.5, 0.7, 0.55], 8: [0.5, 0.65, 0.52, 0.6]}
+    _, _, args = run_scripted(tmp_path, cpu_model, Scripted(scores), 1, 3, candidates=True)
     assert main(args) == 0
-    header = (tmp_path / "configs" / "s.yaml").read_text()
-    assert "# winner trial 2: score median 0.52 of 3" in header
+    header = header_of(tmp_path)
+    assert "# winner trial 2: score median 0.6 of 3" in header
     assert "# within noise of candidate trial 1" in header
 
 
-def test_candidates_are_held_against_a_baseline_that_wins(tmp_path, cpu_model):
-    scripted = Scripted({None: [0.5, 0.55, 0.52], 4: [0.9, 0.85, 0.95], 8: [0.7, 0.72, 0.75]})
-    _, _, args = run_scripted(tmp_path, cpu_model, scripted, 1, 2, candidates=True)
-    assert scripted.order == [None, 4, 8] + [8, None, 4] * 2
+def test_candidates_are_held_against_the_defaults_kept(tmp_path, cpu_model):
+    # confirm_repeats 2: the finalist (8, candidate 1) is better in both fresh pairs, too few
+    # for a verdict, so the defaults are kept; candidate 0 (4), measured three times like them,
+    # is slower in every pair.
+    scores = {None: [0.5, 0.55, 0.52], 4: [0.9, 0.85, 0.95], 8: [0.45, 0.4, 0.42]}
+    scripted = Scripted(scores)
+    _, ran, args = run_scripted(tmp_path, cpu_model, scripted, 1, 2, candidates=True)
+    assert scripted.order == [None, 4, 8, 8, None, None, 8, 4, 4] and ran == 6
     assert main(args) == EXIT_DEFAULTS_KEPT
-    header = (tmp_path / "configs" / "s.yaml").read_text()
-    assert "# vLLM's defaults kept: nothing searched beat them: the closest, trial 2, is " in header
-    assert "# candidate trial 2: score median 0.72 of 3 (0.7 to 0.75; trials 2, 3, 6)" in header
-    assert "# beats candidate trial 1 beyond" in header
-    assert "# beats candidate trial 2 beyond" in header
+    header = header_of(tmp_path)
+    assert "# vLLM's defaults kept: the finalist, trial 2 (" in header
+    assert "# defaults trial 0: score median 0.52 of 3 (0.5 to 0.55; trials 0, 4, 5)" in header
+    assert "# candidate trial 1: score median 0.9 of 3 (0.85 to 0.95; trials 1, 7, 8)" in header
+    assert "# beats candidate trial 1 beyond the measured spread" in header
 
 
 def test_without_the_option_candidates_are_not_re_measured(tmp_path, cpu_model):
-    scripted = Scripted({None: [1.0, 1.05, 0.98], 4: [0.9], 8: [0.5, 0.55, 0.52]})
-    _, ran, args = run_scripted(tmp_path, cpu_model, scripted, 1, 2)
-    assert scripted.order == [None, 4, 8, 8, None, 8, None] and ran == 4
+    scripted = Scripted({None: [0.97, 0.99, 0.96, 1.0], 4: [0.9], 8: [0.5, 0.55, 0.52, 0.53]})
+    _, ran, args = run_scripted(tmp_path, cpu_model, scripted, 1, 3)
+    assert scripted.order == [None, 4, 8, 8, None, None, 8, 8, None] and ran == 6
     assert main(args) == 0
-    assert "candidate trial" not in (tmp_path / "configs" / "s.yaml").read_text()
+    assert "candidate trial" not in header_of(tmp_path)
 
 
 @pytest.mark.vllm
 def test_confirm_only_finishes_a_confirmation_and_adds_no_trial(tmp_path, cpu_model, stand_in_vllm):
     """A run cut short before its confirmation (a machine's time running out) is finished by
-    ``tuner run --confirm-only`` on the same study: the top one and the baseline re-measured,
-    no searched trial added; run again, it has nothing left to do."""
+    ``tuner run --confirm-only`` on the same study: the finalist and the baseline measured on
+    fresh engines, no searched trial added; run again, it has nothing left to do."""
     spec = cpu_spec(cpu_model, window_s=2, time_scale=1, n_trials=2)
     write_spec(tmp_path / "spec.yaml", spec)
     trace = write_small_trace(tmp_path / "trace.csv")
@@ -336,14 +475,17 @@ def test_confirm_only_finishes_a_confirmation_and_adds_no_trial(tmp_path, cpu_mo
     write_spec(tmp_path / "spec.yaml", spec | {"confirm_top_k": 1, "confirm_repeats": 1})
     done = run_tuner(*args, "--confirm-only", cwd=tmp_path, env=stand_in_vllm, timeout_s=180)
     assert done.returncode in MEETS_SLOS_EXITS, done.stdout + done.stderr
-    assert "adding 0" in done.stdout and "confirming: the top 1 and the baseline" in done.stdout
+    assert "adding 0" in done.stdout
+    assert "confirming the finalist, trial 1, against vLLM's defaults" in done.stdout
     trials = optuna.load_study(study_name="s", storage=storage).trials
     repeats = sorted(t.user_attrs[CONFIRMS_ATTR] for t in trials if CONFIRMS_ATTR in t.user_attrs)
-    assert len(trials) == 2 + len(repeats) and 0 in repeats and len(repeats) <= 2, repeats
+    # One fresh measurement each: the finalist's, then the baseline's.
+    assert len(trials) == 2 + len(repeats) and repeats == [0, 1], repeats
+    assert all(t.user_attrs.get(FRESH_ATTR) == 1 for t in trials if CONFIRMS_ATTR in t.user_attrs)
     done = run_tuner(*args, "--confirm-only", cwd=tmp_path, env=stand_in_vllm, timeout_s=180)
     assert done.returncode in MEETS_SLOS_EXITS, done.stdout + done.stderr
     assert len(optuna.load_study(study_name="s", storage=storage).trials) == len(trials)
-    assert "not confirming again" in done.stdout
+    assert "not confirming again: the confirmation of trial 1 is done" in done.stdout
 
 
 # --- tuner run and tuner report name the same trial -------------------------------------------
@@ -373,27 +515,30 @@ def verdict_columns(page: str) -> list[str]:
 
 
 def test_report_names_the_trial_run_wrote_after_a_confirm_step(tmp_path, cpu_model, capsys):
-    # Trial 1 has the lowest single score (0.5, lucky once); its configuration's median is 0.9.
-    # Trial 2's configuration has the best median (0.6): tuner run writes trial 2, and the
-    # report, which took the lowest single score before, names it too.
-    scripted = Scripted({None: [1.0, 1.05, 0.98], 4: [0.5, 0.9, 0.95], 8: [0.6, 0.58, 0.62]})
-    study, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=2, repeats=2)
+    # Trial 1 has the lowest single score (0.5, lucky once in the search) and is the finalist;
+    # what is written is its median fresh measurement (trial 7, 0.92): tuner run writes trial 7,
+    # and the report, which took the lowest single score before, names it too.
+    scripted = Scripted({None: [0.97, 0.99, 0.96, 1.0], 4: [0.5, 0.9, 0.95, 0.92], 8: [0.6]})
+    study, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=3)
     assert picks.best_trial(study).number == 1  # what the report chose before
     written, page = written_and_reported(tmp_path, args)
-    assert written == 2
-    assert chosen_rows(page) == ["2"]
+    assert written == 7
+    assert chosen_rows(page) == ["7"]
+    # Trial 1 is the same configuration's search measurement, shown as the candidate it is.
     assert verdict_columns(page) == [
-        "trial 2: best, candidate 1",
+        "trial 7: best",
         "trial 0: vLLM&#x27;s defaults",
         "trial 1: candidate 0",
+        "trial 2: candidate 1",
     ]
     said = (
-        "Trial 2 meets every SLO (the median of its 3 measurements: trials 2, 4 and 6), with "
+        "Trial 7 meets every SLO (the median of its 3 measurements: trials 3, 6 and 7), with "
         "the best median score of 3 feasible configurations."
     )
     assert said in page
-    assert "<li>winner trial 2: score median 0.6 of 3 (0.58 to 0.62; trials 2, 4, 6)</li>" in page
-    assert "<code>tuner run</code> wrote trial 2 to " in page
+    assert "<li>winner trial 1: score median 0.92 of 3 (0.9 to 0.95; trials 3, 6, 7)</li>" in page
+    assert "<li>beats vLLM&#x27;s defaults on fresh engines: 7% better by the median" in page
+    assert "<code>tuner run</code> wrote trial 7 to " in page
     assert "is not from this trial" not in page
 
 
@@ -416,10 +561,12 @@ def test_the_closest_is_the_best_median_too(tmp_path, cpu_model, capsys):
 
 
 def test_a_re_measurement_of_the_baseline_chosen_is_the_baseline(tmp_path, cpu_model):
-    # The baseline's median measurement is its second (trial 4): the page calls it vLLM's
-    # defaults, in one column, and does not show trial 0 beside it as another configuration.
-    scripted = Scripted({None: [0.45, 0.5, 0.55], 4: [0.9], 8: [0.7, 0.75, 0.8]})
-    _, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=2)
+    # The baseline's median measurement is its fresh one (trial 4, the worse middle of two):
+    # the page calls it vLLM's defaults, in one column, and does not show trial 0 beside it as
+    # another configuration. The finalist (trial 2) is the closest searched, by its first trial.
+    scripted = Scripted({None: [0.45, 0.5], 4: [0.9], 8: [0.7, 0.75]})
+    _, _, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=3)
+    assert scripted.order == [None, 4, 8, 8, None]
     written, page = written_and_reported(tmp_path, args)
     assert written == 4 and chosen_rows(page) == ["4"]
     assert verdict_columns(page) == [
@@ -427,8 +574,12 @@ def test_a_re_measurement_of_the_baseline_chosen_is_the_baseline(tmp_path, cpu_m
         "trial 2: closest searched, candidate 1",
         "trial 1: candidate 0",
     ]
-    kept = "It is vLLM's own defaults, kept: nothing searched beat them: the closest, trial 2, is "
-    assert kept + "50% worse by the median." in page
+    kept = (
+        "It is vLLM's own defaults, kept: the finalist, trial 2 (56% worse by the median in the "
+        "search) did not beat them on fresh engines: its trial 3 (0.750) against their trial 4 "
+        "(0.500) favours the defaults."
+    )
+    assert kept in page
 
 
 def test_the_closest_skips_a_configuration_whose_client_fell_behind():

@@ -37,7 +37,8 @@ from tuner.study.measure.trial import TrialOutcome, TrialSetup
 from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec, parse_spec
 from tuner.study.result.choice import choose
 from tuner.study.trials import fingerprint
-from tuner.study.trials.confirm import confirm
+from tuner.study.trials.confirm import again, confirm, current
+from tuner.study.trials.groups import ranked
 from tuner.study.trials.search import Measuring, open_study, run_study
 
 TIMINGS = {"engine_healthy_s": 30.0, "window_s": 10.0, "engine_stop_s": 0.5, "trial_s": 45.0}
@@ -119,7 +120,17 @@ def fill(storage: str, mode: str, script: tuple[str, ...], repeats: int = 0) -> 
         run_study(study, spec, setup, run, len(script), runner=runner)
     except KeyboardInterrupt:
         return study
-    confirm(study, Measuring(setup, run, runner), spec.confirm_top_k, repeats)
+    if not (spec.confirm_top_k and repeats):
+        return study
+    # As ``Run.confirm`` does: the finalist's round, or, where no searched configuration met
+    # the SLOs, the feasible baseline measured again to ``1 + repeats``.
+    how = Measuring(setup, run, runner)
+    if current(study, repeats) is not None:
+        confirm(study, how, repeats)
+        return study
+    feasible, baseline, _ = ranked(study)
+    if feasible and baseline is not None and baseline.feasible:
+        again(study, baseline.number, how, 1 + repeats)
     return study
 
 

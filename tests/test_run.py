@@ -70,47 +70,60 @@ def settings(tmp_path: Path, scripted: Scripted, **overrides: Any) -> RunSetting
     )
 
 
+CONFIRMING = (
+    "confirming the finalist, trial 1, against vLLM's defaults: 3 fresh measurements each, in "
+    "turns (finalist, vLLM's defaults, vLLM's defaults, finalist, ...), stopping at the first "
+    "pair that favours vLLM's defaults"
+)
+
+
 def test_a_run_adds_trials_confirms_and_writes_the_winner(tmp_path, cpu_model):
-    scripted = Scripted({None: [1.0, 1.05, 0.98], 4: [0.5, 0.6, 0.55], 8: [0.7]})
+    scripted = Scripted({None: [0.9, 0.95, 0.92, 0.97], 4: [0.5, 0.6, 0.55, 0.58], 8: [0.7]})
     # Trial 0 the baseline, trials 1 and 2 the spec's candidates (max-num-seqs 4 and 8).
-    spec = parse_spec(spec_dict(cpu_model, n_trials=3, confirm_top_k=1, confirm_repeats=2))
+    spec = parse_spec(spec_dict(cpu_model, n_trials=3, confirm_top_k=1, confirm_repeats=3))
     study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
     heard = Heard()
     run = Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), heard)
 
     assert run.calibrate().time_scale == 1.0  # no time_scale: auto, nothing measured
     assert run.add_trials() == spec.n_trials == 3
-    assert run.confirm() == 4  # the leader and the baseline, twice more each
+    assert run.confirm() == 6  # the finalist and the baseline, three fresh measurements each
     written = run.result()
 
-    assert heard.started == heard.finished == list(range(7))
-    assert scripted.order == [None, 4, 8, 4, None, 4, None]
-    assert heard.lines == [
-        "confirming: the top 1 and the baseline, measured 2 more times each, in turns"
-    ]
+    assert heard.started == heard.finished == list(range(9))
+    assert scripted.order == [None, 4, 8, 4, None, None, 4, 4, None]
+    assert heard.lines == [CONFIRMING]
     # Run again (a study continued), it measures nothing and does not say it is confirming.
-    assert run.confirm() == 0 and scripted.order == [None, 4, 8, 4, None, 4, None]
-    assert heard.lines[-1] == (
-        "not confirming again: the top 1 and the baseline were measured 3 times each already"
-    )
+    assert run.confirm() == 0 and len(scripted.order) == 9
+    assert heard.lines[-1] == "not confirming again: the confirmation of trial 1 is done"
     assert written is not None and written.choice.outcome == TUNED
     assert written.trial.number in written.choice.measurements and written.choice.group.number == 1
+    assert written.choice.measurements == (3, 6, 7)  # its fresh measurements, not the search's
     text = written.path.read_text()
     assert "# Study 's', trial" in text and "max-num-seqs: 4" in text
-    assert any(line.startswith("winner trial 1: score median 0.55 of 3") for line in written.lines)
+    assert any(line.startswith("winner trial 1: score median 0.58 of 3") for line in written.lines)
+    assert any(
+        line.startswith("beats vLLM's defaults on fresh engines: ") for line in written.lines
+    )
 
 
 def test_a_continued_study_holds_back_only_what_its_confirmation_still_needs(tmp_path, cpu_model):
-    """The baseline measured three times already (a first run's confirmation), a second run's
-    budget holds back the re-measurements of a new leader only: two, not four."""
-    scripted = Scripted({None: [1.0, 1.05, 0.98], 4: [0.5, 0.6, 0.55], 8: [0.7]})
-    spec = parse_spec(spec_dict(cpu_model, n_trials=3, confirm_top_k=1, confirm_repeats=2))
+    """A first run's confirmation took one fresh measurement each (confirm_repeats 1); a second
+    run asking for three holds back the four its round still needs, not six, and takes them in
+    the ABBA order the first began."""
+    scripted = Scripted({None: [0.9, 0.95, 0.92, 0.97], 4: [0.5, 0.6, 0.55, 0.58], 8: [0.7]})
+    spec = parse_spec(spec_dict(cpu_model, n_trials=3, confirm_top_k=1, confirm_repeats=1))
     study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
     first = Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), Heard())
-    assert first.add_trials() == 3 and first.confirm() == 4
+    assert first.add_trials() == 3 and first.confirm() == 2
+    spec = parse_spec(spec_dict(cpu_model, n_trials=3, confirm_top_k=1, confirm_repeats=3))
     budgeted = settings(tmp_path, scripted, time_budget_s=3600.0)
     again = Run(study, spec, workload(tmp_path, spec), budgeted, Heard())
-    assert again.budget is not None and again.budget.confirm_trials == 2
+    assert again.budget is not None and again.budget.confirm_trials == 4
+    assert again.confirm() == 4
+    assert scripted.order == [None, 4, 8, 4, None, None, 4, 4, None]
+    written = again.result()
+    assert written is not None and written.choice.outcome == TUNED
 
 
 def test_where_only_the_defaults_served_they_are_measured_again(tmp_path, cpu_model):
@@ -152,9 +165,9 @@ def test_the_defaults_are_not_measured_again_past_the_budget(tmp_path, cpu_model
 
 def test_a_confirmation_the_budget_stops_says_so(tmp_path, cpu_model):
     """A searched configuration and the defaults each measured once, and no time left for a
-    second measurement: the run says the answer stands on fewer measurements than asked for."""
-    scripted = Scripted({None: [1.0, 1.0, 1.0], 4: [0.5, 0.5, 0.5], 8: [0.7, 0.7, 0.7]})
-    spec = parse_spec(spec_dict(cpu_model, n_trials=2, confirm_top_k=1, confirm_repeats=2))
+    fresh measurement: the run says the round stopped short, and that the baseline is kept."""
+    scripted = Scripted({None: [1.0] * 4, 4: [0.5] * 4})
+    spec = parse_spec(spec_dict(cpu_model, n_trials=2, confirm_top_k=1, confirm_repeats=3))
     study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
     first = Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), Heard())
     assert first.add_trials() == 2
@@ -162,17 +175,24 @@ def test_a_confirmation_the_budget_stops_says_so(tmp_path, cpu_model):
     budgeted = settings(tmp_path, scripted, time_budget_s=0.001)
     later = Run(study, spec, workload(tmp_path, spec), budgeted, heard)
     assert later.confirm() == 0 and len(scripted.order) == 2
+    assert heard.lines[0] == CONFIRMING
     assert heard.lines[-1].startswith(
-        "time budget: the confirmation stopped after 0 re-measurements, 0 s left of about "
+        "time budget: the confirmation stopped after 0 fresh measurements, 0 s left of about "
     ), heard.lines
     assert heard.lines[-1].endswith(
-        " s each; 2 configurations short of the 3 measurements asked for (the fewest: 1), "
-        "judged on those taken (a larger --time-budget-s confirms in full)"
+        " s each; the finalist measured 0 and the baseline 0 of the 3 each asked for: the "
+        "baseline is kept (no verdict from fewer; a larger --time-budget-s or --confirm-only "
+        "confirms in full)"
     )
-    # With the time to finish, nothing of the kind is said.
+    written = later.result()
+    assert written is not None and written.choice.outcome == DEFAULTS
+    # With the time to finish, nothing of the kind is said, and the round confirms.
     done = Heard()
-    assert Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), done).confirm()
+    run = Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), done)
+    assert run.confirm() == 6
     assert not any(line.startswith("time budget") for line in done.lines)
+    written = run.result()
+    assert written is not None and written.choice.outcome == TUNED
 
 
 def test_a_budget_is_planned_and_told_before_the_first_trial(tmp_path, cpu_model):

@@ -319,10 +319,15 @@ def summary(choice: Choice, vllm_defaults: Mapping[str, Any] | None = None) -> l
 
 
 def _against_candidates(choice: Choice) -> list[str]:
-    """The re-measured candidates (``confirm_candidates``) against the configuration written."""
+    """The re-measured candidates (``confirm_candidates``) against the configuration written.
+    Like against like: where what is written is the finalist's fresh measurements, a candidate
+    is held against it by its re-measurements alone (as many as those), not its search's."""
     lines = []
     written = choice.group
+    fresh = written.number not in {t.number for t in written.trials}
     for group in choice.candidates:
+        if fresh:
+            group = Group(group.first, group.trials[1:], group.objective)
         if len(group.values) < 2 or group.number == written.number:
             continue
         lines.append(describe(group, "candidate"))
