@@ -30,7 +30,8 @@
 # study into one machine's 30 minutes: 10 s a rate (1000 to 2700 requests a window at the rates
 # measured) instead of 30, and the confirm step re-measures the winner and vLLM's defaults (2
 # more times each by default) rather than the top 2. With WARMUP, also warmup_requests: WARMUP
-# (each engine replays the window's first WARMUP requests before its first rate). The model is
+# (each engine replays the window's first WARMUP requests before its first rate); with COLD=1,
+# warm_prefix_cache: false (every replay from an empty prefix cache). The model is
 # a folder of the Qwen2.5-3B shape on random weights (SHAPE: cpu-tiny for a check on vLLM's CPU
 # build), the trace the story's (TRACE replaces it), the SLOs those of studies/story-cap.yaml
 # (SLOS replaces them: "ttft_p95_s=2 tpot_p95_s=0.05 e2e_p99_s=30"). With WEIGHTS=SHAPE
@@ -92,7 +93,7 @@ case ${1:-} in
     cp "$here/write_weights.py" "$root/"
     [ -n "${AB:-}" ] && cp "$here/../ab.py" "$AB" "$root/"
     if [ -d .whl ]; then
-      python3 -m pip install -q --no-index --no-deps --target "$root/lib" .whl/httpx_aiohttp-*.whl
+      python3 -m pip install -q --no-index --no-deps --target "$root/lib" .whl/*.whl
     fi
     cp "$trace" "$root/work/$prod"
     [ -n "${SPEC:-}" ] && cp "$SPEC" "$root/spec.yaml"
@@ -132,9 +133,10 @@ echo "exit \$?"
 sed -i -e 's/^capacity_window_s: .*/capacity_window_s: 10/' -e 's/^confirm_top_k: .*/confirm_top_k: 1/' \\
     studies/prod.yaml
 [ -n "${WARMUP:-}" ] && sed -i -e 's/^warmup_requests: .*/warmup_requests: ${WARMUP:-0}/' studies/prod.yaml
+[ -n "${COLD:-}" ] && sed -i -e 's/^warm_prefix_cache: .*/warm_prefix_cache: false/' studies/prod.yaml
 [ -n "${SERVER:-}" ] && cat "$root/server.yaml" >> studies/prod.yaml
 fi
-grep -E '^(capacity_window_s|confirm_top_k|confirm_repeats|n_trials|objective_mode|warmup_requests):' studies/prod.yaml
+grep -E '^(capacity_window_s|confirm_top_k|confirm_repeats|n_trials|objective_mode|warmup_requests|warm_prefix_cache):' studies/prod.yaml
 if [ -n "${AB:-}" ]; then
 echo "== ab"
 ab() { python3 "$root/ab.py" "$root/$(basename "${AB:-}")" --spec studies/prod.yaml --trace $prod \
