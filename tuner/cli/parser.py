@@ -6,7 +6,7 @@ import argparse
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import tuner
 from tuner.engine.launchers import AUTO as AUTO_LAUNCHER
@@ -17,9 +17,17 @@ from tuner.traces.parsers import TIME_UNITS_PER_S
 from tuner.traces.prometheus_http import parse_header
 
 
+class Parser(argparse.ArgumentParser):
+    """``argparse``'s parser, its usage errors said in one line (``--help`` shows the usage);
+    its sub-commands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``tuner`` parser: init, run, trace, report and compile-key."""
-    parser = argparse.ArgumentParser(prog="tuner", description=tuner.__doc__)
+    parser = Parser(prog="tuner", description=tuner.__doc__)
     parser.add_argument("--version", action="version", version=f"tuner {tuner.__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log tuner's steps")
     commands = parser.add_subparsers(dest="command", required=True)

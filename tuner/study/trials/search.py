@@ -151,6 +151,8 @@ def load_existing(name: str, storage: str) -> optuna.Study:
     check_database_file(storage)
     try:
         return optuna.load_study(study_name=name, storage=storage)
+    except OPEN_ERRORS as exc:
+        raise TunerError(open_failure(storage, exc)) from None
     except KeyError:
         there = ", ".join(optuna.get_all_study_names(storage)) or "none"
         raise InputError(
