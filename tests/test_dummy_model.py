@@ -22,8 +22,9 @@ from tuner.engine.dummy_model import (
     model_config,
     write_model,
 )
+from tuner.errors import InputError
 from tuner.study.measure.prepare import write_dummy_model
-from tuner.study.plan.spec import load_spec
+from tuner.study.plan.spec import load_spec, parse_spec
 
 
 def contents(folder: Path) -> dict[str, bytes]:
@@ -146,7 +147,7 @@ def test_the_tokenizer_encodes_text_one_token_a_byte_and_decodes_it(written: Pat
 
 
 def test_the_demo_writes_its_model_with_weights_unless_it_measures_random_ones(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``tuner run``'s step: the demo spec's model, at its relative path, once."""
     monkeypatch.chdir(tmp_path)
@@ -163,10 +164,43 @@ def test_the_demo_writes_its_model_with_weights_unless_it_measures_random_ones(
     assert is_complete(random.model, "cpu-tiny", weights=False)
     assert not has_weights(random.model)
 
-    # Someone else's model at that path: measured as it is, and said so.
+    # Someone else's model at that path: refused, and left as it is.
     theirs = dataclasses.replace(demo, model="models/theirs")
     Path(theirs.model).mkdir(parents=True)
     Path(theirs.model, "config.json").write_text(json.dumps(model_config(SHAPES["cpu-demo"])))
-    assert write_dummy_model(theirs) is False
+    with pytest.raises(InputError, match="models/theirs holds a model of another shape"):
+        write_dummy_model(theirs)
     assert sorted(p.name for p in Path(theirs.model).iterdir()) == ["config.json"]
-    assert "measuring it as it is" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("model", "said"),
+    [
+        ("../outside", "a stand-in model is written only in a folder below"),
+        (".", "a stand-in model is written only in a folder below"),
+        ("notes", "notes holds files that tuner did not write"),
+        ("notes/todo.txt", "is a file, not a folder"),
+    ],
+)
+def test_a_stand_in_is_written_only_below_the_working_folder_and_never_over_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, said: str
+) -> None:
+    """A path out of the working folder, the folder itself, a folder of someone's files or a
+    file: refused before anything is written."""
+    working = tmp_path / "work"
+    (working / "notes").mkdir(parents=True)
+    (working / "notes" / "todo.txt").write_text("mine")
+    monkeypatch.chdir(working)
+    spec = dataclasses.replace(load_spec(REPO / "studies" / "demo.yaml"), model=model)
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(InputError, match=said):
+        write_dummy_model(spec)
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_spec_without_a_dummy_model_names_no_stand_in(tmp_path: Path) -> None:
+    """A spec that gives only its model is measured on that model: nothing is written."""
+    spec = parse_spec({"model": "Qwen/Qwen2.5-7B-Instruct"}, "s.yaml")
+    assert spec.dummy_model is None
+    assert write_dummy_model(spec, tmp_path) is False
+    assert list(tmp_path.iterdir()) == []

@@ -8,10 +8,13 @@ installed vLLM's parser in a child process (about 8 s, once per vLLM version and
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,18 +22,24 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import cpu_spec, run_tuner, write_small_trace, write_spec
+from conftest import REPO, cpu_spec, run_tuner, tuner_command, write_small_trace, write_spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tuner.cli.exits import MEETS_SLOS_EXITS
 from tuner.engine.environment import vllm_version
-from tuner.errors import SpecError
+from tuner.errors import InputError, SpecError
 from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec, parse_spec
 from tuner.study.plan.spec_file import MAX_SPEC_BYTES
 from tuner.study.trials.storage import CONNECT_TIMEOUT_S
+from tuner.traces.formats import load_trace
+from tuner.traces.table import MAX_SPAN_S
+from tuner.urls import shown_url
 
 VLLM = vllm_version()
+CASES = Path(__file__).parent / "data" / "hostile"
+SECRET = "hunter2"
+"""The password every case's URLs carry: it must appear in no output and no file."""
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(8)
 )
@@ -270,3 +279,141 @@ def test_the_engine_argument_check_is_skipped_where_vllm_cannot_say(
     said = f"could not ask vLLM {VLLM} for its engine arguments; not checked"
     assert said in result.stderr
     assert os.listdir(env["XDG_CACHE_HOME"]) == []
+
+
+# The hostile-input suite: each folder of tests/data/hostile/ holds a case's input files and its
+# case.yaml (the command, the exit code, the first line said). A case runs in a copy of its
+# folder, with the 40-request trace.csv where it brings none, offline from the model hub.
+
+
+@pytest.mark.parametrize("case", sorted(p.name for p in CASES.iterdir()), ids=str)
+def test_a_hostile_case_says_its_line_exits_its_code_and_writes_nothing(
+    case: str, tmp_path: Path
+) -> None:
+    expected = yaml.safe_load((CASES / case / "case.yaml").read_text())
+    work = tmp_path / "work" / "here"
+    shutil.copytree(CASES / case, work)
+    (work / "case.yaml").unlink()
+    if not (work / "trace.csv").exists():
+        write_small_trace(work / "trace.csv")
+    before = files_in(tmp_path)
+    stdin = (work / expected["stdin"]).read_bytes() if "stdin" in expected else b""
+    result = subprocess.run(
+        tuner_command(*expected["command"]),
+        cwd=work,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        input=stdin,
+        capture_output=True,
+        timeout=180,
+    )
+    said = (result.stderr if expected["exit"] else result.stdout).decode()
+    first = expected["first_line"].format(vllm=VLLM, cwd=work)
+    assert result.returncode == expected["exit"], result.stdout + result.stderr
+    assert said.splitlines()[0].startswith(first), said
+    if expected["exit"]:
+        assert said.count("\n") == 1, said
+    assert files_in(tmp_path) == before
+    assert SECRET.encode() not in result.stdout + result.stderr
+
+
+def test_a_trace_from_a_pipe_or_a_fifo_is_the_file_s_requests(tmp_path: Path) -> None:
+    """``cat trace | tuner trace inspect -`` and a FIFO read every request the file holds."""
+    shipped = REPO / "traces" / "azure-conv-peak.csv"
+    mooncake = CASES / "trace-first-record-over-64kib" / "big.jsonl"
+    for trace in (shipped, mooncake):
+        figures = []
+        fifo = tmp_path / f"{trace.stem}.fifo"
+        os.mkfifo(fifo)
+        writer = subprocess.Popen(["cp", trace, fifo])
+        for source, stdin in ((trace, None), ("-", trace.read_bytes()), (fifo, None)):
+            command = tuner_command("trace", "inspect", source, "--no-png", "--json")
+            done = subprocess.run(command, input=stdin, capture_output=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+            figures.append(json.loads(done.stdout) | {"source": None})
+        writer.wait(timeout=30)
+        assert figures[0]["requests"] == len(load_trace(trace)) > 1
+        assert figures[1] == figures[0] == figures[2]
+
+
+def test_output_closed_early_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    """``tuner trace inspect ... | head -0``: no traceback, a line, exit 1."""
+    trace = write_small_trace(tmp_path / "trace.csv")
+    read, write = os.pipe()
+    os.close(read)
+    done = subprocess.run(
+        tuner_command("trace", "inspect", trace, "--no-png"),
+        stdout=write,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
+    os.close(write)
+    assert done.returncode == 1
+    assert done.stderr == "tuner: the output was closed before it ended (broken pipe)\n"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "postgresql+psycopg://tuner:hunter2@db:5432/s",
+            "postgresql+psycopg://tuner:***@db:5432/s",
+        ),
+        ("http://user:hunter2@prom:9090/", "http://user:***@prom:9090/"),
+        ("https://prom/?token=hunter2&x=1", "https://prom/?token=***&x=1"),
+        ("postgresql://u:hunter2@db:notaport/s", "postgresql://u:***@db:notaport/s"),
+        ("sqlite:///studies/s.db", "sqlite:///studies/s.db"),
+        ("postgresql://u@db/s", "postgresql://u@db/s"),
+    ],
+)
+def test_every_url_shown_hides_its_secret(url: str, shown: str) -> None:
+    assert shown_url(url) == shown
+
+
+# Any trace text: a Trace, or a TraceError naming the source (and a line where it has one).
+
+CELLS = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.sampled_from(["", " ", '"', "2024-05-10 00:00:00", "1e300", "-0", "null", "[1,2]"]),
+    st.text(max_size=6),
+)
+CSV_LINES = st.lists(CELLS, min_size=1, max_size=4).map(",".join)
+JSON_LINES = st.dictionaries(
+    st.sampled_from(["timestamp", "input_length", "output_length", "hash_ids", "chat_id", "x"]),
+    st.one_of(
+        st.integers(min_value=-(2**64), max_value=2**64),
+        st.floats(allow_nan=False),
+        st.text(max_size=4),
+        st.lists(st.integers(min_value=-5, max_value=2**40), max_size=4),
+        st.none(),
+    ),
+).map(json.dumps)
+HEADERS = st.sampled_from(
+    ["timestamp,input_tokens,output_tokens", "TIMESTAMP,ContextTokens,GeneratedTokens", "a,b"]
+)
+
+
+@st.composite
+def trace_texts(draw: st.DrawFn) -> str:
+    """A CSV under a known or unknown header, or JSON lines of trace-like keys, or junk."""
+    kind = draw(st.sampled_from(["csv", "jsonl", "any"]))
+    if kind == "csv":
+        return "\n".join([draw(HEADERS), *draw(st.lists(CSV_LINES, max_size=6))])
+    if kind == "jsonl":
+        return "\n".join(draw(st.lists(JSON_LINES, min_size=1, max_size=6)))
+    return draw(st.text(max_size=200))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace_texts())
+def test_any_trace_text_reads_or_names_its_line(text: str) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder, "t.csv")
+        path.write_text(text, errors="surrogateescape")
+        try:
+            trace = load_trace(path)
+        except InputError as exc:
+            assert str(exc).startswith(str(path)) and "\n" not in str(exc), str(exc)
+            return
+    assert len(trace) >= 1 and trace.span_s <= MAX_SPAN_S

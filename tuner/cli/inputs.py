@@ -5,11 +5,10 @@ every trial replays, said as it is built."""
 from __future__ import annotations
 
 import argparse
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner.cli.parser import trace_options
+from tuner.cli.parser import STUDY_NAME, trace_options
 from tuner.errors import InputError
 from tuner.study.measure.objective import of_spec
 from tuner.study.measure.prepare import (
@@ -22,28 +21,39 @@ from tuner.study.plan.spec import StudySpec
 from tuner.traces.concurrency import ConcurrencyTrace, LengthSource, load_concurrency
 from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
 from tuner.traces.model import Trace
+from tuner.traces.source import is_stdin, read_source
 from tuner.traces.workload import ModelInfo
 
 
-def length_source(args: argparse.Namespace) -> LengthSource:
-    """Where a closed-loop replay draws its request lengths from."""
+def length_source(args: argparse.Namespace) -> tuple[LengthSource, str]:
+    """Where a closed-loop replay draws its request lengths from, and what identifies it in the
+    study's fingerprint (a trace's SHA-256, or the distributions)."""
     if args.lengths_trace:
-        return LengthSource.from_trace(load_trace(args.lengths_trace))
+        if is_stdin(args.lengths_trace) and is_stdin(args.trace):
+            raise InputError("--trace and --lengths-trace cannot both be read from stdin (-)")
+        source = read_source(args.lengths_trace)
+        return LengthSource.from_trace(load_trace(source)), source.sha256
     if args.input_lengths and args.output_lengths:
-        return LengthSource.from_distributions(args.input_lengths, args.output_lengths)
+        lengths = LengthSource.from_distributions(args.input_lengths, args.output_lengths)
+        return lengths, f"{args.input_lengths} {args.output_lengths}"
     raise InputError(
         f"{args.trace} is a concurrency trace: give request lengths with --lengths-trace FILE "
         "or --input-lengths and --output-lengths (fixed:N, uniform:LO:HI, lognormal:MEDIAN:SIGMA)"
     )
 
 
-def sha256_of(path: Path) -> str:
-    """The file's SHA-256, hex: which trace a study and a written configuration came from."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def study_of(args: argparse.Namespace) -> str:
+    """The study's name: ``--study``, else the trace file's stem where that is a name."""
+    if args.study:
+        return str(args.study)
+    if is_stdin(args.trace):
+        raise InputError("a trace read from stdin (-) has no name to give its study: add --study")
+    if not STUDY_NAME.fullmatch(args.trace.stem):
+        raise InputError(
+            f"{args.trace}: its stem {args.trace.stem!r} is not a study name (letters, digits, "
+            "'_', '.', '-'): add --study"
+        )
+    return str(args.trace.stem)
 
 
 def spec_path(args: argparse.Namespace, name: str) -> Path:
@@ -53,23 +63,27 @@ def spec_path(args: argparse.Namespace, name: str) -> Path:
 
 @dataclass(frozen=True)
 class TraceRead:
-    """The trace ``--trace`` names: a request trace, or a concurrency trace's schedule and where
-    its requests' lengths come from."""
+    """The trace ``--trace`` names, read once: a request trace, or a concurrency trace's
+    schedule and where its requests' lengths come from; the SHA-256 of what was read."""
 
     trace: Trace | None
+    sha256: str
     schedule: ConcurrencyTrace | None = None
     lengths: LengthSource | None = None
+    lengths_from: str = ""
 
 
 def read_trace(args: argparse.Namespace) -> TraceRead:
-    """The trace, said in a line."""
-    if decide_format(args.trace, args.format, args.columns) == CONCURRENCY:
-        schedule, lengths = load_concurrency(args.trace), length_source(args)
+    """The trace, read in one pass (a file, a pipe, a FIFO or ``-``), said in a line."""
+    source = read_source(args.trace)
+    if decide_format(source, args.format, args.columns) == CONCURRENCY:
+        schedule = load_concurrency(source)
+        lengths, lengths_from = length_source(args)
         print(f"concurrency trace {args.trace}: {len(schedule.time_s)} samples")
-        return TraceRead(None, schedule, lengths)
-    trace = load_trace(args.trace, args.format, **trace_options(args))
+        return TraceRead(None, source.sha256, schedule, lengths, lengths_from)
+    trace = load_trace(source, args.format, **trace_options(args))
     print(f"trace {args.trace}: {len(trace)} requests over {trace.span_s:.0f} s")
-    return TraceRead(trace)
+    return TraceRead(trace, source.sha256)
 
 
 def workload_of(
@@ -86,13 +100,13 @@ def workload_of(
     window_s = spec.window_s if args.window_s is None else args.window_s
     if read.trace is None:
         assert read.schedule is not None and read.lengths is not None
-        lengths_from = (
-            sha256_of(args.lengths_trace)
-            if args.lengths_trace
-            else f"{args.input_lengths} {args.output_lengths}"
-        )
         replay = closed_loop_replay(
-            read.schedule, read.lengths, lengths_from, window_s, time_scale, model.max_model_len
+            read.schedule,
+            read.lengths,
+            read.lengths_from,
+            window_s,
+            time_scale,
+            model.max_model_len,
         )
     else:
         replay = open_loop_replay(
@@ -106,5 +120,4 @@ def workload_of(
     said = of_spec(spec).measure(spec, replay.requests, replay.offered).describe()
     if said:
         print(said)
-    sha = sha256_of(args.trace)
-    return Workload(args.trace, sha, read.trace, replay, window_s, time_scale, model)
+    return Workload(args.trace, read.sha256, read.trace, replay, window_s, time_scale, model)

@@ -9,6 +9,7 @@ input or usage, 130 when interrupted. The other commands exit 0, 1 or 2 alike.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -59,3 +60,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ntuner: interrupted; the study keeps its finished trials", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return _output_closed()
+
+
+def _output_closed() -> int:
+    """What a command whose output was closed (``tuner ... | head``) says: a line, exit 1.
+
+    Standard output is pointed at /dev/null, so that flushing it at exit cannot fail again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    print("tuner: the output was closed before it ended (broken pipe)", file=sys.stderr)
+    return EXIT_FAILED

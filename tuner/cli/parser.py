@@ -4,21 +4,30 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import tuner
 from tuner.engine.launchers import AUTO as AUTO_LAUNCHER
 from tuner.engine.launchers import LAUNCHERS
-from tuner.study.plan.spec import OBJECTIVE_MODES, SCORED_METRICS
+from tuner.study.plan.spec import LEAST_SCALE, MOST_SCALE, OBJECTIVE_MODES, SCORED_METRICS
 from tuner.traces.formats import FORMATS, parse_column_mapping
 from tuner.traces.parsers import TIME_UNITS_PER_S
 from tuner.traces.prometheus_http import parse_header
 
 
+class Parser(argparse.ArgumentParser):
+    """``argparse``'s parser, its usage errors said in one line (``--help`` shows the usage);
+    its sub-commands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``tuner`` parser: init, run, trace, report and compile-key."""
-    parser = argparse.ArgumentParser(prog="tuner", description=tuner.__doc__)
+    parser = Parser(prog="tuner", description=tuner.__doc__)
     parser.add_argument("--version", action="version", version=f"tuner {tuner.__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log tuner's steps")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -26,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     init = commands.add_parser(
         "init", help="write the study spec for this trace, model and machine, and stop"
     )
-    init.add_argument("--trace", required=True, type=Path, help="trace file (CSV)")
+    init.add_argument("--trace", required=True, type=Path, help="trace file (-: stdin)")
     add_trace_options(init)
     add_study_options(init)
     add_run_command(commands)
@@ -43,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 def add_run_command(commands: Any) -> None:
     """``tuner run``: the trace, the study, and how this run measures and writes."""
     run = commands.add_parser("run", help="tune vLLM against a replayed trace")
-    run.add_argument("--trace", required=True, type=Path, help="trace file (CSV)")
+    run.add_argument("--trace", required=True, type=Path, help="trace file (-: stdin)")
     add_trace_options(run)
     add_study_options(run)
     run.add_argument(
@@ -64,7 +73,9 @@ def add_run_command(commands: Any) -> None:
     )
     run.add_argument("--window-s", type=positive_number, help="replay window in trace seconds")
     run.add_argument(
-        "--time-scale", type=positive_number, help="multiply arrival times (< 1 is faster)"
+        "--time-scale",
+        type=time_scale,
+        help=f"multiply arrival times (< 1 is faster; {LEAST_SCALE:g} to {MOST_SCALE:g})",
     )
     run.add_argument("--configs", type=Path, default=Path("configs"), help="output folder")
     run.add_argument("--runs", type=Path, default=Path("runs"), help="trial logs folder")
@@ -101,7 +112,9 @@ def add_run_command(commands: Any) -> None:
 
 def add_study_options(parser: argparse.ArgumentParser) -> None:
     """What a new study spec is written from, and what overrides an existing one's."""
-    parser.add_argument("--study", help="study name (default: the trace file's stem)")
+    parser.add_argument(
+        "--study", type=study_name, help="study name (default: the trace file's stem)"
+    )
     parser.add_argument("--spec", type=Path, help="study spec (default: studies/NAME.yaml)")
     parser.add_argument(
         "--model",
@@ -139,6 +152,38 @@ def slo(text: str) -> tuple[str, float]:
             f"must be METRIC=SECONDS with METRIC one of {', '.join(SCORED_METRICS)}, got {text!r}"
         )
     return metric, positive_number(value)
+
+
+STUDY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+"""A study name: what it names (studies/NAME.yaml, configs/NAME.yaml, runs/NAME/) stays in
+its folder."""
+
+
+def study_name(text: str) -> str:
+    """``--study``: a name of letters, digits, ``_``, ``.`` and ``-``, not a path."""
+    if not STUDY_NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"must be a name of letters, digits, '_', '.' and '-' (not starting with '.' or "
+            f"'-', at most 128), not a path; got {text!r}"
+        )
+    return text
+
+
+def time_scale(text: str) -> float:
+    """``--time-scale``: a positive factor within what a spec's ``time_scale`` takes."""
+    value = positive_number(text)
+    if not LEAST_SCALE <= value <= MOST_SCALE:
+        raise argparse.ArgumentTypeError(
+            f"must be from {LEAST_SCALE:g} to {MOST_SCALE:g}, got {text!r}"
+        )
+    return value
+
+
+def png_path(text: str) -> Path:
+    """``--png``: a file name ending in ``.png`` (the plot is written under that name)."""
+    if not text.lower().endswith(".png"):
+        raise argparse.ArgumentTypeError(f"must name a .png file, got {text!r}")
+    return Path(text)
 
 
 def client_procs(text: str) -> int | str:
@@ -223,10 +268,10 @@ def add_trace_commands(commands: Any) -> None:
     trace = commands.add_parser("trace", help="look at a trace, or rebuild one from Prometheus")
     sub = trace.add_subparsers(dest="trace_command", required=True)
     inspect = sub.add_parser("inspect", help="the shape of a trace's traffic")
-    inspect.add_argument("file", type=Path, help="request trace or concurrency trace")
+    inspect.add_argument("file", type=Path, help="request trace or concurrency trace (-: stdin)")
     add_trace_options(inspect)
     inspect.add_argument("--json", action="store_true", help="print the figures as JSON")
-    inspect.add_argument("--png", type=Path, help="plot file (default: STEM-inspect.png)")
+    inspect.add_argument("--png", type=png_path, help="plot file, .png (default: STEM-inspect.png)")
     inspect.add_argument("--no-png", action="store_true", help="write no plot")
     inspect.add_argument(
         "--window-s", type=positive_number, default=60.0, help="tuner run's window"
@@ -280,7 +325,7 @@ def add_trace_commands(commands: Any) -> None:
 def add_report_command(commands: Any) -> None:
     """``tuner report``: a study's HTML page."""
     report = commands.add_parser("report", help="an HTML page of what a study found, with plots")
-    report.add_argument("study", help="study name")
+    report.add_argument("study", type=study_name, help="study name")
     report.add_argument("--storage", help="Optuna storage URL (default: sqlite:///studies/NAME.db)")
     report.add_argument("--out", type=Path, help="output folder (default: reports/NAME)")
     report.add_argument(

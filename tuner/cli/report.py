@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from tuner.report.build import write_report
+from tuner.urls import shown_url
 
 
 def default_storage(name: str) -> str:
@@ -22,7 +23,7 @@ def report_command(name: str, storage: str, configs: Path) -> str:
     """The ``tuner report`` command for a study, naming only what is not the default."""
     command = f"tuner report {name}"
     if storage != default_storage(name):
-        command += f" --storage {storage}"
+        command += f" --storage {shown_url(storage)}"
     if configs != Path("configs"):
         command += f" --configs {configs}"
     return command

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import optuna
 
-from tuner.cli.inputs import read_trace, workload_of
+from tuner.cli.inputs import read_trace, study_of, workload_of
 from tuner.cli.progress import RunLines
 from tuner.cli.report import after_run
 from tuner.cli.result import overhead_summary, said_result
@@ -31,6 +31,7 @@ from tuner.study.plan.spec import AUTO, StudySpec
 from tuner.study.result.run import Run, RunSettings
 from tuner.study.trials import search
 from tuner.study.trials.workers import fail_orphans
+from tuner.urls import shown_url
 
 
 def launcher_for(choice: str, log: Path) -> Launcher:
@@ -78,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     asked, add the trials, confirm the winner and write its configuration; the exit status says
     whether it meets the SLOs."""
     began = time.monotonic()
-    name = args.study or args.trace.stem
+    name = study_of(args)
     # Bad input stops here, before anything is written.
     read = read_trace(args)
     command = server_command_of(args)
@@ -118,7 +119,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "trial always runs (in a new study, vLLM's defaults)"
             )
         run.calibrate()
-        print(f"study {name!r} in {storage}: {len(study.trials)} trials so far, adding {n_trials}")
+        print(
+            f"study {name!r} in {shown_url(storage)}: {len(study.trials)} trials so far, "
+            f"adding {n_trials}"
+        )
         if launcher is not None:
             first_new = len(study.trials)
             with lines.showing():
@@ -128,7 +132,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if launcher is not None:
             launcher.close()
-    print(f"\ndashboard: optuna-dashboard {storage}")
+    print(f"\ndashboard: optuna-dashboard {shown_url(storage)}")
     return after_run(args, name, storage, said_result(args, name, study, run.result()))
 
 

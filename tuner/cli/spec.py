@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
-from tuner.cli.inputs import spec_path
+from tuner.cli.inputs import spec_path, study_of
 from tuner.cli.output import check_writable
 from tuner.cli.parser import trace_options
 from tuner.engine import arguments, environment
@@ -24,6 +25,7 @@ from tuner.study.plan.spec_file import read_spec_document
 from tuner.study.result.written import write_whole
 from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
 from tuner.traces.model import Trace
+from tuner.traces.source import read_source
 from tuner.traces.workload import model_info
 
 
@@ -66,9 +68,14 @@ def write_default_spec(args: argparse.Namespace, path: Path, trace: Trace | None
 
 
 def load_study_spec(args: argparse.Namespace, name: str, trace: Trace | None) -> StudySpec:
-    """The study spec, written when absent, with the command line's settings over it; its
-    dummy model written, if it has one."""
+    """The study spec, written when absent (unless ``--spec`` names it), with the command
+    line's settings over it."""
     path = spec_path(args, name)
+    if args.spec is not None and not args.spec.exists():
+        raise InputError(
+            f"--spec {args.spec} does not exist (tuner init writes one; without --spec, tuner "
+            f"run writes studies/{name}.yaml)"
+        )
     if not path.exists():
         write_default_spec(args, path, trace)
         print(f"wrote a default study spec to {path}")
@@ -87,18 +94,23 @@ def load_study_spec(args: argparse.Namespace, name: str, trace: Trace | None) ->
             "measuring on random weights (load-format dummy); the configuration written "
             "leaves that out, to serve the model's weights"
         )
+    return spec
+
+
+def ready_model(spec: StudySpec) -> None:
+    """The spec's stand-in model written, where it names one (``dummy_model``), said."""
     if write_dummy_model(spec):
         weights = "none saved" if random_weights(spec.engine_args) else "saved"
         print(f"wrote a {spec.dummy_model} model to {spec.model} (random weights, {weights})")
-    return spec
 
 
 def cmd_init(args: argparse.Namespace) -> int:
     """``tuner init``: write the study spec for this trace, model and machine; run nothing."""
-    name = args.study or args.trace.stem
+    name = study_of(args)
     trace = None
-    if decide_format(args.trace, args.format, args.columns) != CONCURRENCY:
-        trace = load_trace(args.trace, args.format, **trace_options(args))
+    source = read_source(args.trace)
+    if decide_format(source, args.format, args.columns) != CONCURRENCY:
+        trace = load_trace(source, args.format, **trace_options(args))
     path = spec_path(args, name)
     if path.exists():
         raise InputError(f"{path} exists: edit it, or give another --study or --spec")
@@ -114,19 +126,44 @@ def set_names(spec: StudySpec) -> list[str]:
     return [*spec.engine_args, *spec.baseline, *(n for c in spec.candidates for n in c)]
 
 
+def set_values(spec: StudySpec) -> list[tuple[str, Any]]:
+    """Each value an engine argument takes in some trial: as set, and each searched
+    dimension's bounds, choices and vLLM's default (as the search gives them)."""
+    pairs: list[tuple[str, Any]] = []
+    for arguments_set in (spec.engine_args, spec.baseline, *spec.candidates):
+        pairs += list(arguments_set.items())
+    for dimension in spec.space:
+        if dimension.kind == "categorical":
+            values: list[Any] = list(dimension.choices)
+        else:
+            cast = int if dimension.kind == "int" else float
+            values = [cast(v) for v in (dimension.low, dimension.high) if v is not None]
+        if dimension.has_default:
+            values.append(dimension.default)
+        pairs += [(dimension.name, v) for v in values if v is not None]
+    unique = {json.dumps(pair, sort_keys=True, default=str): pair for pair in pairs}
+    return list(unique.values())
+
+
 def check_engine_arguments(spec: StudySpec, path: Path) -> None:
-    """An ``InputError`` for an engine argument the installed vLLM does not accept."""
+    """An ``InputError`` for an engine argument the installed vLLM does not accept, or a value
+    its server's parser refuses (both asked of vLLM; left to it where it cannot say)."""
     known = arguments.known_arguments()
     if known is None:
         return
     names = [*set_names(spec), *(d.name for d in spec.space)]
     unknown = arguments.unknown_arguments(dict.fromkeys(names), known)
+    version = environment.vllm_version()
     if unknown:
         name, close = next(iter(unknown.items()))
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise InputError(
-            f"{path}: {name}: not an engine argument of vLLM {environment.vllm_version()}{hint}"
-        )
+        raise InputError(f"{path}: {name}: not an engine argument of vLLM {version}{hint}")
+    pairs = set_values(spec)
+    refused = arguments.refused_values(pairs) or {}
+    if refused:
+        index, said = next(iter(refused.items()))
+        name, value = pairs[index]
+        raise InputError(f"{path}: {name}: vLLM {version} refuses {value!r}: {said}")
 
 
 def for_own_server(spec: StudySpec, path: Path) -> StudySpec:
@@ -183,7 +220,8 @@ def checked_spec(
 ) -> StudySpec:
     """The spec as this run uses it, once the folders, the engine arguments and the objective
     are checked: for the user's own server (``for_own_server``), on vLLM's CPU build with a
-    baseline that starts there (said), with ``--client-procs``."""
+    baseline that starts there (said), with ``--client-procs``; its stand-in model written last
+    (``ready_model``), once nothing is left to refuse."""
     check_writable(args.configs, "--configs")
     spec = for_own_server(spec, spec_path(args, name))
     if measures:
@@ -196,4 +234,5 @@ def checked_spec(
     if args.client_procs is not None:
         spec = dataclasses.replace(spec, client_procs=args.client_procs)
     of_spec(spec).check_trace(request_trace)
+    ready_model(spec)
     return spec

@@ -14,8 +14,8 @@ its files say, so no other kind would be kept.
 A folder is complete when its manifest (``tuner-model.json``, written last) names its shape,
 seed and files, and each file has the size listed. A complete folder is reused as it is; one
 of tuner's that is not is written again, its manifest first marked as being written, so a write
-cut short is never taken for a complete one. A folder holding a model tuner did not write is
-never written over.
+cut short is never taken for a complete one. A folder holding a model tuner did not write, or
+any other file, is never written over.
 """
 
 from __future__ import annotations
@@ -242,9 +242,9 @@ def write_model(
     whole model in memory, so a large shape takes its full size there and on disk. Without,
     the folder serves only with ``load-format: dummy``.
 
-    tuner writes into a folder that is absent, its own (it has a manifest), or holds no model
-    but one of this shape without weights; its files are replaced, each whole, and others are
-    left. Any other folder holds a model tuner did not write: a ``FileExistsError``.
+    tuner writes into a folder that is absent, empty, its own (it has a manifest), or holds no
+    model but one of this shape without weights; its files are replaced, each whole, and others
+    are left. Any other folder holds files tuner did not write: a ``FileExistsError``.
     """
     folder, shape = Path(folder), _shape(shape)
     if is_complete(folder, shape, weights, seed):
@@ -280,16 +280,20 @@ def _write_manifest(folder: Path, manifest: Mapping[str, Any]) -> None:
 
 
 def _refuse_another_model(folder: Path, shape: ModelShape) -> None:
-    """A ``FileExistsError`` where ``folder`` holds a model tuner did not write: it has no
-    manifest, and weights, or a ``config.json`` that is not of that shape (an earlier tuner
-    wrote that config, with no weights)."""
+    """A ``FileExistsError`` where ``folder`` holds files tuner did not write: it has no
+    manifest, and weights, a ``config.json`` that is not of that shape (an earlier tuner wrote
+    that config, with no weights), or no ``config.json`` and any file at all; or it is a file."""
     if (folder / MANIFEST).exists():
         return
+    if folder.exists() and not folder.is_dir():
+        raise FileExistsError(f"{folder} is a file, not a folder")
     if has_weights(folder):
         raise FileExistsError(f"{folder} holds weights that tuner did not write")
     try:
         config = json.loads((folder / "config.json").read_text())
     except FileNotFoundError:
+        if folder.is_dir() and next(folder.iterdir(), None) is not None:
+            raise FileExistsError(f"{folder} holds files that tuner did not write") from None
         return
     except (OSError, ValueError):
         config = None

@@ -33,6 +33,7 @@ from tuner.study.result.choice import Choice, choose, summary
 from tuner.study.trials import picks, search
 from tuner.study.trials.fingerprint import WORKLOAD_ATTR
 from tuner.study.trials.groups import groups
+from tuner.urls import shown_url
 
 if TYPE_CHECKING:
     from optuna.study import Study
@@ -58,7 +59,7 @@ def read_report(name: str, storage: str, configs: Path) -> StudyReport:
     outcome = summary(choice, vllm_defaults(study)) if choice is not None and said else []
     return StudyReport(
         name=name,
-        storage=storage,
+        storage=shown_url(storage),
         rows=rows,
         parameters=searched_parameters(trials),
         # As the spec gave them where tuner run recorded them; else as the trials were held to.

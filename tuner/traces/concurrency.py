@@ -24,7 +24,8 @@ import numpy as np
 from tuner.errors import InputError, TraceError
 from tuner.traces.csv_reader import read_csv
 from tuner.traces.model import Request, Trace
-from tuner.traces.table import MAX_TRACE_BYTES, Kind, read_text, timestamps
+from tuner.traces.source import MAX_TRACE_BYTES, TraceText, as_source
+from tuner.traces.table import Kind, timestamps
 
 logger = logging.getLogger(__name__)
 
@@ -114,15 +115,18 @@ def from_samples(
     return ConcurrencyTrace(times, values, float(times[-1]) + hold_s, source)
 
 
-def load_concurrency(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> ConcurrencyTrace:
+def load_concurrency(
+    source: TraceText | str | Path, max_bytes: int = MAX_TRACE_BYTES
+) -> ConcurrencyTrace:
     """Read ``timestamp,concurrency`` (seconds or ISO datetimes; whole or fractional counts).
 
     Fractional counts (averaged exports) are rounded; out-of-order rows are sorted with a
     warning; two rows at one time, negative or non-finite counts or timestamps are errors.
     """
-    path = Path(path)
+    source = as_source(source, max_bytes)
+    path = source.name
     wanted: dict[str, Kind] = {"timestamp": "time", "concurrency": "number"}
-    table = read_csv(str(path), read_text(path, max_bytes), wanted)
+    table = read_csv(path, source.text, wanted)
     values = table.columns["concurrency"]
     bad = ~np.isfinite(values) | (values < 0) | (values > MAX_CONCURRENCY)
     if np.any(bad):
@@ -136,8 +140,8 @@ def load_concurrency(path: str | Path, max_bytes: int = MAX_TRACE_BYTES) -> Conc
     if len(repeated):
         table.fail(int(order[repeated[0] + 1]), "two samples at the same timestamp")
     if np.all(np.rint(values) == 0):
-        raise TraceError(str(path), None, "the concurrency is 0 throughout; nothing to replay")
-    return from_samples(times, values, str(path))
+        raise TraceError(path, None, "the concurrency is 0 throughout; nothing to replay")
+    return from_samples(times, values, path)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 ``decide_format`` is the one place a file's format is decided: named, implied by a column
 mapping, or detected from the file's header (CSV) or first record's keys (JSONL). The parsers
-live in ``tuner.traces.parsers``. Files over ``MAX_TRACE_BYTES`` are refused.
+live in ``tuner.traces.parsers``. Each takes a trace as read once (``tuner.traces.source``):
+a path given here is read once, and its text serves detection and parsing alike. Traces over
+``MAX_TRACE_BYTES`` are refused.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from tuner.traces.parsers import (
     read_mapped,
     read_mooncake,
 )
-from tuner.traces.table import MAX_TRACE_BYTES, first_record_line
+from tuner.traces.source import MAX_TRACE_BYTES, TraceText, as_source
+from tuner.traces.table import first_record_line
 
 
 def parse_column_mapping(text: str) -> dict[str, str]:
@@ -63,19 +66,23 @@ FORMATS = (*PARSERS, CONCURRENCY)
 
 
 def decide_format(
-    path: Path, fmt: str | None = None, columns: Mapping[str, str] | None = None
+    source: TraceText | str | Path,
+    fmt: str | None = None,
+    columns: Mapping[str, str] | None = None,
 ) -> str:
-    """The format of ``path``: ``fmt`` if given, ``columns`` if a mapping is, else detected.
+    """The format of ``source``: ``fmt`` if given, ``columns`` if a mapping is, else detected
+    (a path is then read: pass the ``TraceText`` where its text is read again).
 
     A mapping beside a named format other than ``columns`` contradicts it and is refused.
     """
+    name = source.name if isinstance(source, TraceText) else str(source)
     if fmt is not None and fmt not in FORMATS:
-        raise TraceError(str(path), None, f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+        raise TraceError(name, None, f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     if columns and fmt not in (None, "columns"):
-        raise TraceError(str(path), None, f"a column mapping is for the columns format, not {fmt}")
+        raise TraceError(name, None, f"a column mapping is for the columns format, not {fmt}")
     if fmt is not None:
         return fmt
-    return "columns" if columns else detect_format(path)
+    return "columns" if columns else detect_format(source)
 
 
 @dataclass(frozen=True)
@@ -117,25 +124,21 @@ SIGNATURES = (
 )
 
 
-def detect_format(path: Path) -> str:
-    """The format name of a trace file, from its CSV header or its first JSON record's keys,
-    as the first of ``SIGNATURES`` that matches.
+def detect_format(source: TraceText | str | Path) -> str:
+    """The format name of a trace, from its CSV header or its first JSON record's keys, as the
+    first of ``SIGNATURES`` that matches.
 
     Returns ``"concurrency"`` for a ``timestamp,concurrency`` CSV (not a request trace).
     """
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(1 << 16)
-    except OSError as exc:
-        raise TraceError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
-    text = head.decode("utf-8", "replace").removeprefix("\ufeff").replace("\r", "\n")
-    number, line = first_record_line(str(path), text)
+    source = as_source(source)
+    path = source.name
+    number, line = first_record_line(path, source.text)
     if line.lstrip().startswith("{"):
         record = "jsonl"
         try:
             found = set(json.loads(line))
         except (ValueError, TypeError, RecursionError):
-            raise TraceError(str(path), number, "first record is not a JSON object") from None
+            raise TraceError(path, number, "first record is not a JSON object") from None
         shown = ",".join(sorted(found))[:200]
     else:
         record = "csv"
@@ -146,7 +149,7 @@ def detect_format(path: Path) -> str:
             return signature.fmt
     known = "; ".join(f"{s.label} ({s.shown})" for s in SIGNATURES)
     raise TraceError(
-        str(path),
+        path,
         number,
         f"unknown trace format (found {shown!r}); known: {known}; or give --format columns "
         "--columns ...",
@@ -154,7 +157,7 @@ def detect_format(path: Path) -> str:
 
 
 def load_trace(
-    path: str | Path,
+    source: TraceText | str | Path,
     fmt: str | None = None,
     *,
     columns: Mapping[str, str] | None = None,
@@ -163,18 +166,19 @@ def load_trace(
     block_tokens: int = 0,
     max_bytes: int = MAX_TRACE_BYTES,
 ) -> Trace:
-    """Read a request trace file in the format ``decide_format`` gives.
+    """A request trace (a path, read once, or its text as read) in the format
+    ``decide_format`` gives.
 
     A column mapping without ``fmt`` means the ``columns`` format.
     """
-    path = Path(path)
-    fmt = decide_format(path, fmt, columns)
+    source = as_source(source, max_bytes)
+    fmt = decide_format(source, fmt, columns)
     if fmt == CONCURRENCY:
         raise TraceError(
-            str(path),
+            source.name,
             None,
             "a concurrency trace (timestamp,concurrency), not a request trace; "
             "it is replayed closed-loop with lengths from a request trace",
         )
-    options = TraceOptions(dict(columns or {}), time_unit, model, block_tokens, max_bytes)
-    return PARSERS[fmt](path, options)
+    options = TraceOptions(dict(columns or {}), time_unit, model, block_tokens)
+    return PARSERS[fmt](source, options)

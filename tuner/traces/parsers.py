@@ -1,4 +1,5 @@
-"""One parser per trace format, ``(path, options) -> Trace``.
+"""One parser per trace format, ``(source, options) -> Trace``, ``source`` a trace's text as
+read once (``tuner.traces.source``).
 
 A malformed file raises ``TraceError`` naming the file and line; nothing else escapes a parser.
 Documented handling rather than errors: rows out of time order are sorted (with a warning);
@@ -12,7 +13,6 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -20,14 +20,8 @@ from tuner.errors import TraceError
 from tuner.traces.csv_reader import read_csv
 from tuner.traces.jsonl_reader import read_jsonl
 from tuner.traces.model import HashIds, IntLists, Trace, from_columns
-from tuner.traces.table import (
-    MAX_TRACE_BYTES,
-    Kind,
-    Table,
-    first_record_line,
-    read_text,
-    timestamps,
-)
+from tuner.traces.source import TraceText
+from tuner.traces.table import Kind, Table, first_record_line, timestamps
 
 logger = logging.getLogger(__name__)
 
@@ -60,10 +54,9 @@ class TraceOptions:
     time_unit: str = "s"
     model: str | None = None
     block_tokens: int = 0
-    max_bytes: int = MAX_TRACE_BYTES
 
 
-Parser = Callable[[Path, TraceOptions], Trace]
+Parser = Callable[[TraceText, TraceOptions], Trace]
 DEFAULT_OPTIONS = TraceOptions()
 
 
@@ -83,12 +76,11 @@ def _lengths(table: Table, column: str, label: str) -> np.ndarray:
 
 
 def _arrivals(table: Table, column: str, units_per_s: float = 1.0) -> np.ndarray:
-    values = timestamps(table, column)
-    return values / units_per_s if units_per_s != 1.0 else values
+    return timestamps(table, column, units_per_s)
 
 
 def _build(
-    path: Path,
+    path: str,
     arrival_s: np.ndarray,
     inputs: np.ndarray,
     outputs: np.ndarray,
@@ -108,20 +100,20 @@ def _build(
         arrival_s,
         inputs,
         outputs,
-        source=str(path),
+        source=path,
         hash_ids=hash_ids,
         block_tokens=block_tokens,
         session_id=session_id,
     )
 
 
-def _is_jsonl(path: Path, text: str) -> bool:
-    return first_record_line(str(path), text)[1].lstrip().startswith("{")
+def _is_jsonl(path: str, text: str) -> bool:
+    return first_record_line(path, text)[1].lstrip().startswith("{")
 
 
-def _has_column(path: Path, text: str, name: str) -> bool:
+def _has_column(path: str, text: str, name: str) -> bool:
     """Whether the header (CSV) or the first record (JSONL) names ``name``."""
-    line = first_record_line(str(path), text)[1]
+    line = first_record_line(path, text)[1]
     if not line.lstrip().startswith("{"):
         return name in {column.strip() for column in line.split(",")}
     try:
@@ -131,21 +123,21 @@ def _has_column(path: Path, text: str, name: str) -> bool:
     return isinstance(first, dict) and name in first
 
 
-def read_canonical(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
+def read_canonical(source: TraceText, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
     """``timestamp,input_tokens,output_tokens[,session_id]`` as CSV or JSONL.
 
     Timestamps are seconds, or ISO 8601 datetimes (naive ones are UTC).
     """
-    text = read_text(path, options.max_bytes)
+    path, text = source.name, source.text
     session = "session_id" if _has_column(path, text, "session_id") else None
     wanted: dict[str, Kind] = {"timestamp": "time", "input_tokens": "number"}
     wanted["output_tokens"] = "number"
     if session:
         wanted[session] = "text"
     if _is_jsonl(path, text):
-        table, _ = read_jsonl(str(path), text, wanted, optional=(session,) if session else ())
+        table, _ = read_jsonl(path, text, wanted, optional=(session,) if session else ())
     else:
-        table = read_csv(str(path), text, wanted)
+        table = read_csv(path, text, wanted)
     return _build(
         path,
         _arrivals(table, "timestamp"),
@@ -155,12 +147,12 @@ def read_canonical(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace
     )
 
 
-def read_azure_csv(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
+def read_azure_csv(source: TraceText, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
     """Azure LLM inference trace: ``TIMESTAMP,ContextTokens,GeneratedTokens``."""
-    text = read_text(path, options.max_bytes)
+    path, text = source.name, source.text
     wanted: dict[str, Kind] = {"TIMESTAMP": "time", "ContextTokens": "number"}
     wanted["GeneratedTokens"] = "number"
-    table = read_csv(str(path), text, wanted)
+    table = read_csv(path, text, wanted)
     return _build(
         path,
         _arrivals(table, "TIMESTAMP"),
@@ -169,22 +161,22 @@ def read_azure_csv(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace
     )
 
 
-def read_burstgpt(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
+def read_burstgpt(source: TraceText, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
     """BurstGPT: ``Timestamp`` (s), ``Request tokens``, ``Response tokens``, ``Model``.
 
     Columns are read by name (some releases insert ``Session ID,Elapsed time``). Rows with 0
     response tokens are failed requests: dropped, with a warning saying how many.
     """
-    text = read_text(path, options.max_bytes)
+    path, text = source.name, source.text
     wanted: dict[str, Kind] = {"Timestamp": "time", "Request tokens": "number"}
     wanted |= {"Response tokens": "number", "Model": "text"}
-    table = read_csv(str(path), text, wanted)
+    table = read_csv(path, text, wanted)
     keep = np.ones(len(table), dtype=bool)
     if options.model is not None:
         keep = table.columns["Model"] == options.model
         if not keep.any():
             models = ", ".join(sorted(set(table.columns["Model"].tolist()))[:10])
-            raise TraceError(str(path), None, f"no rows of model {options.model!r}; found {models}")
+            raise TraceError(path, None, f"no rows of model {options.model!r}; found {models}")
     failed = keep & (table.columns["Response tokens"] == 0)
     if failed.any():
         logger.warning(
@@ -195,7 +187,7 @@ def read_burstgpt(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
         )
         keep &= ~failed
     if not keep.any():
-        raise TraceError(str(path), None, "no successful requests (all have 0 response tokens)")
+        raise TraceError(path, None, "no successful requests (all have 0 response tokens)")
     rows = np.flatnonzero(keep)
     kept = Table(
         table.path,
@@ -211,16 +203,16 @@ def read_burstgpt(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
 
 
 def _read_blocks(
-    path: Path, options: TraceOptions, units_per_s: float, block_tokens: int, chat: bool
+    source: TraceText, options: TraceOptions, units_per_s: float, block_tokens: int, chat: bool
 ) -> Trace:
-    text = read_text(path, options.max_bytes)
+    path, text = source.name, source.text
     wanted: dict[str, Kind] = {"timestamp": "time", "input_length": "number"}
     wanted["output_length"] = "number"
     optional: tuple[str, ...] = ("hash_ids",)
     if chat:
         wanted |= {"chat_id": "text", "parent_chat_id": "text"}
         optional += ("chat_id", "parent_chat_id")
-    table, lists = read_jsonl(str(path), text, wanted, lists=("hash_ids",), optional=optional)
+    table, lists = read_jsonl(path, text, wanted, lists=("hash_ids",), optional=optional)
     hash_ids = HashIds(*lists["hash_ids"])
     shared = hash_ids.block_count > 0
     session = _conversations(table) if chat else None
@@ -256,28 +248,28 @@ def _conversations(table: Table) -> np.ndarray:
     return np.asarray(out, dtype=str)
 
 
-def read_mooncake(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
+def read_mooncake(source: TraceText, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
     """Mooncake JSONL: ``timestamp`` in ms, ``input_length``, ``output_length``, ``hash_ids``.
 
     Each hash id is one 512-token block; equal leading ids become equal prompt prefixes.
     """
-    return _read_blocks(path, options, 1e3, MOONCAKE_BLOCK_TOKENS, chat=False)
+    return _read_blocks(source, options, 1e3, MOONCAKE_BLOCK_TOKENS, chat=False)
 
 
-def read_bailian(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
+def read_bailian(source: TraceText, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
     """Alibaba Bailian JSONL: ``timestamp`` in s, lengths, 16-token ``hash_ids``, ``chat_id``."""
-    return _read_blocks(path, options, 1.0, BAILIAN_BLOCK_TOKENS, chat=True)
+    return _read_blocks(source, options, 1.0, BAILIAN_BLOCK_TOKENS, chat=True)
 
 
-def read_mapped(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
+def read_mapped(source: TraceText, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
     """Any CSV or JSONL, with ``options.columns`` naming the columns and ``time_unit``."""
     columns = options.columns
+    path, text = source.name, source.text
     missing = [role for role in CANONICAL_COLUMNS if role not in columns]
     if missing:
-        raise TraceError(str(path), None, f"the column mapping lacks {', '.join(missing)}")
+        raise TraceError(path, None, f"the column mapping lacks {', '.join(missing)}")
     if options.time_unit not in TIME_UNITS_PER_S:
-        raise TraceError(str(path), None, f"unknown time unit {options.time_unit!r}")
-    text = read_text(path, options.max_bytes)
+        raise TraceError(path, None, f"unknown time unit {options.time_unit!r}")
     names = (columns["timestamp"], columns["input_tokens"], columns["output_tokens"])
     session = columns.get("session_id")
     hash_key = columns.get("hash_ids")
@@ -286,14 +278,14 @@ def read_mapped(path: Path, options: TraceOptions = DEFAULT_OPTIONS) -> Trace:
         wanted[session] = "text"
     lists: dict[str, IntLists] = {}
     if _is_jsonl(path, text):
-        table, lists = read_jsonl(str(path), text, wanted, lists=(hash_key,) if hash_key else ())
+        table, lists = read_jsonl(path, text, wanted, lists=(hash_key,) if hash_key else ())
     else:
         if hash_key:
-            raise TraceError(str(path), None, "hash_ids can only be mapped in JSONL traces")
-        table = read_csv(str(path), text, wanted)
+            raise TraceError(path, None, "hash_ids can only be mapped in JSONL traces")
+        table = read_csv(path, text, wanted)
     hash_ids = HashIds(*lists[hash_key]) if hash_key else None
     if hash_key and options.block_tokens <= 0:
-        raise TraceError(str(path), None, "mapping hash_ids needs the block size in tokens")
+        raise TraceError(path, None, "mapping hash_ids needs the block size in tokens")
     return _build(
         path,
         _arrivals(table, names[0], TIME_UNITS_PER_S[options.time_unit]),

@@ -30,6 +30,7 @@ from tuner.traces.from_prometheus import (
 )
 from tuner.traces.prometheus_http import Access, Connection, Result
 from tuner.traces.table import parse_timestamp
+from tuner.urls import shown_url
 
 logger = logging.getLogger(__name__)
 
@@ -157,9 +158,9 @@ def _check_range(url: str, start_s: float, end_s: float, step_s: float) -> None:
     if step_s <= 0:
         raise InputError("--step-s must be positive")
     if not url.startswith(("http://", "https://")):
-        raise InputError(f"--url {url!r} must start with http:// or https://")
+        raise InputError(f"--url {shown_url(url)!r} must start with http:// or https://")
     if not urlsplit(url).hostname:
-        raise InputError(f"--url {url!r} names no host")
+        raise InputError(f"--url {shown_url(url)!r} names no host")
 
 
 def _closed_series(
@@ -226,7 +227,7 @@ def fetch(
     running_times_s, running_values = _values(running)
     mean_lag_s = _instant(lag_sum) / _instant(lag_count) if lag_count else math.nan
     lag_s = _mean_per_step(lag_sums, lag_counts, rate_times_s, step_s)
-    logger.info("fetched %d rate steps of %s from %s", len(rate_times_s), counter, url)
+    logger.info("fetched %d rate steps of %s from %s", len(rate_times_s), counter, shown_url(url))
     return Scraped(
         start_s=start_s,
         end_s=end_s,

@@ -31,6 +31,7 @@ from urllib3.exceptions import InsecureRequestWarning
 from urllib3.util.retry import Retry
 
 from tuner.errors import InputError, TunerError
+from tuner.urls import shown_url
 
 QUERY_TIMEOUT_S = 60
 QUERY_ERRORS = ("bad_data", "execution")
@@ -223,6 +224,7 @@ class Connection:
 
     def __init__(self, url: str, access: Access) -> None:
         self.url = url
+        self.shown = shown_url(url)  # what messages name: no password
         self.with_credentials = access.has_credentials
         self.insecure = access.insecure
         self.last: requests.Response | None = None
@@ -265,22 +267,22 @@ class Connection:
             # ValueError too), or a URL requests cannot send to (no answer).
             if self.last is None:
                 if isinstance(exc, requests.RequestException):
-                    raise _unreachable(self.url, exc) from None
+                    raise _unreachable(self.shown, exc) from None
                 raise
             if self.last.status_code in (401, 403):
                 raise self._unauthorised(self.last) from None
-            _result(self.url, self.last)  # Prometheus' own error, or what the answer lacks
+            _result(self.shown, self.last)  # Prometheus' own error, or what the answer lacks
             raise TunerError(
-                f"Prometheus at {self.url} answered HTTP {self.last.status_code}, not a result"
+                f"Prometheus at {self.shown} answered HTTP {self.last.status_code}, not a result"
             ) from None
         except requests.RequestException as exc:
-            raise _unreachable(self.url, exc) from None
+            raise _unreachable(self.shown, exc) from None
         if not isinstance(result, list):
-            raise TunerError(f"Prometheus at {self.url} answered without data.result")
+            raise TunerError(f"Prometheus at {self.shown} answered without data.result")
         return result
 
     def _unauthorised(self, response: requests.Response) -> TunerError:
-        said = f"Prometheus at {self.url} answered HTTP {response.status_code} {response.reason}"
+        said = f"Prometheus at {self.shown} answered HTTP {response.status_code} {response.reason}"
         if self.with_credentials:
             return TunerError(f"{said} to the credentials given ({AUTH_OPTIONS})")
         return TunerError(f"{said}: it needs credentials: {AUTH_OPTIONS}")

@@ -1,9 +1,9 @@
 """Named columns read from a trace file, and the pieces every reader shares.
 
 Knows nothing of traces: a ``Table`` is columns with a way back from a row to its file line, so
-that every failure (a ``TraceError``) names the line. ``read_text`` takes a file in whole; the
-CSV and JSONL readers (``tuner.traces.csv_reader``, ``tuner.traces.jsonl_reader``) build tables
-from its text; timestamps and numbers are parsed here, alike for both.
+that every failure (a ``TraceError``) names the line. The CSV and JSONL readers
+(``tuner.traces.csv_reader``, ``tuner.traces.jsonl_reader``) build tables from a trace's text
+(``tuner.traces.source``); timestamps and numbers are parsed here, alike for both.
 """
 
 from __future__ import annotations
@@ -13,15 +13,11 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Literal, NoReturn
 
 import numpy as np
 
 from tuner.errors import TraceError
-
-MAX_TRACE_BYTES = 512 * 1024 * 1024
-"""Files larger than this are refused: reading one takes several GB of memory."""
 
 Kind = Literal["time", "number", "text"]
 
@@ -96,9 +92,15 @@ class Table:
         raise TraceError(self.path, self.line_of(row), message)
 
 
-def timestamps(table: Table, column: str) -> np.ndarray:
-    """``column`` of ``table``, checked as timestamps: finite and not negative (they count up
-    from 0, or are datetimes from 1970 on); the first row that is not names its line."""
+MAX_SPAN_S = 366 * 86400.0
+"""The longest time a trace may span: past a year, its times are in another unit than the one
+they are read in (milliseconds or nanoseconds read as seconds), or corrupt."""
+
+
+def timestamps(table: Table, column: str, units_per_s: float = 1.0) -> np.ndarray:
+    """``column`` of ``table`` in seconds (its values divided by ``units_per_s``), checked as
+    timestamps: finite, not negative (they count up from 0, or are datetimes from 1970 on) and
+    within ``MAX_SPAN_S`` of the earliest; the first row that is not names its line."""
     values = table.columns[column]
     bad = ~np.isfinite(values)
     if np.any(bad):
@@ -111,38 +113,16 @@ def timestamps(table: Table, column: str) -> np.ndarray:
             f"{column} is negative ({values[row]:g}): timestamps count up from 0 "
             "(or are datetimes from 1970 on)",
         )
-    return values
-
-
-def read_text(path: Path, max_bytes: int = MAX_TRACE_BYTES) -> str:
-    """The whole file as text with ``\\n`` line ends; refuses huge, binary and non-UTF-8 files."""
-    try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise TraceError(
-                str(path),
-                None,
-                f"{size / 2**20:.0f} MiB is over the {max_bytes / 2**20:.0f} MiB limit on "
-                "trace files; cut the hours you want to tune for into a smaller file",
-            )
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise TraceError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
-    zero = raw.find(b"\x00")
-    if zero >= 0:
-        line = raw.count(b"\n", 0, zero) + 1
-        raise TraceError(str(path), line, "binary data (a NUL byte), not a text trace")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise TraceError(str(path), line, "not UTF-8 text") from None
-    text = text.removeprefix("\ufeff")
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if not text or text.isspace():  # (not text.strip(), without copying the text)
-        raise TraceError(str(path), None, "the file is empty")
-    return text
+    seconds = values / units_per_s if units_per_s != 1.0 else values
+    if len(seconds) and seconds.max() - seconds.min() > MAX_SPAN_S:
+        row, first = int(np.argmax(seconds)), float(values.min())
+        table.fail(
+            row,
+            f"{column} {values[row]:.12g} is more than a year after the earliest ({first:.12g}): "
+            "times in another unit than the one read (ms or ns as seconds?); "
+            "--format columns --time-unit names the unit",
+        )
+    return seconds
 
 
 def first_record_line(path: str, text: str) -> tuple[int, str]:

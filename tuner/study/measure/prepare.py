@@ -13,6 +13,7 @@ from typing import Any
 
 from tuner.engine.dummy_model import is_complete, write_model
 from tuner.engine.launchers import Launcher
+from tuner.errors import InputError
 from tuner.flags import random_weights
 from tuner.load.http import Exchange, OpenAICompletions, ReplaySettings
 from tuner.load.priming import PRIMING
@@ -84,24 +85,32 @@ class Workload:
         }
 
 
-def write_dummy_model(spec: StudySpec) -> bool:
+def write_dummy_model(spec: StudySpec, working: Path | None = None) -> bool:
     """Write the spec's model of shape ``dummy_model`` at ``model``, unless a complete one is
-    there (``is_complete``); whether it wrote it.
+    there (``is_complete``); whether it wrote it. Nothing is written for a spec that names no
+    ``dummy_model``.
 
     Its random weights are saved, so that the configuration measured is the one served, unless
     the spec measures on random weights (``load-format: dummy``: a large shape, no weights
-    written). A folder holding a model tuner did not write is left as it is, and measured.
+    written). An ``InputError`` where ``model`` is outside the working folder (``working``, else
+    the current one) or holds files tuner did not write (a model, or anything else).
     """
     if not spec.dummy_model:
         return False
     weights = not random_weights(spec.engine_args)
     if is_complete(spec.model, spec.dummy_model, weights):
         return False
+    here = (working or Path.cwd()).resolve()
+    target = Path(spec.model).resolve()
+    said = f"dummy_model {spec.dummy_model} at {spec.model}"
+    if target == here or not target.is_relative_to(here):
+        raise InputError(f"{said}: a stand-in model is written only in a folder below {here}")
     try:
         write_model(spec.model, spec.dummy_model, weights)
     except FileExistsError as exc:
-        logger.warning("%s: measuring it as it is, not the dummy_model %s", exc, spec.dummy_model)
-        return False
+        raise InputError(
+            f"{said}: {exc}; give dummy_model: null to measure it as it is, or another model"
+        ) from None
     return True
 
 

@@ -186,6 +186,7 @@ _TOP_LEVEL = set(DEFAULT_SPEC) | {EARLIER_WEIGHTS}
 # trials or measurements, a bound of a searched argument (what a float holds exactly).
 MOST_S = 86400.0
 MOST_SCALE = 1000.0
+LEAST_SCALE = 1 / MOST_SCALE
 MOST_TRIALS = 100_000
 MOST_REPEATS = 1000
 MOST_BOUND = float(2**53)
@@ -303,7 +304,8 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
     weights = _weights(path, data, slos)
     server = parse_server(path, merged[SERVER])
     check_first_token_metrics(path, server, slos, weights)
-    dummy_model = merged["dummy_model"]
+    # A stand-in only where the spec names one: never in place of the user's model.
+    dummy_model = data.get("dummy_model")
     if dummy_model is not None and (not isinstance(dummy_model, str) or dummy_model not in SHAPES):
         raise SpecError(
             path, "dummy_model", f"unknown shape {dummy_model!r}; known: {list(SHAPES)}"
@@ -346,7 +348,7 @@ def _arguments(
     names = [d.name for d in space]
     candidate_names = {name for candidate in candidates for name in candidate}
     for name in set(names) | set(engine_args) | set(baseline) | candidate_names:
-        if name in SERVER_ONLY or name == "model":
+        if name.partition(".")[0] in (*SERVER_ONLY, "model"):
             raise SpecError(path, name, "is set by tuner, not by the spec")
     if len(set(names)) != len(names):
         raise SpecError(path, "search_space", "an argument appears twice")
@@ -379,6 +381,12 @@ def _settings(path: str, merged: Mapping[str, Any]) -> dict[str, Any]:
     time_scale = merged["time_scale"]
     if time_scale != AUTO:
         time_scale = _number(path, "time_scale", time_scale, most=MOST_SCALE)
+        if time_scale < LEAST_SCALE:
+            raise SpecError(
+                path,
+                "time_scale",
+                f"{time_scale!r} is below any sensible value (at least {LEAST_SCALE:g})",
+            )
     return {
         "objective_mode": mode,
         "max_error_rate": max_error_rate,

@@ -2,11 +2,13 @@
 
 A spec is a page of settings. A file much larger than that, or a document whose aliases
 (``*name``) expand it to many times its size, is refused before anything reads it as a spec,
-as are tags that ``yaml.safe_load`` does not build (``!!python/object``).
+as are tags that ``yaml.safe_load`` does not build (``!!python/object``). Numbers are read as
+YAML 1.2 reads them: ``5e-2`` is a number, as ``5.0e-2`` is in YAML 1.1.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,17 @@ MAX_SPEC_BYTES = 1 << 20
 MAX_SPEC_VALUES = 100_000
 
 
+class SpecLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that also reads an exponent without a dot (``5e-2``) as a float."""
+
+
+SpecLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
 def read_spec_document(path: Path) -> Any:
     """The YAML document in ``path``; a ``SpecError`` naming the file for anything else."""
     try:
@@ -32,8 +45,12 @@ def read_spec_document(path: Path) -> Any:
         raise SpecError(
             str(path), "<file>", f"larger than {MAX_SPEC_BYTES >> 20} MiB; is it a study spec?"
         )
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in raw[:2]:
+        raise SpecError(
+            str(path), "<file>", "UTF-16 text; specs are read as UTF-8: iconv -f UTF-16 -t UTF-8"
+        )
     try:
-        data = yaml.safe_load(raw.decode())
+        data = yaml.load(raw.decode(), Loader=SpecLoader)
     except UnicodeDecodeError as exc:
         raise SpecError(str(path), "<file>", f"not UTF-8 text ({exc.reason})") from None
     except yaml.YAMLError as exc:

@@ -36,11 +36,13 @@ from tuner.study.trials.storage import (
     STORAGE_ERRORS,
     abandon,
     cause,
+    check_database_file,
     open_failure,
     opening,
     rdb_storage,
 )
 from tuner.study.trials.workers import this_worker
+from tuner.urls import shown_url
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +108,8 @@ def open_study(
     existing = 0
     shown = storage if isinstance(storage, str) else type(storage).__name__
     url = storage.url if isinstance(storage, optuna.storages.RDBStorage) else storage
+    if isinstance(url, str):
+        check_database_file(url)
     turn = opening(url, wait_s) if isinstance(url, str) else contextlib.nullcontext()
     try:
         with turn:
@@ -144,11 +148,16 @@ def load_existing(name: str, storage: str) -> optuna.Study:
     path = storage.removeprefix("sqlite:///")
     if path != storage and not Path(path).exists():
         raise InputError(f"no study database at {path}")
+    check_database_file(storage)
     try:
         return optuna.load_study(study_name=name, storage=storage)
+    except OPEN_ERRORS as exc:
+        raise TunerError(open_failure(storage, exc)) from None
     except KeyError:
         there = ", ".join(optuna.get_all_study_names(storage)) or "none"
-        raise InputError(f"no study {name!r} in {storage} (studies there: {there})") from None
+        raise InputError(
+            f"no study {name!r} in {shown_url(storage)} (studies there: {there})"
+        ) from None
 
 
 def suggest(trial: Trial, space: tuple[Dimension, ...], fixed: Mapping[str, Any]) -> dict[str, Any]:

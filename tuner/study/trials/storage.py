@@ -27,8 +27,9 @@ import optuna
 import sqlalchemy
 from optuna.trial import Trial, TrialState
 
-from tuner.errors import TunerError
+from tuner.errors import InputError, TunerError
 from tuner.study.measure import record
+from tuner.urls import shown_url
 
 logger = logging.getLogger(__name__)
 
@@ -62,14 +63,6 @@ SQLITE_LOCK_SUFFIX = ".open-lock"
 
 # The line SQLAlchemy adds to its messages.
 _BACKGROUND = re.compile(r"\(Background on this error at: [^)]*\)")
-
-
-def shown_url(url: str) -> str:
-    """The URL as tuner prints it: any password replaced by ``***``."""
-    try:
-        return sqlalchemy.make_url(url).render_as_string(hide_password=True)
-    except sqlalchemy.exc.ArgumentError:
-        return url  # not a URL, so no password either
 
 
 def cause(exc: BaseException) -> str:
@@ -183,6 +176,36 @@ def _file_turn(path: Path, wait_s: float) -> Iterator[None]:
                     raise _waited_too_long(wait_s) from None
                 time.sleep(0.02)
         yield  # closing the file releases the lock
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first bytes of every SQLite database file."""
+
+
+def check_database_file(url: str) -> None:
+    """An ``InputError`` where a SQLite URL names something that is not a SQLite database (a
+    folder, or a file of other bytes), before anything opens it or writes beside it. A file
+    that is absent or empty is one SQLite makes a database of."""
+    try:
+        parsed = sqlalchemy.make_url(url)
+    except sqlalchemy.exc.ArgumentError:
+        return
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return
+    path = Path(str(parsed.database))
+    if path.is_dir():
+        raise InputError(f"study storage {shown_url(url)}: {path} is a folder, not a database")
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(
+            f"study storage {shown_url(url)}: cannot read {path}: {exc.strerror}"
+        ) from None
+    if head and head != SQLITE_HEADER:
+        raise InputError(f"study storage {shown_url(url)}: {path} is not a SQLite database")
 
 
 def missing_folder(url: str) -> Path | None:
