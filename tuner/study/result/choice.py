@@ -225,6 +225,11 @@ def _not_confirmed(baseline: Group, state: confirm.Round) -> str:
         )
     ours, others = len(state.finalist_fresh.trials), len(state.baseline_fresh.trials)
     fewest = significance.MIN_FRESH
+    if not ours and not others:
+        return (
+            f"{named} was not measured on fresh engines (the time budget held none, or the "
+            "spec turns the confirmation off): no verdict without them"
+        )
     if min(ours, others) < fewest or ours != others:
         return (
             f"{named} was measured {_times(ours)} on fresh engines and the defaults "

@@ -237,7 +237,8 @@ class Run:
             name = _named(state.baseline)[0]
             say(
                 f"confirming the finalist, trial {state.finalist.number}, against {name}: "
-                f"{repeats} fresh measurements each, in turns (finalist, {name}, {name}, "
+                f"{repeats} fresh measurement{'s' if repeats != 1 else ''} each, in turns "
+                f"(finalist, {name}, {name}, "
                 f"finalist, ...), stopping at the first pair that favours {name}"
             )
             ran = confirm.confirm(
