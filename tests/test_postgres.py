@@ -174,3 +174,31 @@ def test_a_worker_killed_mid_trial_leaves_the_other_running(
     assert f"trial {running[0].number}: its tuner is gone" in after.stdout, after.stderr
     trials = study_trials(postgres, study)
     assert TrialState.RUNNING not in [t.state for t in trials]
+
+
+def test_a_storage_password_is_in_no_file_a_run_writes(
+    inputs: Path, postgres: str, stand_in_vllm: dict[str, str]
+) -> None:
+    """A whole run and its report on a storage URL with a password (the server trusts local
+    users, so any password is accepted): the password is on no line of stdout or stderr, in no
+    file the run or ``tuner report`` wrote, and in none of the study's attributes."""
+    secret = "Pw-" + uuid.uuid4().hex[:12]
+    user, rest = postgres.removeprefix("postgresql://").split("@", 1)
+    storage = f"postgresql://{user}:{secret}@{rest}"
+    study = f"secret-{uuid.uuid4().hex[:8]}"
+    env = {**stand_in_vllm, "STAND_IN_TOKEN_S": "0.01"}
+    marker = uuid.uuid4().hex
+    proc = worker(inputs, storage, study, env, marker, "--n-trials", "2")
+    assert proc.wait(timeout=300) in MEETS_SLOS_EXITS
+    report = run_tuner(
+        "report", study, "--storage", storage, "--out", inputs / "reports", cwd=inputs
+    )
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert secret not in report.stdout + report.stderr
+    written = [p for p in inputs.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".html" for p in written) and any(p.suffix == ".yaml" for p in written)
+    holding = [p for p in written if secret.encode() in p.read_bytes()]
+    assert holding == []
+    loaded = optuna.load_study(study_name=study, storage=postgres)
+    attrs = [loaded.user_attrs, *(t.user_attrs for t in loaded.trials)]
+    assert all(secret not in repr(a) for a in attrs)
