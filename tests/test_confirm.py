@@ -10,6 +10,7 @@ stand-in runner whose scores are scripted per configuration and measurement; ``t
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 from collections.abc import Collection, Mapping, Sequence
@@ -26,7 +27,7 @@ from tuner.load.health import CLIENT_BEHIND
 from tuner.load.http import ReplaySettings
 from tuner.report.build import read_report, write_report
 from tuner.study.measure.record import CONFIRMS_ATTR, FRESH_ATTR
-from tuner.study.measure.scoring import Score, score
+from tuner.study.measure.scoring import FAILED, Score, score
 from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.result.choice import DEFAULTS, MISSES, TUNED, changed, choose
@@ -75,6 +76,8 @@ class Scripted:
         at = len(self.order)
         self.order.append(seqs)
         value = self.scores[seqs].pop(0)
+        if math.isnan(value):  # an engine that did not start
+            return TrialOutcome(args, FAILED, {}, {}, "vLLM exited with status 1")
         metrics = {"ttft_p95_s": value * SLO_S, "error_rate": 0.0}
         scored = score(metrics, {"ttft_p95_s": SLO_S}, {"ttft_p95_s": 1.0})
         if (again and seqs in self.behind) or at in self.behind_at:
@@ -380,6 +383,22 @@ def test_fresh_measurements_whose_client_fell_behind_are_taken_again(tmp_path, c
     assert [t.number for t in result.group.trials] == [3, 7, 8]
     assert result.baseline is not None
     assert [t.number for t in result.baseline.trials] == [5, 6, 9]
+
+
+def test_a_finalist_whose_fresh_engine_fails_is_not_written(tmp_path, cpu_model, capsys):
+    # The finalist's first fresh engine did not start: a measurement it lost, not one to take
+    # again until the round's limit. The round ends there, and a rerun measures nothing more.
+    scores = {None: [1.0, 1.05], 4: [0.5, math.nan, 0.5], 8: [0.7]}
+    scripted = Scripted(scores)
+    study, ran, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=3)
+    assert scripted.order == [None, 4, 8, 4] and ran == 1
+    state = current(study, 3)
+    assert state is not None and state.failed == (3,) and state.next_arm() is None
+    assert state.taken == 1 and not state.confirmed
+    assert main(args) == EXIT_DEFAULTS_KEPT
+    assert "did not serve on a fresh engine (trial 3)" in header_of(tmp_path)
+    how = Measuring(TrialSetup("m", (), ReplaySettings("m", 100), Criteria({}, {})), tmp_path)
+    assert confirm(study, how, 3) == 0
 
 
 def test_fresh_measurements_whose_client_fell_behind_count_as_taken(tmp_path, cpu_model):

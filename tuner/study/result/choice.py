@@ -104,7 +104,7 @@ def choose(study: optuna.Study) -> Choice | None:
         most = max(g.measured for g in found)
         winner = next(g for g in found if g.measured == most)
         return replace(held, group=winner, why="meets the SLOs where vLLM's defaults did not serve")
-    state = confirm.round_of(served, significance.MIN_FRESH)
+    state = confirm.current(study, significance.MIN_FRESH)
     if state is not None and state.confirmed:
         mine, theirs = state.finalist_fresh, state.baseline_fresh
         why = beats_words(state, _resolution(study))
@@ -208,6 +208,9 @@ def _not_confirmed(baseline: Group, state: confirm.Round) -> str:
     objective = final.objective
     margin = _margin(confirm.searched_only(final).gain_over(confirm.searched_only(baseline)))
     named = f"the finalist, trial {final.number} ({margin} by the median in the search)"
+    if state.failed:
+        numbers = ", ".join(str(n) for n in state.failed)
+        return f"{named} did not serve on a fresh engine (trial {numbers})"
     against = state.against
     if against is not None:
         mine, theirs = against

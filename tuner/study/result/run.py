@@ -226,7 +226,7 @@ class Run:
                 "again would not give one"
             )
             return 0
-        state = confirm.round_of(served, repeats)
+        state = confirm.current(self.study, repeats)
         if state is None:
             alone = baseline if baseline is not None and baseline.feasible else None
             return self._alone_again(alone, repeats) if alone is not None else 0

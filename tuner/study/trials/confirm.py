@@ -35,7 +35,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import optuna
 from optuna.distributions import (
@@ -50,6 +50,7 @@ from tuner.study.measure.record import Queued, TrialRecord
 from tuner.study.trials import significance
 from tuner.study.trials.budget import Budget
 from tuner.study.trials.groups import Group, groups, rank
+from tuner.study.trials.picks import served
 from tuner.study.trials.search import Measuring, measure
 
 logger = logging.getLogger(__name__)
@@ -88,6 +89,11 @@ class Round:
     finalist: Group
     baseline: Group
     repeats: int
+    # Fresh measurements that served nothing (an engine that failed to start, a window
+    # interrupted): taken, so they count toward ``limit``, but they hold no value; those of the
+    # finalist (their trial numbers) decide against it, as a pair in the baseline's favour.
+    dropped: int = 0
+    failed: tuple[int, ...] = ()
 
     def _fresh(self, group: Group) -> tuple[FrozenTrial, ...]:
         number = self.finalist.number
@@ -114,7 +120,26 @@ class Round:
     def taken(self) -> int:
         """Fresh measurements taken, client-behind ones included."""
         mine, theirs = self.finalist_fresh.trials, self.baseline_fresh.trials
-        return len(mine) + len(theirs) + self._behind(self.finalist) + self._behind(self.baseline)
+        behind = self._behind(self.finalist) + self._behind(self.baseline)
+        return len(mine) + len(theirs) + behind + self.dropped
+
+    def after(self, trial: FrozenTrial) -> Round:
+        """The round once ``trial``, a fresh measurement of it just taken, is added: to the
+        finalist's or the baseline's measurements (those whose client fell behind apart), or
+        counted as dropped where it served nothing."""
+        recorded = TrialRecord.of(trial)
+        if not served(trial):
+            mine = recorded.confirms == self.finalist.number
+            failed = (*self.failed, trial.number) if mine else self.failed
+            return replace(self, dropped=self.dropped + 1, failed=failed)
+        group = self.finalist if recorded.confirms == self.finalist.number else self.baseline
+        if recorded.client_behind:
+            group = replace(group, left_out=(*group.left_out, trial))
+        else:
+            group = replace(group, trials=(*group.trials, trial))
+        if group.number == self.finalist.number:
+            return replace(self, finalist=group)
+        return replace(self, baseline=group)
 
     @property
     def limit(self) -> int:
@@ -144,7 +169,9 @@ class Round:
     def next_arm(self) -> str | None:
         """Which to measure next (``FINALIST`` or ``BASELINE``), by ABBA order of the fresh
         measurements kept; None once decided, complete, or out of retakes."""
-        if self.against is not None or self.complete or self.taken >= self.limit:
+        if self.failed or self.against is not None:
+            return None
+        if self.complete or self.taken >= self.limit:
             return None
         mine, theirs = len(self.finalist_fresh.trials), len(self.baseline_fresh.trials)
         arm = ORDER[(mine + theirs) % len(ORDER)]
@@ -159,6 +186,8 @@ class Round:
         """Whether the finalist beats the baseline beyond chance on fresh engines, and the
         baseline did not meet the SLOs at the finalist's confirmed capacity."""
         mine, theirs = self.oriented(self.finalist_fresh), self.oriented(self.baseline_fresh)
+        if self.failed:
+            return False
         return significance.beats(mine, theirs) and not self.defaults_meet()
 
     def p_value(self) -> float:
@@ -189,11 +218,20 @@ class Round:
 def current(study: optuna.Study, repeats: int) -> Round | None:
     """The study's confirmation round: its finalist against the baseline; None where there is
     no finalist or the baseline did not serve."""
-    return round_of(groups(study), repeats)
+    state = round_of(groups(study), repeats)
+    if state is None:
+        return None
+    number = state.finalist.number
+    state_of = state
+    for trial in study.get_trials(deepcopy=False):
+        recorded = TrialRecord.of(trial)
+        if recorded.fresh == number and trial.state.is_finished() and not served(trial):
+            state_of = state_of.after(trial)
+    return state_of
 
 
 def round_of(all_groups: Sequence[Group], repeats: int) -> Round | None:
-    """``current`` of a study's groups already read."""
+    """The round of a study's groups already read (its dropped measurements not counted)."""
     chosen = finalist(all_groups)
     baseline = rank(list(all_groups))[1]
     if chosen is None or baseline is None:
@@ -213,12 +251,11 @@ def confirm(
 ) -> int:
     """Measure the round's finalist and baseline on fresh engines in ABBA order until it is
     decided (a pair against the finalist), complete (``repeats`` each) or the ``budget`` holds
-    no more; how many trials ran."""
+    no more; how many trials ran. The round is read from the study once; each fresh
+    measurement is then added to it as it ends (``Round.after``)."""
     ran = 0
-    while (state := current(study, repeats)) is not None:
-        arm = state.next_arm()
-        if arm is None:
-            break
+    state = current(study, repeats)
+    while state is not None and (arm := state.next_arm()) is not None:
         if budget is not None and not budget.may_confirm():
             logger.info("time budget reached while confirming, after %d trials", ran)
             break
@@ -231,6 +268,7 @@ def confirm(
             budget.spent(time.monotonic() - began, confirming=True)
         if on_trial is not None:
             on_trial(frozen)
+        state = state.after(frozen)
     return ran
 
 
