@@ -187,13 +187,14 @@ def test_breakdown_shows_compile_capture_and_the_rest_of_engine_init():
 def test_a_searched_capture_range_reaches_vllm_and_the_emitted_config(
     cpu_model: Path, tmp_path: Path
 ) -> None:
-    """One served trial: the baseline is refused by vLLM at once (``dtype: bogus``, a few
-    seconds of imports), so the only trial that serves is the one that drew the range."""
+    """One served trial: the baseline is refused by vLLM's engine at once (``max-model-len`` past
+    the model's positions, a few seconds of imports), so the only trial that serves is the one
+    that drew the range."""
     spec = cpu_spec(
         cpu_model,
         window_s=1,
         engine_args={**CPU_ENGINE_ARGS, "gpu-memory-utilization": 0.2},
-        baseline={"dtype": "bogus"},
+        baseline={"max-model-len": 100_000_000},
         search_space={MAX_CAPTURE_SIZE: {"type": "categorical", "choices": [48, 64]}},
     )
     write_spec(tmp_path / "spec.yaml", spec)

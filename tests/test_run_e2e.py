@@ -350,9 +350,12 @@ def test_zero_trials_writes_the_best_so_far_and_starts_nothing(study: Run) -> No
 
 @pytest.mark.vllm
 def test_rejected_engine_argument_is_an_infeasible_trial(cpu_model: Path, tmp_path: Path) -> None:
-    """vLLM refuses ``dtype: bogus``; each trial is completed infeasible and the study ends."""
+    """vLLM's argument parser takes ``max-model-len: 100000000`` (a value it refuses, ``dtype:
+    bogus``, is exit 2 before any engine: tests/test_hostile_inputs.py), and its engine refuses
+    it at start, past the model's positions; each trial is completed infeasible and the study
+    ends."""
     spec = cpu_spec(cpu_model, window_s=1)
-    spec["engine_args"]["dtype"] = "bogus"
+    spec["engine_args"]["max-model-len"] = 100_000_000
     write_spec(tmp_path / "spec.yaml", spec)
     storage = f"sqlite:///{tmp_path / 'bad.db'}"
     marker = uuid.uuid4().hex
@@ -387,7 +390,7 @@ def test_rejected_engine_argument_is_an_infeasible_trial(cpu_model: Path, tmp_pa
         attrs = trial.user_attrs
         assert attrs["feasible"] is False
         assert "exited with status" in attrs["reason"]
-        assert "bogus" in attrs["log_tail"]
+        assert "max_model_len" in attrs["log_tail"]
     assert wait_for_no_processes(marker) == []
 
 
