@@ -100,10 +100,8 @@ def choose(study: optuna.Study) -> Choice | None:
     found = _searched(feasible, baseline)
     held = Choice(feasible[0], TUNED, "", baseline, None, tuple(candidates), confirmation)
     if baseline is None:
-        # Feasibility first; among the feasible, those measured most often.
-        most = max(g.measured for g in found)
-        winner = next(g for g in found if g.measured == most)
-        return replace(held, group=winner, why="meets the SLOs where vLLM's defaults did not serve")
+        why = "meets the SLOs where vLLM's defaults did not serve"
+        return replace(held, group=_most_measured(found), why=why)
     state = confirm.current(study, significance.MIN_FRESH)
     if state is not None and state.confirmed:
         mine, theirs = state.finalist_fresh, state.baseline_fresh
@@ -124,20 +122,25 @@ def _defaults_miss(held: Choice, found: list[Group], state: confirm.Round | None
     measurements, the searched configuration that met them, said to be unconfirmed; with fresh
     measurements against it, the finalist as the closest (neither meets them reliably)."""
     if state is None or not state.baseline_fresh.trials:
-        most = max(g.measured for g in found)
-        winner = next(g for g in found if g.measured == most)
+        winner = _most_measured(found)
         why = (
             "meets the SLOs where vLLM's defaults miss them, in the search's measurements: "
             "not confirmed on fresh engines"
         )
         return replace(held, group=winner, why=why)
-    missed = sum(1 for v in state.oriented(state.finalist_fresh) if v == -math.inf)
+    missed = sum(1 for v in state.finalist_fresh.oriented() if v == -math.inf)
     why = (
         f"vLLM's defaults miss the SLOs, and the finalist, trial {state.finalist.number}, did "
         f"not beat them on fresh engines (it missed them in {missed} of "
         f"{len(state.finalist_fresh.trials)})"
     )
     return replace(held, group=state.finalist, outcome=MISSES, why=why)
+
+
+def _most_measured(found: list[Group]) -> Group:
+    """Feasibility first; among the feasible (best median first), the one measured most often."""
+    most = max(g.measured for g in found)
+    return next(g for g in found if g.measured == most)
 
 
 def beats_words(state: confirm.Round, resolution: float = 0.0) -> str:

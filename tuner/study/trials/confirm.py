@@ -36,6 +36,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 import optuna
 from optuna.distributions import (
@@ -145,17 +146,13 @@ class Round:
     def limit(self) -> int:
         return math.ceil(2 * self.repeats * RETAKES)
 
-    def oriented(self, group: Group) -> list[float]:
-        """``group``'s values, higher better, ``-inf`` for a measurement that missed the SLOs."""
-        return group.oriented()
-
     @property
     def against(self) -> tuple[FrozenTrial, FrozenTrial] | None:
         """The first fresh pair (the finalist's measurement, the baseline's) in which the
         finalist is not better; None where every pair so far favours it."""
         mine, theirs = self.finalist_fresh, self.baseline_fresh
-        for t, a in zip(mine.trials, self.oriented(mine), strict=True):
-            for o, b in zip(theirs.trials, self.oriented(theirs), strict=True):
+        for t, a in zip(mine.trials, mine.oriented(), strict=True):
+            for o, b in zip(theirs.trials, theirs.oriented(), strict=True):
                 if not a > b:
                     return t, o
         return None
@@ -185,15 +182,13 @@ class Round:
     def confirmed(self) -> bool:
         """Whether the finalist beats the baseline beyond chance on fresh engines, and the
         baseline did not meet the SLOs at the finalist's confirmed capacity."""
-        mine, theirs = self.oriented(self.finalist_fresh), self.oriented(self.baseline_fresh)
         if self.failed:
             return False
+        mine, theirs = self.finalist_fresh.oriented(), self.baseline_fresh.oriented()
         return significance.beats(mine, theirs) and not self.defaults_meet()
 
     def p_value(self) -> float:
-        return significance.p_value(
-            self.oriented(self.finalist_fresh), self.oriented(self.baseline_fresh)
-        )
+        return significance.p_value(self.finalist_fresh.oriented(), self.baseline_fresh.oriented())
 
     def defaults_meet(self) -> list[FrozenTrial]:
         """The baseline's fresh measurements that met the SLOs at the finalist's median fresh
@@ -261,13 +256,9 @@ def confirm(
             break
         group = state.finalist if arm == FINALIST else state.baseline
         compare = _capacity_of(state.finalist) if arm == BASELINE else None
-        began = time.monotonic()
-        frozen = measure_again(study, group.first, how, fresh=state.finalist.number, at=compare)
+        take = partial(measure_again, study, group.first, how, state.finalist.number, compare)
+        frozen = _taken(budget, on_trial, take)
         ran += 1
-        if budget is not None:
-            budget.spent(time.monotonic() - began, confirming=True)
-        if on_trial is not None:
-            on_trial(frozen)
         state = state.after(frozen)
     return ran
 
@@ -289,13 +280,22 @@ def again(
             return ran
         if budget is not None and not budget.may_confirm():
             return ran
-        began = time.monotonic()
-        frozen = measure_again(study, group.first, how)
+        _taken(budget, on_trial, partial(measure_again, study, group.first, how))
         ran += 1
-        if budget is not None:
-            budget.spent(time.monotonic() - began, confirming=True)
-        if on_trial is not None:
-            on_trial(frozen)
+
+
+def _taken(
+    budget: Budget | None, on_trial: OnTrial | None, take: Callable[[], FrozenTrial]
+) -> FrozenTrial:
+    """One confirming measurement (``take``), its seconds spent from the ``budget`` and the
+    trial told to ``on_trial``."""
+    began = time.monotonic()
+    frozen = take()
+    if budget is not None:
+        budget.spent(time.monotonic() - began, confirming=True)
+    if on_trial is not None:
+        on_trial(frozen)
+    return frozen
 
 
 def _capacity_of(group: Group) -> float | None:
