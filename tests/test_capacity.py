@@ -35,13 +35,16 @@ from tuner.engine.process import Engine
 from tuner.errors import InputError
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.http import ReplaySettings
-from tuner.load.metrics import LiveRequest
+from tuner.load.metrics import LiveRequest, ReplayResult, RequestResult
 from tuner.load.open_loop import replay_in_process
+from tuner.study.measure import capacity
 from tuner.study.measure.capacity import (
     CAPACITY_FAILED,
+    MAX_SPAN,
     MIN_WINDOW_REQUESTS,
     CapacitySettings,
     StartHint,
+    after_lead_in,
     capacity_score,
     lost_slos,
     measure_capacity,
@@ -334,7 +337,7 @@ def test_the_search_finds_a_known_capacity(stand_in, caplog):
     # client bunches a few arrivals, so the boundary measured may sit a little below 10.
     window = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
     settings = CapacitySettings(
-        window, period_s=1.0, rate_window_s=4.0, resolution=0.1, max_rates=8
+        window, period_s=1.0, rate_window_s=4.0, resolution=0.1, max_rates=8, min_requests=0
     )
     replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
     slos = {"ttft_p95_s": 0.5}
@@ -362,7 +365,9 @@ def test_a_gate_above_the_capacity_costs_one_window(stand_in):
     that rate only, and says the capacity is below it."""
     window = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
     gate = 2 * CAPACITY_REQ_PER_S
-    settings = CapacitySettings(window, period_s=1.0, rate_window_s=4.0, gate_req_per_s=gate)
+    settings = CapacitySettings(
+        window, period_s=1.0, rate_window_s=4.0, gate_req_per_s=gate, min_requests=0
+    )
     replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
     found = measure_capacity(stand_in.url, settings, replay, Criteria({"ttft_p95_s": 0.5}, {}))
     assert [p.rate_req_per_s for p in found.points] == [gate]
@@ -378,7 +383,9 @@ def test_the_defaults_are_measured_once_more_at_the_finalist_s_capacity(stand_in
     replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
     slos = {"ttft_p95_s": 0.5}
     leader = 4 * CAPACITY_REQ_PER_S
-    settings = CapacitySettings(window, period_s=1.0, rate_window_s=3.0, compare_req_per_s=leader)
+    settings = CapacitySettings(
+        window, period_s=1.0, rate_window_s=3.0, compare_req_per_s=leader, min_requests=0
+    )
     found = measure_capacity(stand_in.url, settings, replay, Criteria(slos, {}))
     assert found.capacity_req_per_s > 0 and found.compared is not None
     assert found.compared.rate_req_per_s == leader and not found.compared.passed
@@ -391,7 +398,7 @@ def test_one_rate_is_measured_alone_as_the_search_would(stand_in):
     # What a caller that picks its own rates gets (benchmarks/capacity.py's scan): the same
     # point the search would record for that rate, told to ``on_rate`` under its index.
     window = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
-    settings = CapacitySettings(window, period_s=1.0, rate_window_s=3.0)
+    settings = CapacitySettings(window, period_s=1.0, rate_window_s=3.0, min_requests=0)
     replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
     slos = {"ttft_p95_s": 0.5}
     told: set[tuple[int, float]] = set()
@@ -408,6 +415,51 @@ def test_one_rate_is_measured_alone_as_the_search_would(stand_in):
     point = measure_rate(stand_in.url, settings, replay, Criteria(slos, {}), far_above)
     assert not point.passed and "lost" in (point.reason or ""), point
     assert point.figures["stopped_at_s"] < settings.rate_window_s
+
+
+def test_a_rate_is_judged_on_enough_requests_after_its_lead_in(stand_in):
+    """A rate too sparse for ``min_requests`` in its seconds is replayed longer (at most
+    ``MAX_SPAN`` times), and the requests of its lead-in are sent but not judged."""
+    window = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
+    settings = CapacitySettings(window, period_s=1.0, rate_window_s=1.0, min_requests=10)
+    assert settings.span_s(5.0) == 2.0 and settings.span_s(10.0) == 1.0
+    assert settings.span_s(0.5) == MAX_SPAN  # 20 s wanted; 4 times 1 s at most
+    replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
+    point = measure_rate(
+        stand_in.url, settings, replay, Criteria({"ttft_p95_s": 0.5}, {}), 5.0, lead_s=0.4
+    )
+    assert point.passed, point
+    # Sent: 0.0, 0.2, ..., 2.2 s (the lead-in and 2 s more); judged: from 0.4 s on.
+    assert point.figures["requests_sent"] == 12 and point.figures["requests"] == 10
+    assert point.figures["lead_s"] == 0.4
+
+
+def test_the_lead_in_is_the_last_median_end_to_end_time(monkeypatch):
+    """Each rate's lead-in is the median end-to-end time the engine measured last (the hint's
+    at its capacity for the first rate), at most the rate's seconds; none with ``steady`` off."""
+    leads: list[float] = []
+    e2es = iter([0.7, 9.0, 0.2])
+
+    def fake(base_url, settings, replay, criteria, rate, index, on_rate, lead_s):
+        leads.append(lead_s)
+        return RatePoint(rate, rate < 12, {"e2e_p50_s": next(e2es)})
+
+    monkeypatch.setattr(capacity, "measure_rate", fake)
+    hint = StartHint(10.0, repeat=True, e2e_s=0.5)
+    settings = CapacitySettings(
+        [Request(0.0, 8, 2)], period_s=1.0, rate_window_s=4.0, hint=hint, max_rates=3
+    )
+    measure_capacity("http://x", settings, ReplaySettings("m", 1000), Criteria({}, {}))
+    assert leads == [0.5, 0.7, 4.0]
+    assert CapacitySettings([], period_s=1.0, steady=False).lead_s(3.0) == 0.0
+
+
+def test_a_replay_after_its_lead_in_keeps_the_requests_scheduled_from_it():
+    results = [RequestResult(t, t, 8, 2, 0.1, 0.2) for t in (0.0, 0.5, 1.0, 1.5)]
+    live = [LiveRequest(t, 0.1 + t, 0.2 + t, True, t) for t in (0.0, 0.5, 1.0, 1.5)]
+    kept = after_lead_in(ReplayResult(results, 2.0, live=live), 1.0)
+    assert [r.scheduled_s for r in kept.results] == [1.0, 1.5] and kept.duration_s == 2.0
+    assert [r.scheduled_s for r in kept.live] == [1.0, 1.5]
 
 
 # --- a capacity study on vLLM ------------------------------------------------------------
@@ -509,8 +561,10 @@ def test_a_capacity_study_ranks_configurations_by_the_load_they_carry(tmp_path):
         "n_trials": 3,
         "warmup_requests": 2,
         "window_s": CAP_WINDOW_S,
-        # A coarse resolution: this checks the ranking, not the last 10 %.
+        # A coarse resolution: this checks the ranking, not the last 10 %; each rate judged on
+        # its window's requests, not lengthened to 100 (the search's floor, 10, holds).
         "capacity_resolution": 0.5,
+        "capacity_min_requests": MIN_WINDOW_REQUESTS,
         "capacity_max_windows": 6,
         # The finalist and the baseline on one fresh engine each (where a searched configuration
         # met the SLOs; else the baseline once more): too few for a verdict, the pipeline runs.
@@ -518,8 +572,9 @@ def test_a_capacity_study_ranks_configurations_by_the_load_they_carry(tmp_path):
         "confirm_repeats": 1,
     }
     spec_file = write_spec(tmp_path / "cap.yaml", spec)
-    # Five engine starts at most, each searching six windows at most, each drained.
-    drained_s = load["capacity_window_s"] + load["slos"]["e2e_p99_s"]
+    # Five engine starts at most, each searching six windows at most (a lead-in of at most
+    # their seconds each), each drained.
+    drained_s = 2 * load["capacity_window_s"] + load["slos"]["e2e_p99_s"]
     budget_s = 5 * (2 * alone.healthy_s + 6 * drained_s) + 120
     done = run_tuner(
         "run", "--trace", trace, "--study", "cap", "--spec", spec_file, cwd=tmp_path,

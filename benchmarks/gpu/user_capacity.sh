@@ -38,8 +38,9 @@
 # (qwen2.5-7b, or cpu-tiny on the CPU build), the model folder models/SHAPE holds saved random
 # weights instead (write_weights.py beside this file, timed in run.log) and `tuner init` has no
 # --dummy-weights: every engine loads them from disk as it would a user's model.
-# With SPEC, that spec file is the study's instead of the one `tuner init` writes, and nothing
-# is edited. With SERVER, a YAML file holding a `server:` section (docs/own-server.md), that
+# With EDIT, a JSON mapping ('{"capacity_min_requests": 50}'), those keys are set in the spec
+# `tuner init` wrote, after the edits above (comments dropped). With SPEC, that spec file is
+# the study's instead of the one `tuner init` writes, and nothing is edited. With SERVER, a YAML file holding a `server:` section (docs/own-server.md), that
 # section is added to the spec `tuner init` writes and the repository's examples/ is copied into
 # the study's folder: a study of the example app (benchmarks/gpu/studies/translate-app-server.yaml);
 # `serve` then starts the app with the YAML written and sends it one request of its own.
@@ -135,8 +136,15 @@ sed -i -e 's/^capacity_window_s: .*/capacity_window_s: 10/' -e 's/^confirm_top_k
 [ -n "${WARMUP:-}" ] && sed -i -e 's/^warmup_requests: .*/warmup_requests: ${WARMUP:-0}/' studies/prod.yaml
 [ -n "${COLD:-}" ] && sed -i -e 's/^warm_prefix_cache: .*/warm_prefix_cache: false/' studies/prod.yaml
 [ -n "${SERVER:-}" ] && cat "$root/server.yaml" >> studies/prod.yaml
+if [ -n "${EDIT:-}" ]; then
+  python3 -c 'import json, sys, yaml
+spec = yaml.safe_load(open("studies/prod.yaml"))
+spec.update(json.loads(sys.argv[1]))
+yaml.safe_dump(spec, open("studies/prod.yaml", "w"), sort_keys=False)' '${EDIT:-}'
+  echo "edited: ${EDIT:-}"
 fi
-grep -E '^(capacity_window_s|confirm_top_k|confirm_repeats|n_trials|objective_mode|warmup_requests|warm_prefix_cache):' studies/prod.yaml
+fi
+grep -E '^(capacity_window_s|capacity_min_requests|candidates|confirm_top_k|confirm_repeats|n_trials|objective_mode|warmup_requests|warm_prefix_cache):' studies/prod.yaml
 if [ -n "${AB:-}" ]; then
 echo "== ab"
 ab() { python3 "$root/ab.py" "$root/$(basename "${AB:-}")" --spec studies/prod.yaml --trace $prod \

@@ -64,6 +64,8 @@ class LiveRequest:
     first_token_s: float | None = None
     done_s: float | None = None
     sent: bool = False
+    # When the window's schedule has it sent, which ``sent_s`` moves from once it is.
+    scheduled_s: float = 0.0
 
 
 @dataclass

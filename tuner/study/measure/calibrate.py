@@ -120,6 +120,10 @@ def settings(
         resolution=RESOLUTION,
         max_rates=MAX_RATES,
         client_tolerance_s=client_tolerance_s,
+        # A latency study's calibration sets a load, not a verdict: its rates keep their
+        # seconds and judge every request (a capacity study's lengthen to be judged on more).
+        min_requests=0,
+        steady=False,
     )
 
 

@@ -35,13 +35,13 @@ import httpx
 
 from tuner.load.health import CLIENT_TOLERANCE_S
 from tuner.load.http import ReplaySettings
-from tuner.load.metrics import LiveRequest, parse_scrape
+from tuner.load.metrics import LiveRequest, ReplayResult, parse_scrape, summarize_client
 from tuner.load.priming import Primed, prime
 from tuner.load.spread import replay
-from tuner.study.measure.judge import Criteria, judge
+from tuner.study.measure.judge import Criteria, Judged, judge
 from tuner.study.measure.rates import GROWTH, CapacityFound, RatePoint, hinted_step, search_capacity
 from tuner.study.measure.scoring import Score
-from tuner.study.plan.spec import CAPACITY_WINDOW_S
+from tuner.study.plan.spec import CAPACITY_MIN_REQUESTS, CAPACITY_WINDOW_S
 from tuner.traces.model import Request
 from tuner.traces.workload import at_rate
 
@@ -49,6 +49,9 @@ logger = logging.getLogger(__name__)
 
 # Fewer requests than this in a rate's window say too little of a p95: the search's floor.
 MIN_WINDOW_REQUESTS = 10
+# A rate's window too short to hold the spec's ``capacity_min_requests`` at its rate is
+# lengthened, up to this many times its seconds.
+MAX_SPAN = 4.0
 # How long to wait for the server to finish what the last window left (requests a stopped
 # window abandoned are aborted by vLLM when tuner's client disconnects).
 IDLE_TIMEOUT_S = 120.0
@@ -69,6 +72,9 @@ class StartHint:
 
     req_per_s: float
     repeat: bool
+    # The median end-to-end time measured at that capacity, where recorded: the first rate's
+    # lead-in (``CapacitySettings.lead_s``).
+    e2e_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,26 @@ class CapacitySettings:
     # median capacity, where it is above theirs, measured for one window after the search, so
     # that the result compares both at one rate.
     compare_req_per_s: float | None = None
+    # The fewest requests a rate is judged on (``span_s``), and whether each rate begins with a
+    # lead-in that is sent but not judged (``lead_s``): the server's load builds up over about
+    # a request's end-to-end time, and a request sent into a half-empty server says little of
+    # the load the rate puts on it.
+    min_requests: int = CAPACITY_MIN_REQUESTS
+    steady: bool = True
+
+    def span_s(self, rate_req_per_s: float) -> float:
+        """How long a rate's judged requests arrive over: ``rate_window_s``, or long enough for
+        ``min_requests`` at that rate, at most ``MAX_SPAN`` times ``rate_window_s``."""
+        wanted_s = self.min_requests / rate_req_per_s
+        return min(max(self.rate_window_s, wanted_s), MAX_SPAN * self.rate_window_s)
+
+    def lead_s(self, e2e_s: float | None) -> float:
+        """A rate's lead-in: the median end-to-end time measured last on this engine, else at
+        the hint's capacity (``StartHint.e2e_s``), at most ``rate_window_s``; none where
+        nothing has been measured yet or ``steady`` is off."""
+        if not self.steady or e2e_s is None or not math.isfinite(e2e_s):
+            return 0.0
+        return min(max(e2e_s, 0.0), self.rate_window_s)
 
     @property
     def window_req_per_s(self) -> float:
@@ -205,9 +231,11 @@ def measure_rate(
     rate: float,
     index: int = 0,
     on_rate: OnRate | None = None,
+    lead_s: float = 0.0,
 ) -> RatePoint:
-    """Replay the window at ``rate`` for ``settings.rate_window_s`` on the running server, and judge
-    it by ``criteria``: passed if every SLO is met and no more requests failed than its
+    """Replay the window at ``rate`` on the running server for ``lead_s`` seconds and then
+    ``settings.span_s(rate)`` more, and judge the requests sent after the lead-in by
+    ``criteria``: passed if every SLO is met and no more requests failed than its
     ``max_error_rate`` lets through.
 
     ``index`` is the window's place in its search: it numbers the window for ``on_rate`` and
@@ -224,9 +252,12 @@ def measure_rate(
         settings.requests,
         settings.period_s,
         rate,
-        settings.rate_window_s,
+        lead_s + settings.span_s(rate),
         replay_settings.cached_ids,
     )
+    judged_total = sum(1 for r in window if r.arrival_s >= lead_s)
+    if not judged_total:  # a lead-in longer than the window's arrivals: judge them all
+        lead_s, judged_total = 0.0, len(window)
     seeded = replace(replay_settings, seed=replay_settings.seed + SEED_STRIDE * (index + 1))
     primed = prime(base_url, window, seeded)
     lost: list[str] = []
@@ -239,22 +270,49 @@ def measure_rate(
         if elapsed_s - checked_s < LOST_CHECK_S:
             return False
         checked_s = elapsed_s
-        lost.extend(lost_slos(elapsed_s, live, len(window), criteria.slos))
+        after_lead = [r for r in live if r.scheduled_s >= lead_s]
+        lost.extend(lost_slos(elapsed_s, after_lead, judged_total, criteria.slos))
         return bool(lost)
 
     result = replay(base_url, window, seeded, monitor=monitor)
-    judged = judge(result, criteria, settings.client_tolerance_s)
-    reason: str | None
-    if judged.stopped_at_s is not None:
-        reason = f"stopped {judged.stopped_at_s:.0f} s in: {', '.join(lost)} lost"
-    else:
-        missed = judged.score.violations
-        reasons = [f"missed {', '.join(missed)}"] if missed else []
-        if judged.errors:
-            reasons.append(f"{len(judged.errors)} requests failed")
-        reason = "; ".join(reasons) or None
-    point_figures = _point_figures(judged.figures, len(window), idle, reset, primed)
+    judged = judge(after_lead_in(result, lead_s), criteria, settings.client_tolerance_s)
+    point_figures = _point_figures(judged.figures, judged_total, idle, reset, primed)
+    point_figures |= _sent_figures(result, lead_s)
+    reason = _why_failed(judged, lost)
     return RatePoint(rate, judged.passed, point_figures, reason, judged.client_to_blame)
+
+
+def _sent_figures(result: ReplayResult, lead_s: float) -> dict[str, float]:
+    """What a rate sent, its lead-in included: its requests, the lead-in's seconds, and the
+    window's throughput (the lead-in's requests are served too)."""
+    out = {"requests_sent": float(len(result.results)), "lead_s": lead_s}
+    if result.stopped_at_s is None and result.duration_s > 0:
+        sent = summarize_client(result.results, result.duration_s)
+        out |= {k: v for k, v in sent.items() if k.startswith("throughput_")}
+    return out
+
+
+def _why_failed(judged: Judged, lost: Sequence[str]) -> str | None:
+    """Why a rate failed: the SLOs it lost before it was stopped, or those it missed and the
+    requests that failed; None where it passed."""
+    if judged.stopped_at_s is not None:
+        return f"stopped {judged.stopped_at_s:.0f} s in: {', '.join(lost)} lost"
+    missed = judged.score.violations
+    reasons = [f"missed {', '.join(missed)}"] if missed else []
+    if judged.errors:
+        reasons.append(f"{len(judged.errors)} requests failed")
+    return "; ".join(reasons) or None
+
+
+def after_lead_in(result: ReplayResult, lead_s: float) -> ReplayResult:
+    """The replay's requests scheduled at or after ``lead_s``: those a rate is judged on."""
+    if lead_s <= 0:
+        return result
+    return replace(
+        result,
+        results=[r for r in result.results if r.scheduled_s >= lead_s],
+        live=[r for r in result.live if r.scheduled_s >= lead_s],
+    )
 
 
 def measure_capacity(
@@ -267,10 +325,16 @@ def measure_capacity(
     """Search the capacity of the server at ``base_url`` (already healthy, warmed up), each
     rate judged by ``criteria`` (the spec's SLOs, weights and ``max_error_rate``)."""
     windows = itertools.count()
+    lead_s = settings.lead_s(settings.hint.e2e_s if settings.hint is not None else None)
 
     def measure(rate: float) -> RatePoint:
+        nonlocal lead_s
         index = next(windows)
-        return measure_rate(base_url, settings, replay_settings, criteria, rate, index, on_rate)
+        point = measure_rate(
+            base_url, settings, replay_settings, criteria, rate, index, on_rate, lead_s
+        )
+        lead_s = settings.lead_s(point.figures.get("e2e_p50_s", lead_s))
+        return point
 
     found = search_capacity(
         measure,

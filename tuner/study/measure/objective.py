@@ -242,6 +242,7 @@ class Capacity(StudyObjective):
                 resolution=spec.capacity_resolution,
                 max_rates=spec.capacity_max_windows,
                 client_tolerance_s=spec.client_tolerance_s,
+                min_requests=spec.capacity_min_requests,
             )
         )
 
@@ -252,6 +253,7 @@ class Capacity(StudyObjective):
             "capacity_window_s": spec.capacity_window_s,
             "capacity_resolution": spec.capacity_resolution,
             "capacity_max_windows": spec.capacity_max_windows,
+            "capacity_min_requests": spec.capacity_min_requests,
         }
 
     def measure_s(self, spec: StudySpec, replay_s: float) -> float:

@@ -165,18 +165,33 @@ def start_hint(
         and ((recorded := TrialRecord.of(t)).capacity_req_per_s or 0) > 0
     ]
     wanted = json.loads(json.dumps(dict(args)))
-    same = [r.capacity_req_per_s or 0.0 for _, r in measured if r.engine_args == wanted]
+    same = [r for _, r in measured if r.engine_args == wanted]
     if same:
-        return StartHint(float(statistics.median(same)), repeat=True)
+        return _hint(same, repeat=True)
     near = [
-        (_distance(params, t.params, t.distributions), r.capacity_req_per_s or 0.0)
+        (_distance(params, t.params, t.distributions), r)
         for t, r in measured
         if params and set(t.params) == set(params)
     ]
     if not near:
         return None
     closest = min(d for d, _ in near)
-    return StartHint(float(statistics.median(c for d, c in near if d == closest)), repeat=False)
+    return _hint([r for d, r in near if d == closest], repeat=False)
+
+
+def _hint(records: Sequence[TrialRecord], repeat: bool) -> StartHint:
+    """The median capacity of ``records``, with the median end-to-end time measured at it."""
+    capacity = float(statistics.median(r.capacity_req_per_s or 0.0 for r in records))
+    e2es = [e2e for r in records if (e2e := _e2e_at_capacity(r)) is not None]
+    return StartHint(capacity, repeat, float(statistics.median(e2es)) if e2es else None)
+
+
+def _e2e_at_capacity(record: TrialRecord) -> float | None:
+    """The median end-to-end time of the highest rate a trial passed, where it recorded one."""
+    passed = [p for p in record.points if p.get("passed")]
+    best = max(passed, key=lambda p: float(p.get("rate_req_per_s", 0.0)), default=None)
+    e2e = None if best is None else best.get("e2e_p50_s")
+    return float(e2e) if isinstance(e2e, int | float) else None
 
 
 def _distance(

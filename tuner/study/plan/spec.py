@@ -63,6 +63,9 @@ class Dimension:
 AUTO = "auto"
 # Seconds of replay per rate of a capacity search (tuner.study.measure.capacity).
 CAPACITY_WINDOW_S = 30.0
+# The fewest requests a rate of a capacity search is judged on (its window lengthened to hold
+# them, at most 4 times its seconds).
+CAPACITY_MIN_REQUESTS = 100
 # How a study picks configurations after its reference points (tuner.study.trials.incumbent).
 INCUMBENT = "incumbent"
 TPE = "tpe"
@@ -110,6 +113,7 @@ class StudySpec:
     capacity_window_s: float = CAPACITY_WINDOW_S
     capacity_resolution: float = 0.1
     capacity_max_windows: int = 10
+    capacity_min_requests: int = CAPACITY_MIN_REQUESTS
     # Before a winner is named: the search's finalist and the baseline measured on this many
     # fresh engines each, in ABBA order (tuner.study.trials.confirm; 3 is the fewest for a
     # verdict at 1/20); 0 for either turns the confirmation off (then nothing searched is
@@ -404,6 +408,9 @@ def _settings(path: str, merged: Mapping[str, Any]) -> dict[str, Any]:
         ),
         "capacity_max_windows": _whole(
             path, "capacity_max_windows", merged["capacity_max_windows"], 2, 1000
+        ),
+        "capacity_min_requests": _whole(
+            path, "capacity_min_requests", merged["capacity_min_requests"], 1, 10**6
         ),
         "client_procs": client_procs,
         "confirm_top_k": _whole(path, "confirm_top_k", merged["confirm_top_k"], 0, 1),
