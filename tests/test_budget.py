@@ -4,6 +4,7 @@ where one more trial would leave too little for it. A scripted clock, no engine.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -156,3 +157,16 @@ def test_the_first_contender_is_searched_for_with_room_for_one_turn_of_the_confi
         clock.now += took
         assert budget.may_confirm()
     assert budget.left_s == pytest.approx(276.0)  # the fourth, planned at 147 s, still fits
+
+
+def test_without_a_budget_the_run_says_what_it_will_take() -> None:
+    """No end: the trials asked for and the whole confirmation at the planned costs, from the
+    estimate, then from what the trials took."""
+    budget = Budget(ends=math.inf, confirm_trials=6, estimate_s=300.0, clock=Clock())
+    said = budget.eta(20, 3)
+    assert said.startswith("no time budget: 20 more trials and the confirmation")
+    assert "take about 2.2 h (about 300 s a trial, estimated; 300 s a re-measurement)" in said
+    budget.spent(120.0)
+    assert "take about 26 min (about 120 s a trial, measured" in budget.eta(7, 3)
+    alone = Budget(ends=math.inf, confirm_trials=0, estimate_s=60.0, clock=Clock())
+    assert alone.eta(1, 3).startswith("no time budget: 1 more trial takes about 1 min")

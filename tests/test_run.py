@@ -92,7 +92,13 @@ def test_a_run_adds_trials_confirms_and_writes_the_winner(tmp_path, cpu_model):
 
     assert heard.started == heard.finished == list(range(9))
     assert scripted.order == [None, 4, 8, 4, None, None, 4, 4, None]
-    assert heard.lines == [CONFIRMING]
+    # Without a budget: what the run will take, before the first trial (estimated) and after
+    # the first two (measured), then the confirmation.
+    told, rest = heard.lines[:3], heard.lines[3:]
+    assert told[0].startswith("no time budget: 3 more trials and the confirmation (the finalist")
+    assert [line.split(" more")[0] for line in told] == [f"no time budget: {n}" for n in (3, 2, 1)]
+    assert "estimated" in told[0] and all("measured" in line for line in told[1:])
+    assert rest == [CONFIRMING]
     # Run again (a study continued), it measures nothing and does not say it is confirming.
     assert run.confirm() == 0 and len(scripted.order) == 9
     assert heard.lines[-1] == "not confirming again: the confirmation of trial 1 is done"
@@ -136,7 +142,8 @@ def test_where_only_the_defaults_served_they_are_measured_again(tmp_path, cpu_mo
     run = Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), heard)
     assert run.add_trials() == 1 and run.confirm() == 2
     assert scripted.order == [None, None, None]
-    assert heard.lines == [
+    assert heard.lines[0].startswith("no time budget: 1 more trial and the confirmation")
+    assert heard.lines[1:] == [
         "confirming vLLM's defaults, the only configuration that served: measured up to 2 more "
         "times on fresh engines, so that what is written is the median"
     ]

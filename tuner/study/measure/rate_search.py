@@ -66,7 +66,8 @@ class RateSearch(Measure):
             "a later trial from the capacity of the same or the nearest configuration), "
             f"{settings.rate_window_s:g} s a rate (longer where that holds fewer than "
             f"{settings.min_requests} requests, after a lead-in of about a request's end-to-end "
-            f"time), to within {settings.resolution:.0%}, at most {settings.max_rates} rates a trial"
+            f"time), to within {settings.resolution:.0%}, at most {settings.max_rates} rates a "
+            "trial"
         )
 
     def for_trial(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -131,6 +132,8 @@ class Run:
         budget_s = spec.time_budget_s if settings.time_budget_s is None else settings.time_budget_s
         self.budget_s = budget_s if measures else None
         self.budget = self._budget(self.budget_s)
+        # Without a budget, the same plan with no end: what the run will take, told as it goes.
+        self._eta = self._budget(math.inf) if measures and self.budget is None else None
         self._setup: TrialSetup | None = None
 
     @property
@@ -188,6 +191,12 @@ class Run:
             self.tell.trial_finished(trial)
             if budget is not None and len(budget.costs) in (1, 2):
                 self._plan()  # from the first trial's measured cost, then the later ones
+            if self._eta is not None and trial.datetime_start and trial.datetime_complete:
+                took = trial.datetime_complete - trial.datetime_start
+                self._eta.spent(took.total_seconds())
+                left = self.n_trials - len(self._eta.costs)
+                if left > 0 and len(self._eta.costs) in (1, 2):
+                    self.tell.say(self._eta.eta(left, spec.confirm_repeats))
 
         ran = search.run_study(
             self.study,
@@ -373,10 +382,12 @@ class Run:
         return state.taken if state is not None else 0
 
     def _plan(self) -> None:
-        """Say what the budget buys (nothing without one)."""
+        """Say what the budget buys; without one, what the run will take."""
+        spec = self.spec
         if self.budget is not None:
-            spec = self.spec
             self.tell.say(self.budget.plan(self.n_trials, spec.confirm_repeats))
+        elif self._eta is not None and self.n_trials > 0:
+            self.tell.say(self._eta.eta(self.n_trials, spec.confirm_repeats))
 
     def _calibration(self) -> calibration.Calibration:
         """The study's calibration: the one it holds, else measured now on vLLM's defaults (the

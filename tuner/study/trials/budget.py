@@ -165,6 +165,26 @@ class Budget:
             f"the baseline, {fresh}, fewer where a pair favours the baseline ({cost})"
         )
 
+    def eta(self, n_trials: int, repeats: int) -> str:
+        """Without a budget, what the run will take, in words: ``n_trials`` more trials and the
+        whole confirmation, at the costs planned (``trial_s``, ``confirm_s``)."""
+        what = "measured" if self.costs else "estimated"
+        total_s = n_trials * self.trial_s + self.whole_s
+        cost = f"about {self.trial_s:.0f} s a trial, {what}"
+        then = ""
+        if self.confirm_trials:
+            cost += f"; {self.confirm_s:.0f} s a re-measurement"
+            then = (
+                f" and the confirmation (the finalist and the baseline, up to {repeats} fresh "
+                "measurements each)"
+            )
+        took = f"{total_s / 3600:.1f} h" if total_s >= 5400 else f"{total_s / 60:.0f} min"
+        verb = "takes" if n_trials == 1 and not then else "take"
+        return (
+            f"no time budget: {n_trials} more trial{'s' if n_trials != 1 else ''}{then} {verb} "
+            f"about {took} ({cost}); --time-budget-s SECONDS ends the search in time to confirm"
+        )
+
 
 def confirm_trials(top_k: int, repeats: int, candidates: int = 0) -> int:
     """The measurements the confirmation takes at most: the finalist and the baseline on
