@@ -31,7 +31,9 @@ def test_a_primed_window_finds_its_earlier_blocks_in_vllm_s_prefix_cache(
             {
                 "model": str(tiny_model),
                 "max-model-len": 2048,
-                "gpu-memory-utilization": 0.05,
+                # A size, not a share: a share of a NUMA node's memory (10 GiB on one 2-core
+                # machine) below what the worker holds leaves the KV cache nothing.
+                "kv-cache-memory-bytes": 1 << 28,
                 "enable-prefix-caching": True,
                 # No compile: a fresh model folder compiles anew (minutes on two cores).
                 "enforce-eager": True,
