@@ -189,14 +189,13 @@ class Run:
 
         def finished(trial: FrozenTrial) -> None:
             self.tell.trial_finished(trial)
-            if budget is not None and len(budget.costs) in (1, 2):
-                self._plan()  # from the first trial's measured cost, then the later ones
             if self._eta is not None and trial.datetime_start and trial.datetime_complete:
+                # The search spends a budget's seconds itself; the estimate's, it is told here.
                 took = trial.datetime_complete - trial.datetime_start
                 self._eta.spent(took.total_seconds())
-                left = self.n_trials - len(self._eta.costs)
-                if left > 0 and len(self._eta.costs) in (1, 2):
-                    self.tell.say(self._eta.eta(left, spec.confirm_repeats))
+            planned = budget if budget is not None else self._eta
+            if planned is not None and len(planned.costs) in (1, 2):
+                self._plan()  # from the first trial's measured cost, then the later ones
 
         ran = search.run_study(
             self.study,
@@ -386,8 +385,8 @@ class Run:
         spec = self.spec
         if self.budget is not None:
             self.tell.say(self.budget.plan(self.n_trials, spec.confirm_repeats))
-        elif self._eta is not None and self.n_trials > 0:
-            self.tell.say(self._eta.eta(self.n_trials, spec.confirm_repeats))
+        elif self._eta is not None and (left := self.n_trials - len(self._eta.costs)) > 0:
+            self.tell.say(self._eta.eta(left, spec.confirm_repeats))
 
     def _calibration(self) -> calibration.Calibration:
         """The study's calibration: the one it holds, else measured now on vLLM's defaults (the

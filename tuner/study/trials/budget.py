@@ -138,8 +138,7 @@ class Budget:
         """What the budget buys, in words: ``about N trials, then the finalist and the baseline
         on K fresh engines each (about T s a trial, estimated)``, or, where the trials it buys
         leave room for only part of the confirmation, that it takes as much as fits."""
-        what = "measured" if self.costs else "estimated"
-        cost = f"about {self.trial_s:.0f} s a trial, {what}"
+        cost = self._trial_words()
         if self.confirm_trials and self.confirm_s != self.trial_s:
             cost += f"; {self.confirm_s:.0f} s a re-measurement"
         trials = min(n_trials, self.searched_trials())
@@ -165,12 +164,15 @@ class Budget:
             f"the baseline, {fresh}, fewer where a pair favours the baseline ({cost})"
         )
 
+    def _trial_words(self) -> str:
+        """``about T s a trial, measured`` (or ``estimated``, before any trial ended)."""
+        return f"about {self.trial_s:.0f} s a trial, {'measured' if self.costs else 'estimated'}"
+
     def eta(self, n_trials: int, repeats: int) -> str:
         """Without a budget, what the run will take, in words: ``n_trials`` more trials and the
         whole confirmation, at the costs planned (``trial_s``, ``confirm_s``)."""
-        what = "measured" if self.costs else "estimated"
         total_s = n_trials * self.trial_s + self.whole_s
-        cost = f"about {self.trial_s:.0f} s a trial, {what}"
+        cost = self._trial_words()
         then = ""
         if self.confirm_trials:
             cost += f"; {self.confirm_s:.0f} s a re-measurement"
