@@ -40,7 +40,9 @@
 # --dummy-weights: every engine loads them from disk as it would a user's model.
 # With EDIT, a JSON mapping ('{"capacity_min_requests": 50}'), those keys are set in the spec
 # `tuner init` wrote, after the edits above (comments dropped). With SPEC, that spec file is
-# the study's instead of the one `tuner init` writes, and nothing is edited. With SERVER, a YAML file holding a `server:` section (docs/own-server.md), that
+# the study's instead of the one `tuner init` writes, and nothing is edited; with DB as well, a
+# study's SQLite file (one copied out of an earlier machine, its RUNNING trials marked FAIL), the
+# run continues that study, N_TRIALS more trials. With SERVER, a YAML file holding a `server:` section (docs/own-server.md), that
 # section is added to the spec `tuner init` writes and the repository's examples/ is copied into
 # the study's folder: a study of the example app (benchmarks/gpu/studies/translate-app-server.yaml);
 # `serve` then starts the app with the YAML written and sends it one request of its own.
@@ -98,6 +100,7 @@ case ${1:-} in
     fi
     cp "$trace" "$root/work/$prod"
     [ -n "${SPEC:-}" ] && cp "$SPEC" "$root/spec.yaml"
+    [ -n "${DB:-}" ] && cp "$DB" "$root/study.db"
     if [ -n "${SERVER:-}" ]; then
       cp "$SERVER" "$root/server.yaml"
       cp -r "$repo/examples" "$root/work/"
@@ -126,6 +129,7 @@ else
 fi
 if [ -n "${SPEC:-}" ]; then
   mkdir -p studies && cp "$root/spec.yaml" studies/prod.yaml
+  [ -e "$root/study.db" ] && cp "$root/study.db" studies/prod.db && echo "continuing the study of $root/study.db"
 else
 echo "== tuner init"
 tuner init --trace $prod --model "$root/work/$model" $dummy \\

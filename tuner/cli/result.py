@@ -155,7 +155,9 @@ def said_result(
         print(f"tuned: trial {chosen.number}; wrote {out} {serve}")
         return EXIT_MEETS_SLOS
     if written.choice.outcome == DEFAULTS:
-        print(f"vLLM's defaults kept (trial {chosen.number}); wrote them to {out} {serve}")
+        kept = TrialRecord.of(written.choice.group.first)
+        them = "it" if kept.spec_baseline else "them"
+        print(f"{kept.baseline_name} kept (trial {chosen.number}); wrote {them} to {out} {serve}")
         return EXIT_DEFAULTS_KEPT
     print(f"\nno trial met the SLOs; wrote the closest, trial {chosen.number}, to {out}:")
     print("\n".join(f"  {line}" for line in verdict_lines(written.verdict)))

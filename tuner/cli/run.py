@@ -74,6 +74,17 @@ def server_launcher(choice: str, log: Path, spec: StudySpec) -> Launcher:
     return CommandLauncher()
 
 
+def _say_budget(budget_s: float, flag: bool, spec: StudySpec) -> None:
+    """The time budget's line, before the first trial (``flag``: given on the command line)."""
+    where = "--time-budget-s" if flag else "the spec's time_budget_s"
+    first = "the spec's baseline" if spec.baseline else "vLLM's defaults"
+    print(
+        f"time budget: {budget_s:g} s for the whole run ({where}); the search stops where one "
+        "more trial would leave too little for the confirmation; the first trial always runs "
+        f"(in a new study, {first})"
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``tuner run``: read the trace and the spec (writing one if there is none), calibrate where
     asked, add the trials, confirm the winner and write its configuration; the exit status says
@@ -112,12 +123,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         run = Run(study, spec, workload, settings, lines)
         if run.budget_s is not None:
-            where = "--time-budget-s" if args.time_budget_s else "the spec's time_budget_s"
-            print(
-                f"time budget: {run.budget_s:g} s for the whole run ({where}); the search stops "
-                "where one more trial would leave too little for the confirmation; the first "
-                "trial always runs (in a new study, vLLM's defaults)"
-            )
+            _say_budget(run.budget_s, bool(args.time_budget_s), spec)
         run.calibrate()
         print(
             f"study {name!r} in {shown_url(storage)}: {len(study.trials)} trials so far, "

@@ -68,6 +68,9 @@ def read_report(name: str, storage: str, configs: Path) -> StudyReport:
         meets_slos=choice is not None and choice.meets_slos,
         baseline=None if baseline is None else baseline.number,
         configuration=configuration,
+        baseline_name="vLLM's defaults"
+        if baseline is None
+        else TrialRecord.of(baseline).baseline_name,
         objective=of_study(study),
         measurements=() if choice is None else choice.measurements,
         confirmation=tuple(outcome),

@@ -312,6 +312,8 @@ class StudyReport:
     meets_slos: bool
     baseline: int | None
     configuration: Configuration | None
+    # What the baseline is called: vLLM's defaults, or the spec's own (``the baseline``).
+    baseline_name: str = "vLLM's defaults"
     objective: StudyObjective = LATENCY_OBJECTIVE
     # Every measurement of the chosen configuration, its first trial first (one: measured once).
     measurements: tuple[int, ...] = ()

@@ -92,9 +92,9 @@ def _columns(report: StudyReport) -> list[tuple[TrialRow, str]]:
     if report.chosen is not None:
         roles[report.chosen] = ["best" if report.meets_slos else "closest"]
     if report.chosen is not None and chosen_is_baseline(report):
-        roles[report.chosen].append("vLLM's defaults")  # one of the baseline's measurements
+        roles[report.chosen].append(report.baseline_name)  # one of the baseline's measurements
     elif report.baseline is not None:
-        roles.setdefault(report.baseline, []).append("vLLM's defaults")
+        roles.setdefault(report.baseline, []).append(report.baseline_name)
     if report.closest is not None:
         roles.setdefault(report.closest, []).append("closest searched")
     for row in report.rows:

@@ -106,18 +106,20 @@ def table_rows(
     ]
 
 
-def compared_line(point: Mapping[str, Any]) -> str:
-    """The baseline at the finalist's capacity in the search (one window of a fresh measurement
-    of it, a rate point's attributes), in one line."""
+def compared_line(point: Mapping[str, Any], name: str = "vLLM's defaults") -> str:
+    """The baseline (``name``) at the finalist's capacity in the search (one window of a fresh
+    measurement of it, a rate point's attributes), in one line."""
     shown = [
         f"{label} {point[key] * scale:.0f} {unit}"
         for label, key, scale, unit in COMPARED_FIGURES
         if isinstance(point.get(key), int | float)
     ]
-    verdict = "meet the SLOs" if point.get("passed") else "miss the SLOs"
+    they = "it" if name == "the baseline" else "they"
+    verdict = "meet" if point.get("passed") else "miss"
+    verdict = f"{verdict}{'s' if they == 'it' else ''} the SLOs"
     if not point.get("passed") and point.get("reason"):
         verdict += f" ({point['reason']})"
     return (
         f"at {num(point['rate_req_per_s'])} req/s, the finalist's capacity in the search, "
-        f"vLLM's defaults: {', '.join(shown)}: they {verdict}"
+        f"{name}: {', '.join(shown)}: {they} {verdict}"
     )

@@ -159,7 +159,9 @@ class StudyObjective:
         configuration's), headline lines, and where the figures were measured."""
         return [], [], "on that window, each figure the median measurement's"
 
-    def at_one_rate(self, defaults: Sequence[FrozenTrial]) -> list[str]:
+    def at_one_rate(
+        self, defaults: Sequence[FrozenTrial], name: str = "vLLM's defaults"
+    ) -> list[str]:
         """What vLLM's defaults (their measurements, ``defaults``) measured at the leading
         configuration's own operating point, where that differs from theirs: nothing where
         every configuration was measured at one load (the window's)."""
@@ -294,14 +296,16 @@ class Capacity(StudyObjective):
             where += f", {other_label} at {at}"
         return rows, lines, where + "), each the median measurement's"
 
-    def at_one_rate(self, defaults: Sequence[FrozenTrial]) -> list[str]:
+    def at_one_rate(
+        self, defaults: Sequence[FrozenTrial], name: str = "vLLM's defaults"
+    ) -> list[str]:
         """The last window vLLM's defaults replayed at the leading configuration's median
         capacity (the confirm step's, ``TrialRecord.compared``), in one line."""
         compared = (TrialRecord.of(t).compared for t in reversed(defaults))
         point = next((point for point in compared if point is not None), None)
         if point is None:
             return []
-        return [compared_line(point)]
+        return [compared_line(point, name)]
 
     def what_next(
         self,

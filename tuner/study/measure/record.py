@@ -23,6 +23,9 @@ from tuner.study.measure.trial import TrialOutcome
 # What the trial is: vLLM's defaults (``True``), the spec's candidate (its index), a
 # re-measurement (the number of the trial it repeats), why the incumbent search proposed it.
 BASELINE_ATTR = "baseline"
+# Set on the baseline where the spec names one of its own (``baseline``: the configuration a
+# team runs today, say): that trial is not vLLM's defaults, and the verdict says so.
+SPEC_BASELINE_ATTR = "baseline_from_spec"
 CANDIDATE_ATTR = "candidate"
 CONFIRMS_ATTR = "confirms"
 # A fresh measurement of the confirmation of finalist trial N (its own or the baseline's).
@@ -61,7 +64,8 @@ LOG_TAIL_CHARS = 4000
 # The attributes that are not figures the trial measured.
 _OWN = frozenset(
     {
-        BASELINE_ATTR, CANDIDATE_ATTR, CONFIRMS_ATTR, FRESH_ATTR, MOVE_ATTR, WORKER_ATTR,
+        BASELINE_ATTR, SPEC_BASELINE_ATTR, CANDIDATE_ATTR, CONFIRMS_ATTR, FRESH_ATTR, MOVE_ATTR,
+        WORKER_ATTR,
         *MEASURED_ON,
         ARGS_ATTR, FEASIBLE_ATTR, REASON_ATTR, LOG_ATTR, COMPILE_KEY_ATTR, CACHE_HIT_ATTR,
         POINTS_ATTR, COMPARED_ATTR,
@@ -89,16 +93,18 @@ class Attributed(Protocol):
 
 @dataclass(frozen=True)
 class Queued:
-    """What a trial was queued as: vLLM's defaults, the spec's candidate
-    ``candidate``, a re-measurement of trial ``confirms`` (``fresh``: one of the confirmation
-    of finalist trial ``fresh``), the incumbent search's ``move``; none of them for a trial the
-    sampler drew. Readable while the trial is measured."""
+    """What a trial was queued as: the baseline (vLLM's defaults, or the spec's own
+    ``baseline`` where ``spec_baseline``), the spec's candidate ``candidate``, a re-measurement
+    of trial ``confirms`` (``fresh``: one of the confirmation of finalist trial ``fresh``), the
+    incumbent search's ``move``; none of them for a trial the sampler drew. Readable while the
+    trial is measured."""
 
     baseline: bool = False
     candidate: int | None = None
     confirms: int | None = None
     move: str | None = None
     fresh: int | None = None
+    spec_baseline: bool = False
 
     @classmethod
     def of(cls, trial: Attributed) -> Queued:
@@ -109,6 +115,7 @@ class Queued:
             confirms=_int(attrs.get(CONFIRMS_ATTR)),
             move=_str(attrs.get(MOVE_ATTR)),
             fresh=_int(attrs.get(FRESH_ATTR)),
+            spec_baseline=bool(attrs.get(SPEC_BASELINE_ATTR)),
         )
 
     @property
@@ -124,6 +131,7 @@ class Queued:
             CONFIRMS_ATTR: self.confirms,
             MOVE_ATTR: self.move,
             FRESH_ATTR: self.fresh,
+            SPEC_BASELINE_ATTR: (self.baseline and self.spec_baseline) or None,
         }
         return {key: value for key, value in named.items() if value is not None}
 
@@ -146,6 +154,7 @@ class TrialRecord:
     constraints: Mapping[str, float]
     engine_args: Mapping[str, Any]
     baseline: bool
+    spec_baseline: bool
     candidate: int | None
     confirms: int | None
     move: str | None
@@ -174,6 +183,7 @@ class TrialRecord:
             constraints=dict(trial.constraints),
             engine_args=dict(attrs.get(ARGS_ATTR) or {}),
             baseline=queued.baseline,
+            spec_baseline=queued.baseline and queued.spec_baseline,
             candidate=queued.candidate,
             confirms=queued.confirms,
             move=queued.move,
@@ -198,6 +208,17 @@ class TrialRecord:
             points=tuple(p for p in attrs.get(POINTS_ATTR) or () if isinstance(p, Mapping)),
             compared=_mapping(attrs.get(COMPARED_ATTR)),
         )
+
+    @property
+    def baseline_name(self) -> str:
+        """What a baseline trial is called in a verdict: ``vLLM's defaults``, or ``the
+        baseline`` where the spec named one of its own."""
+        return "the baseline" if self.spec_baseline else "vLLM's defaults"
+
+    @property
+    def baseline_label(self) -> str:
+        """Its column in a table: ``defaults`` or ``baseline``."""
+        return "baseline" if self.spec_baseline else "defaults"
 
     def figure(self, name: str) -> float | None:
         """The measured figure ``name`` as a float, or None where it has none (or not a

@@ -108,7 +108,7 @@ def choose(study: optuna.Study) -> Choice | None:
         why = beats_words(state, _resolution(study))
         return replace(held, group=mine, baseline=theirs, why=why)
     if not baseline.feasible:
-        return _defaults_miss(held, found, state)
+        return _defaults_miss(held, found, state, _name(baseline))
     nearest = state.finalist if state is not None else next(iter(found), None)
     pruned = tuple(t.number for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)))
     why = _kept_because(baseline, state, searched=len(served) > 1, pruned=pruned)
@@ -117,20 +117,23 @@ def choose(study: optuna.Study) -> Choice | None:
     return replace(held, group=baseline, outcome=DEFAULTS, why=why, closest=nearest)
 
 
-def _defaults_miss(held: Choice, found: list[Group], state: confirm.Round | None) -> Choice:
-    """Where vLLM's defaults miss the SLOs and the finalist was not confirmed: without fresh
-    measurements, the searched configuration that met them, said to be unconfirmed; with fresh
-    measurements against it, the finalist as the closest (neither meets them reliably)."""
+def _defaults_miss(
+    held: Choice, found: list[Group], state: confirm.Round | None, name: str
+) -> Choice:
+    """Where the baseline (``name``: vLLM's defaults, or the spec's) misses the SLOs and the
+    finalist was not confirmed: without fresh measurements, the searched configuration that met
+    them, said to be unconfirmed; with fresh measurements against it, the finalist as the
+    closest (neither meets them reliably)."""
     if state is None or not state.baseline_fresh.trials:
         winner = _most_measured(found)
         why = (
-            "meets the SLOs where vLLM's defaults miss them, in the search's measurements: "
+            f"meets the SLOs where {name} miss them, in the search's measurements: "
             "not confirmed on fresh engines"
         )
         return replace(held, group=winner, why=why)
     missed = sum(1 for v in state.finalist_fresh.oriented() if v == -math.inf)
     why = (
-        f"vLLM's defaults miss the SLOs, and the finalist, trial {state.finalist.number}, did "
+        f"{name} miss the SLOs, and the finalist, trial {state.finalist.number}, did "
         f"not beat them on fresh engines (it missed them in {missed} of "
         f"{len(state.finalist_fresh.trials)})"
     )
@@ -151,9 +154,8 @@ def beats_words(state: confirm.Round, resolution: float = 0.0) -> str:
     n = len(mine.trials)
     how = f"{n} fresh engines each, every pair in its favour, p = {state.p_value():.2g}"
     times = gain_interval(mine, theirs, resolution)
-    return (
-        f"beats vLLM's defaults on fresh engines: {gain:.0%} better by the median ({times}; {how})"
-    )
+    name = _name(state.baseline)
+    return f"beats {name} on fresh engines: {gain:.0%} better by the median ({times}; {how})"
 
 
 def gain_interval(mine: Group, theirs: Group, resolution: float = 0.0) -> str:
@@ -220,14 +222,14 @@ def _not_confirmed(baseline: Group, state: confirm.Round) -> str:
         return (
             f"{named} did not beat them on fresh engines: its trial {mine.number} "
             f"({_value(objective, mine)}) against their trial {theirs.number} "
-            f"({_value(objective, theirs)}) favours the defaults"
+            f"({_value(objective, theirs)}) favours the {_label(baseline)}"
         )
     met = state.defaults_meet()
     if met:
         rate = objective.value_text(state.finalist_fresh.median)
         return (
             f"{named} was better in every fresh pair, but at {rate}, its confirmed capacity, "
-            f"vLLM's defaults met the SLOs too (trial {met[0].number}): no gain shown"
+            f"{_name(baseline)} met the SLOs too (trial {met[0].number}): no gain shown"
         )
     ours, others = len(state.finalist_fresh.trials), len(state.baseline_fresh.trials)
     fewest = significance.MIN_FRESH
@@ -238,11 +240,20 @@ def _not_confirmed(baseline: Group, state: confirm.Round) -> str:
         )
     if min(ours, others) < fewest or ours != others:
         return (
-            f"{named} was measured {_times(ours)} on fresh engines and the defaults "
+            f"{named} was measured {_times(ours)} on fresh engines and the {_label(baseline)} "
             f"{_times(others)}, short of the {fewest} each a verdict needs (the time budget or "
             "confirm_repeats ended the confirmation): no verdict from fewer"
         )
     return f"{named} did not beat them beyond chance on fresh engines"
+
+
+def _name(baseline: Group) -> str:
+    """``vLLM's defaults``, or ``the baseline`` where the spec named its own."""
+    return TrialRecord.of(baseline.first).baseline_name
+
+
+def _label(baseline: Group) -> str:
+    return TrialRecord.of(baseline.first).baseline_label
 
 
 def _margin(gain: float) -> str:
@@ -312,9 +323,10 @@ def summary(choice: Choice, vllm_defaults: Mapping[str, Any] | None = None) -> l
         return []
     lines: list[str] = []
     if choice.keeps_defaults:
-        lines.append(f"vLLM's defaults kept: {choice.why}")
+        kept = TrialRecord.of(choice.group.first)
+        lines.append(f"{kept.baseline_name} kept: {choice.why}")
         if choice.baseline is not None:
-            lines.append(describe(choice.baseline, "defaults"))
+            lines.append(describe(choice.baseline, _label(choice.baseline)))
         if choice.closest is not None:
             lines.append(describe(choice.closest, "closest searched"))
             lines.append(f"  it sets {changed(choice.closest, choice.baseline, vllm_defaults)}")
@@ -322,10 +334,11 @@ def summary(choice: Choice, vllm_defaults: Mapping[str, Any] | None = None) -> l
         lines.append(describe(choice.group, "winner"))
         lines.append(f"  it sets {changed(choice.group, choice.baseline, vllm_defaults)}")
         if choice.baseline is not None:
-            lines.append(describe(choice.baseline, "defaults"))
+            lines.append(describe(choice.baseline, _label(choice.baseline)))
         lines.append(choice.why)
     if choice.baseline is not None:
-        lines += of_trial(choice.baseline.first).at_one_rate(choice.baseline.trials)
+        baseline = choice.baseline
+        lines += of_trial(baseline.first).at_one_rate(baseline.trials, _name(baseline))
     return lines + _against_candidates(choice)
 
 

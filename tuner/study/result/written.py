@@ -140,8 +140,14 @@ def _labels(choice: Choice) -> tuple[str, str]:
     """The end table's and the header's two columns: what was written, and what beside it."""
     if choice.keeps_defaults:
         closest = choice.closest
-        return "defaults", "n/a" if closest is None else f"trial {closest.number}"
-    return ("best" if choice.meets_slos else "closest"), "defaults"
+        kept = TrialRecord.of(choice.group.first).baseline_label
+        return kept, "n/a" if closest is None else f"trial {closest.number}"
+    other = (
+        "defaults"
+        if choice.baseline is None
+        else TrialRecord.of(choice.baseline.first).baseline_label
+    )
+    return ("best" if choice.meets_slos else "closest"), other
 
 
 def _time_spent(choice: Choice, vllm_defaults: Mapping[str, Any]) -> list[str]:
