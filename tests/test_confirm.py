@@ -186,8 +186,8 @@ def test_a_lucky_search_measurement_does_not_count_in_the_verdict(tmp_path, cpu_
 
 def test_a_baseline_of_the_spec_is_named_as_such_not_as_vllms_defaults(tmp_path, cpu_model, capsys):
     # The spec's baseline (max-num-seqs 2: the configuration a team runs today) is trial 0; the
-    # finalist loses its first fresh pair. Every line says "the baseline", none "vLLM's
-    # defaults", and the file written is the baseline's.
+    # finalist loses its first fresh pair. Every line says "your configuration" or "the
+    # baseline", none "vLLM's defaults", and the file written is the baseline's.
     scripted = Scripted({2: [1.0, 0.85], 4: [0.5, 0.9], 8: [0.6]})
     study, ran, args = run_scripted(
         tmp_path, cpu_model, scripted, top_k=1, repeats=3, baseline={"max-num-seqs": 2}
@@ -198,10 +198,10 @@ def test_a_baseline_of_the_spec_is_named_as_such_not_as_vllms_defaults(tmp_path,
     assert result.why.endswith("against their trial 4 (0.850) favours the baseline")
     assert main(args) == EXIT_DEFAULTS_KEPT
     header = header_of(tmp_path)
-    assert f"# the baseline kept: {result.why}" in header
+    assert f"# your configuration kept: {result.why}" in header
     assert "# baseline trial 0: score" in header and "vLLM's defaults" not in header
     assert "max-num-seqs: 2" in header.split("# Serve with")[1]
-    assert "the baseline kept (trial 0); wrote it to" in capsys.readouterr().out
+    assert "your configuration kept (trial 0); wrote it to" in capsys.readouterr().out
 
 
 def test_the_finalist_is_fixed_by_the_search_and_a_pair_against_it_ends_the_round(
@@ -516,7 +516,7 @@ def test_confirm_only_finishes_a_confirmation_and_adds_no_trial(tmp_path, cpu_mo
     done = run_tuner(*args, "--confirm-only", cwd=tmp_path, env=stand_in_vllm, timeout_s=180)
     assert done.returncode in MEETS_SLOS_EXITS, done.stdout + done.stderr
     assert "adding 0" in done.stdout
-    assert "confirming the finalist, trial 1, against the baseline" in done.stdout
+    assert "confirming the finalist, trial 1, against your configuration" in done.stdout
     trials = optuna.load_study(study_name="s", storage=storage).trials
     repeats = sorted(t.user_attrs[CONFIRMS_ATTR] for t in trials if CONFIRMS_ATTR in t.user_attrs)
     # One fresh measurement each: the finalist's, then the baseline's.

@@ -252,7 +252,7 @@ def test_the_page_puts_the_verdict_first(storage: str, tmp_path: Path) -> None:
     # closest searched configuration, the candidate: one column each.
     header = re.findall(r"<th>(trial \d+: [^<]*)</th>", verdict)
     assert header == [
-        "trial 0: best, the baseline",
+        "trial 0: best, your configuration",
         "trial 4: closest searched",
         "trial 1: candidate 0",
     ]

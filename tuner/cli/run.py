@@ -77,7 +77,7 @@ def server_launcher(choice: str, log: Path, spec: StudySpec) -> Launcher:
 def _say_budget(budget_s: float, flag: bool, spec: StudySpec) -> None:
     """The time budget's line, before the first trial (``flag``: given on the command line)."""
     where = "--time-budget-s" if flag else "the spec's time_budget_s"
-    first = "the spec's baseline" if spec.baseline else "vLLM's defaults"
+    first = "the spec's baseline" if spec.names_baseline else "vLLM's defaults"
     print(
         f"time budget: {budget_s:g} s for the whole run ({where}); the search stops where one "
         "more trial would leave too little for the confirmation; the first trial always runs "

@@ -312,7 +312,7 @@ class StudyReport:
     meets_slos: bool
     baseline: int | None
     configuration: Configuration | None
-    # What the baseline is called: vLLM's defaults, or the spec's own (``the baseline``).
+    # What the baseline is called: vLLM's defaults, or the spec's own (``your configuration``).
     baseline_name: str = "vLLM's defaults"
     objective: StudyObjective = LATENCY_OBJECTIVE
     # Every measurement of the chosen configuration, its first trial first (one: measured once).

@@ -62,7 +62,10 @@ def said(report: StudyReport, chosen: TrialRow) -> str:
     if report.kept_because:
         # vLLM's defaults were chosen (``choice.DEFAULTS``: the only way they are): why.
         if report.baseline_name != "vLLM's defaults":
-            return f"{meets}. It is the spec's baseline, kept: {escape(report.kept_because)}."
+            return (
+                f"{meets}. It is your configuration (the spec's baseline), kept: "
+                f"{escape(report.kept_because)}."
+            )
         return f"{meets}. It is vLLM's own defaults, kept: {escape(report.kept_because)}."
     text = f"{meets}{among(report)}."
     baseline = next((r for r in report.rows if r.number == report.baseline), None)

@@ -114,7 +114,7 @@ def compared_line(point: Mapping[str, Any], name: str = "vLLM's defaults") -> st
         for label, key, scale, unit in COMPARED_FIGURES
         if isinstance(point.get(key), int | float)
     ]
-    they = "it" if name == "the baseline" else "they"
+    they = "they" if name == "vLLM's defaults" else "it"
     verdict = "meet" if point.get("passed") else "miss"
     verdict = f"{verdict}{'s' if they == 'it' else ''} the SLOs"
     if not point.get("passed") and point.get("reason"):

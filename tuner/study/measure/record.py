@@ -211,9 +211,9 @@ class TrialRecord:
 
     @property
     def baseline_name(self) -> str:
-        """What a baseline trial is called in a verdict: ``vLLM's defaults``, or ``the
-        baseline`` where the spec named one of its own."""
-        return "the baseline" if self.spec_baseline else "vLLM's defaults"
+        """What a baseline trial is called in a verdict: ``vLLM's defaults``, or ``your
+        configuration`` where the spec named a baseline of its own."""
+        return "your configuration" if self.spec_baseline else "vLLM's defaults"
 
     @property
     def baseline_label(self) -> str:

@@ -92,6 +92,10 @@ class StudySpec:
     # Configurations measured right after the baseline (e.g. what production runs today), as
     # engine arguments over ``engine_args``; searched ones follow.
     candidates: tuple[Mapping[str, Any], ...] = ()
+    # Whether the spec names a baseline of its own (the configuration a team serves today, say):
+    # trial 0 is then not vLLM's defaults, whatever this machine adds to it to start
+    # (``tuner.study.plan.space.runnable_baseline``).
+    names_baseline: bool = False
     n_trials: int = 20
     window_s: float = 60.0
     # A factor on the trace's arrival times, or "auto": the window replayed at
@@ -329,6 +333,7 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         weights=weights,
         baseline=baseline,
         candidates=candidates,
+        names_baseline=bool(baseline),
         dummy_model=dummy_model,
         server=server,
         **seconds,

@@ -248,7 +248,7 @@ def _not_confirmed(baseline: Group, state: confirm.Round) -> str:
 
 
 def _name(baseline: Group) -> str:
-    """``vLLM's defaults``, or ``the baseline`` where the spec named its own."""
+    """``vLLM's defaults``, or ``your configuration`` where the spec named its own baseline."""
     return TrialRecord.of(baseline.first).baseline_name
 
 

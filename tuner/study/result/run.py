@@ -431,7 +431,7 @@ class Run:
 
 def _named(group: Group) -> tuple[str, str]:
     """A configuration by what it is, with its verb: ``("vLLM's defaults", "were")`` (or the
-    spec's own baseline, ``("the baseline", "was")``) or ``("trial N", "was")``."""
+    spec's own baseline, ``("your configuration", "was")``) or ``("trial N", "was")``."""
     recorded = TrialRecord.of(group.first)
     if recorded.baseline:
         return recorded.baseline_name, "was" if recorded.spec_baseline else "were"

@@ -50,7 +50,7 @@ def queue_next(study: optuna.Study, spec: StudySpec) -> bool:
     """Queue the baseline if no trial has taken it, else the next candidate no trial has;
     whether one was queued."""
     if (True, None) not in _taken(study):
-        queued = Queued(baseline=True, spec_baseline=bool(spec.baseline))
+        queued = Queued(baseline=True, spec_baseline=spec.names_baseline)
         study.enqueue_trial({}, user_attrs=queued.attrs())
         return True
     index = next_candidate(study, spec)
