@@ -93,9 +93,12 @@ def run_scripted(
     top_k: int,
     repeats: int,
     candidates: bool = False,
+    spec_candidates: list[dict[str, Any]] | None = None,
     **overrides: Any,
 ):
     raw = spec_dict(model, confirm_candidates=candidates, **overrides)
+    if spec_candidates is not None:
+        raw["candidates"] = spec_candidates
     spec = parse_spec(raw)
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     setup = TrialSetup(

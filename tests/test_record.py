@@ -29,6 +29,7 @@ PHASES = (ENGINE_START_S, WINDOW_S, TRIAL_S)
 OTHER_MEANINGS = {
     ("study/plan/spec.py", "engine_args"): "the spec's keys",
     ("study/plan/spec.py", "baseline"): "the spec's keys",
+    ("study/plan/current.py", "baseline"): "the spec's keys",
     ("study/plan/space.py", "engine_args"): "the spec's keys",
     ("study/trials/fingerprint.py", "engine_args"): "the study's fingerprint",
     ("study/measure/calibrate.py", "capacity_req_per_s"): "the study's calibration",

@@ -38,6 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--trace", required=True, type=Path, help="trace file (-: stdin)")
     add_trace_options(init)
     add_study_options(init)
+    init.add_argument(
+        "--current",
+        type=Path,
+        metavar="FILE",
+        help="the configuration you serve today, a YAML as vllm serve --config reads it: the "
+        "study's baseline, measured and confirmed against, with vLLM's defaults beside it",
+    )
     add_run_command(commands)
     add_trace_commands(commands)
     add_report_command(commands)

@@ -18,6 +18,7 @@ from tuner.errors import InputError
 from tuner.flags import LOAD_FORMAT, RANDOM_WEIGHTS, flag_name, random_weights
 from tuner.study.measure.objective import of_spec
 from tuner.study.measure.prepare import write_dummy_model
+from tuner.study.plan.current import Current, read_current
 from tuner.study.plan.own_server import SERVER_ONLY_ARGUMENTS
 from tuner.study.plan.space import default_spec_text, engine_defaults, runnable_baseline
 from tuner.study.plan.spec import StudySpec, load_spec, parse_spec
@@ -48,23 +49,49 @@ def write_default_spec(args: argparse.Namespace, path: Path, trace: Trace | None
     prompt lengths. On it, gpu-memory-utilization is searched up to what this machine starts.
     A ``--model`` that cannot be read is an ``InputError`` before anything is written.
     """
-    if args.model:
-        model_info(args.model, None)
+    overrides = spec_overrides(args)
+    model = args.model
+    current_file = getattr(args, "current", None)
+    if current_file is not None:
+        current = read_current(current_file)
+        if model and current.model and model != current.model:
+            raise InputError(
+                f"--model {model} differs from the model {current_file} serves, {current.model}"
+            )
+        model = model or current.model
+        overrides |= current.spec_keys()
+        _say_current(current_file, current)
+    if model:
+        model_info(model, None)
     path.parent.mkdir(parents=True, exist_ok=True)
     prompts = None if trace is None else [int(n) for n in trace.input_tokens]
     gpu = not environment.is_cpu_build()
     device = next(iter(environment.visible_gpus()), None) if gpu else None
     memory = None if gpu else environment.host_memory()
     text = default_spec_text(
-        args.model,
+        model,
         gpu=gpu,
         prompt_tokens=prompts,
         device=device,
         cpu_memory=memory,
         dummy_weights=args.dummy_weights,
-        overrides=spec_overrides(args),
+        overrides=overrides,
     )
     write_whole(path, text)
+
+
+def _say_current(path: Path, current: Current) -> None:
+    """What ``--current`` took from ``path``, in a line or two."""
+    names = ", ".join(f"{k}={v}" for k, v in current.engine_args.items()) or "no engine argument"
+    print(
+        f"baseline: your configuration from {path} ({names}); vLLM's defaults measured beside "
+        "it as candidate 0, both measured again as often as the search's finalist"
+    )
+    if current.left_out:
+        print(
+            f"left out of it: {', '.join(current.left_out)} (the server's, not the engine's: "
+            "tuner starts each trial's server itself)"
+        )
 
 
 def load_study_spec(args: argparse.Namespace, name: str, trace: Trace | None) -> StudySpec:

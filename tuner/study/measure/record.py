@@ -26,6 +26,8 @@ BASELINE_ATTR = "baseline"
 # Set on the baseline where the spec names one of its own (``baseline``: the configuration a
 # team runs today, say): that trial is not vLLM's defaults, and the verdict says so.
 SPEC_BASELINE_ATTR = "baseline_from_spec"
+# Set on the candidate the spec gives as ``{}``: vLLM's defaults, beside the spec's baseline.
+DEFAULTS_CANDIDATE_ATTR = "candidate_is_defaults"
 CANDIDATE_ATTR = "candidate"
 CONFIRMS_ATTR = "confirms"
 # A fresh measurement of the confirmation of finalist trial N (its own or the baseline's).
@@ -64,8 +66,8 @@ LOG_TAIL_CHARS = 4000
 # The attributes that are not figures the trial measured.
 _OWN = frozenset(
     {
-        BASELINE_ATTR, SPEC_BASELINE_ATTR, CANDIDATE_ATTR, CONFIRMS_ATTR, FRESH_ATTR, MOVE_ATTR,
-        WORKER_ATTR,
+        BASELINE_ATTR, SPEC_BASELINE_ATTR, DEFAULTS_CANDIDATE_ATTR, CANDIDATE_ATTR,
+        CONFIRMS_ATTR, FRESH_ATTR, MOVE_ATTR, WORKER_ATTR,
         *MEASURED_ON,
         ARGS_ATTR, FEASIBLE_ATTR, REASON_ATTR, LOG_ATTR, COMPILE_KEY_ATTR, CACHE_HIT_ATTR,
         POINTS_ATTR, COMPARED_ATTR,
@@ -105,6 +107,7 @@ class Queued:
     move: str | None = None
     fresh: int | None = None
     spec_baseline: bool = False
+    defaults_candidate: bool = False
 
     @classmethod
     def of(cls, trial: Attributed) -> Queued:
@@ -116,6 +119,7 @@ class Queued:
             move=_str(attrs.get(MOVE_ATTR)),
             fresh=_int(attrs.get(FRESH_ATTR)),
             spec_baseline=bool(attrs.get(SPEC_BASELINE_ATTR)),
+            defaults_candidate=bool(attrs.get(DEFAULTS_CANDIDATE_ATTR)),
         )
 
     @property
@@ -132,6 +136,8 @@ class Queued:
             MOVE_ATTR: self.move,
             FRESH_ATTR: self.fresh,
             SPEC_BASELINE_ATTR: (self.baseline and self.spec_baseline) or None,
+            DEFAULTS_CANDIDATE_ATTR: (self.candidate is not None and self.defaults_candidate)
+            or None,
         }
         return {key: value for key, value in named.items() if value is not None}
 
@@ -156,6 +162,7 @@ class TrialRecord:
     baseline: bool
     spec_baseline: bool
     candidate: int | None
+    defaults_candidate: bool
     confirms: int | None
     move: str | None
     fresh: int | None
@@ -185,6 +192,7 @@ class TrialRecord:
             baseline=queued.baseline,
             spec_baseline=queued.baseline and queued.spec_baseline,
             candidate=queued.candidate,
+            defaults_candidate=queued.candidate is not None and queued.defaults_candidate,
             confirms=queued.confirms,
             move=queued.move,
             fresh=queued.fresh,
@@ -214,6 +222,12 @@ class TrialRecord:
         """What a baseline trial is called in a verdict: ``vLLM's defaults``, or ``your
         configuration`` where the spec named a baseline of its own."""
         return "your configuration" if self.spec_baseline else "vLLM's defaults"
+
+    @property
+    def candidate_name(self) -> str:
+        """What a candidate is called in a verdict: ``vLLM's defaults`` for the spec's ``{}``
+        beside its own baseline, else ``candidate``."""
+        return "vLLM's defaults" if self.defaults_candidate else "candidate"
 
     @property
     def baseline_label(self) -> str:

@@ -96,6 +96,9 @@ class StudySpec:
     # trial 0 is then not vLLM's defaults, whatever this machine adds to it to start
     # (``tuner.study.plan.space.runnable_baseline``).
     names_baseline: bool = False
+    # The candidate the spec gives as ``{}``, vLLM's defaults (``tuner init --current`` makes
+    # one beside your configuration), by its index; None where none is.
+    defaults_candidate: int | None = None
     n_trials: int = 20
     window_s: float = 60.0
     # A factor on the trace's arrival times, or "auto": the window replayed at
@@ -334,6 +337,7 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
         baseline=baseline,
         candidates=candidates,
         names_baseline=bool(baseline),
+        defaults_candidate=next((i for i, c in enumerate(candidates) if not c), None),
         dummy_model=dummy_model,
         server=server,
         **seconds,
@@ -351,7 +355,7 @@ def _arguments(
         baseline = normalize(_mapping(path, "baseline", merged["baseline"]))
     except ValueError as exc:
         raise SpecError(path, "engine_args", str(exc)) from None
-    candidates = _candidates(path, merged["candidates"])
+    candidates = _candidates(path, merged["candidates"], own_baseline=bool(baseline))
     space_raw = _mapping(path, "search_space", merged["search_space"])
     space = tuple(_dimension(path, name, raw) for name, raw in space_raw.items())
     names = [d.name for d in space]
@@ -428,7 +432,9 @@ def _settings(path: str, merged: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _candidates(path: str, value: Any) -> tuple[dict[str, Any], ...]:
+def _candidates(path: str, value: Any, own_baseline: bool) -> tuple[dict[str, Any], ...]:
+    """The spec's candidates; ``{}`` (vLLM's defaults) only beside a baseline of the spec's own,
+    and once."""
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -439,8 +445,9 @@ def _candidates(path: str, value: Any) -> tuple[dict[str, Any], ...]:
             candidate = normalize(_mapping(path, f"candidates[{i}]", raw))
         except ValueError as exc:
             raise SpecError(path, f"candidates[{i}]", str(exc)) from None
-        if not candidate:
-            raise SpecError(path, f"candidates[{i}]", "sets no engine argument")
+        if not candidate and (not own_baseline or {} in out):
+            why = "vLLM's defaults twice" if own_baseline else "vLLM's defaults, the baseline"
+            raise SpecError(path, f"candidates[{i}]", f"sets no engine argument: {why} already")
         out.append(candidate)
     return tuple(out)
 

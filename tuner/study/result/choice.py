@@ -271,15 +271,19 @@ def _times(count: int) -> str:
 
 
 def describe(group: Group, label: str) -> str:
-    """``winner trial 7: score median 0.612 of 3 (0.58 to 0.66; trials 7, 12, 15)``."""
+    """``winner trial 7: score median 0.612 of 3 (0.58 to 0.66; trials 7, 12, 15)``; the spec's
+    ``{}`` candidate as ``winner trial 1 (vLLM's defaults): ...``."""
     values = group.values
     numbers = ", ".join(str(t.number) for t in group.trials)
     what, unit = group.objective.value_name, group.objective.value_unit
+    named = f"{label} trial {group.number}"
+    if TrialRecord.of(group.first).defaults_candidate and not label.startswith("vLLM"):
+        named += " (vLLM's defaults)"
     if len(values) == 1:
-        return f"{label} trial {group.number}: {what} {values[0]:.4g}{unit}, measured once"
+        return f"{named}: {what} {values[0]:.4g}{unit}, measured once"
     low, high = min(values), max(values)
     return (
-        f"{label} trial {group.number}: {what} median {group.median:.4g}{unit} of "
+        f"{named}: {what} median {group.median:.4g}{unit} of "
         f"{len(values)} ({low:.4g} to {high:.4g}; trials {numbers})"
     )
 
@@ -287,10 +291,11 @@ def describe(group: Group, label: str) -> str:
 def changed(
     group: Group, baseline: Group | None, vllm_defaults: Mapping[str, Any] | None = None
 ) -> str:
-    """The engine arguments ``group`` sets otherwise than the defaults' trial, as NAME=VALUE
-    words. With ``vllm_defaults`` (vLLM's own values of the searched arguments, as the spec gives
-    them), a value moved from vLLM's is followed by vLLM's, and those set to vLLM's own value
-    (written so that the file does not depend on what a later vLLM defaults to) come last, apart:
+    """The engine arguments ``group`` sets otherwise than the baseline's trial, as NAME=VALUE
+    words, and those the baseline sets that it leaves to vLLM. With ``vllm_defaults`` (vLLM's
+    own values of the searched arguments, as the spec gives them), a value moved from vLLM's is
+    followed by vLLM's, and those set to vLLM's own value (written so that the file does not
+    depend on what a later vLLM defaults to) come last, apart:
     ``max-num-batched-tokens=2048 (vLLM's 8192); as vLLM sets them: max-num-seqs=1024``."""
     mine: dict[str, Any] = dict(TrialRecord.of(group.first).engine_args)
     theirs: dict[str, Any] = {}
@@ -308,6 +313,11 @@ def changed(
             kept.append(f"{key}={value}")
         else:
             moved.append(f"{key}={value} (vLLM's {known[key]})")
+    # What the baseline sets that this configuration leaves to vLLM (a baseline of the spec's
+    # own against vLLM's defaults, or a searched point that unsets it).
+    moved += [
+        f"{key} as vLLM sets it (the baseline's {theirs[key]})" for key in theirs if key not in mine
+    ]
     if not kept:
         return " ".join(moved) or "(the same arguments)"
     if not moved:
@@ -354,10 +364,11 @@ def _against_candidates(choice: Choice) -> list[str]:
             group = Group(group.first, group.trials[1:], group.objective)
         if len(group.values) < 2 or group.number == written.number:
             continue
-        lines.append(describe(group, "candidate"))
+        name = TrialRecord.of(group.first).candidate_name
+        lines.append(describe(group, name))
         if len(written.values) > 1 and written.beats(group):
             how = "the measured spread" if written.in_every_measurement(group) else "chance"
-            lines.append(f"beats candidate trial {group.number} beyond {how}")
+            lines.append(f"beats {name} trial {group.number} beyond {how}")
         else:
-            lines.append(f"within noise of candidate trial {group.number}")
+            lines.append(f"within noise of {name} trial {group.number}")
     return lines

@@ -59,7 +59,8 @@ def queue_next(study: optuna.Study, spec: StudySpec) -> bool:
     names = {d.name for d in spec.space}
     params = {k: v for k, v in spec.candidates[index].items() if k in names}
     # Out-of-range values are kept (Optuna warns): the candidate is what it is.
-    study.enqueue_trial(params, user_attrs=Queued(candidate=index).attrs())
+    queued = Queued(candidate=index, defaults_candidate=index == spec.defaults_candidate)
+    study.enqueue_trial(params, user_attrs=queued.attrs())
     return True
 
 
