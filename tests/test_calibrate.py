@@ -295,3 +295,17 @@ def test_a_study_not_yet_calibrated_writes_nothing_without_trials(tmp_path, cpu_
         cwd=tmp_path,
     )
     assert done.returncode == 2 and "no calibration yet" in done.stderr, done.stdout + done.stderr
+
+
+def test_the_calibration_starts_vllms_defaults_beside_your_configuration(cpu_model):
+    # A spec of its own baseline (your configuration) calibrates on its {} candidate, vLLM's
+    # defaults as the study runs them (the machine's KV share added); without one, on the
+    # baseline, as before.
+    base = {"model": str(cpu_model), "dummy_model": None, "engine_args": {"enforce-eager": True}}
+    mine = parse_spec(
+        base | {"baseline": {"max-num-seqs": 2}, "candidates": [{"max-num-seqs": 4}, {}]}
+    )
+    sized = replace(mine, candidates=({"max-num-seqs": 4}, {"gpu-memory-utilization": 0.1}))
+    assert calibrate.defaults_args(sized) == {"enforce-eager": True, "gpu-memory-utilization": 0.1}
+    alone = parse_spec(base | {"baseline": {"max-num-seqs": 2}})
+    assert calibrate.defaults_args(alone) == {"enforce-eager": True, "max-num-seqs": 2}

@@ -152,10 +152,20 @@ def from_outcome(outcome: TrialOutcome, search: CapacitySettings, load: float) -
 def measure(
     setup: TrialSetup, search: CapacitySettings, spec: StudySpec, workdir: Path
 ) -> Calibration:
-    """Start vLLM's defaults (the spec's baseline) once, search what they carry, stop them."""
+    """Start vLLM's defaults once, search what they carry, stop them: the spec's baseline, or
+    where the spec names a baseline of its own (your configuration), its ``{}`` candidate
+    beside it (``StudySpec.defaults_candidate``) where it has one."""
     calibrating = replace(setup, measure=RateSearch(search))
-    outcome = run_trial({**spec.engine_args, **spec.baseline}, calibrating, workdir)
+    outcome = run_trial(defaults_args(spec), calibrating, workdir)
     return from_outcome(outcome, search, spec.calibrate_load)
+
+
+def defaults_args(spec: StudySpec) -> dict[str, Any]:
+    """The engine arguments the calibration starts: vLLM's defaults as the study runs them."""
+    index = spec.defaults_candidate
+    if spec.names_baseline and index is not None:
+        return {**spec.engine_args, **spec.candidates[index]}
+    return {**spec.engine_args, **spec.baseline}
 
 
 def stored(study_attrs: Mapping[str, Any]) -> Calibration | None:
