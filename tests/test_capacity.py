@@ -616,7 +616,7 @@ def test_a_capacity_study_ranks_configurations_by_the_load_they_carry(tmp_path):
     assert re.search(line, header, re.M), header
     assert f"# servers for the peak ({num(peak_req_per_s)} req/s): " in header
     assert "capacity" in done.stdout and "servers for peak" in done.stdout
-    assert re.search(r"^# (winner|defaults) trial \d+: capacity ", header, re.M), header
+    assert re.search(r"^# (winner|defaults|baseline) trial \d+: capacity ", header, re.M), header
 
 
 # --- what tuner run says of a capacity study (scripted outcomes, no server) ---------------

@@ -124,17 +124,18 @@ def _defaults_miss(
     finalist was not confirmed: without fresh measurements, the searched configuration that met
     them, said to be unconfirmed; with fresh measurements against it, the finalist as the
     closest (neither meets them reliably)."""
+    miss, them = ("miss", "them") if name == "vLLM's defaults" else ("misses", "it")
     if state is None or not state.baseline_fresh.trials:
         winner = _most_measured(found)
         why = (
-            f"meets the SLOs where {name} miss them, in the search's measurements: "
+            f"meets the SLOs where {name} {miss} them, in the search's measurements: "
             "not confirmed on fresh engines"
         )
         return replace(held, group=winner, why=why)
     missed = sum(1 for v in state.finalist_fresh.oriented() if v == -math.inf)
     why = (
-        f"{name} miss the SLOs, and the finalist, trial {state.finalist.number}, did "
-        f"not beat them on fresh engines (it missed them in {missed} of "
+        f"{name} {miss} the SLOs, and the finalist, trial {state.finalist.number}, did "
+        f"not beat {them} on fresh engines (it missed them in {missed} of "
         f"{len(state.finalist_fresh.trials)})"
     )
     return replace(held, group=state.finalist, outcome=MISSES, why=why)
