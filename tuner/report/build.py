@@ -27,7 +27,7 @@ from tuner.report.page import render
 from tuner.report.rate_curves import curves
 from tuner.report.rate_plot import plot_rates
 from tuner.study.measure.objective import of_study
-from tuner.study.measure.record import TrialRecord
+from tuner.study.measure.record import VLLM_DEFAULTS, TrialRecord
 from tuner.study.measure.time_spent import time_lines
 from tuner.study.result.choice import Choice, choose, summary
 from tuner.study.trials import picks, search
@@ -68,9 +68,7 @@ def read_report(name: str, storage: str, configs: Path) -> StudyReport:
         meets_slos=choice is not None and choice.meets_slos,
         baseline=None if baseline is None else baseline.number,
         configuration=configuration,
-        baseline_name="vLLM's defaults"
-        if baseline is None
-        else TrialRecord.of(baseline).baseline_name,
+        baseline_name=VLLM_DEFAULTS if baseline is None else TrialRecord.of(baseline).baseline_name,
         objective=of_study(study),
         measurements=() if choice is None else choice.measurements,
         confirmation=tuple(outcome),

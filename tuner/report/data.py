@@ -29,7 +29,7 @@ from tuner.study.measure.objective import (
     OBJECTIVES,
     StudyObjective,
 )
-from tuner.study.measure.record import TrialRecord
+from tuner.study.measure.record import VLLM_DEFAULTS, TrialRecord
 from tuner.study.measure.trial import ENGINE_START_S, ENGINE_STOP_S, TRIAL_S, WARMUP_S, WINDOW_S
 from tuner.study.trials import picks
 from tuner.study.trials.fingerprint import WORKLOAD_ATTR
@@ -313,7 +313,7 @@ class StudyReport:
     baseline: int | None
     configuration: Configuration | None
     # What the baseline is called: vLLM's defaults, or the spec's own (``your configuration``).
-    baseline_name: str = "vLLM's defaults"
+    baseline_name: str = VLLM_DEFAULTS
     objective: StudyObjective = LATENCY_OBJECTIVE
     # Every measurement of the chosen configuration, its first trial first (one: measured once).
     measurements: tuple[int, ...] = ()

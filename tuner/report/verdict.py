@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from html import escape
 
 from tuner.report.data import FEASIBLE, StudyReport, TrialRow
+from tuner.study.measure.record import VLLM_DEFAULTS
 from tuner.study.measure.scoring import verdict
 from tuner.study.result.emit import verdict_lines
 
@@ -61,12 +62,9 @@ def said(report: StudyReport, chosen: TrialRow) -> str:
     meets = f"Trial {chosen.number} {objective.meets_words(chosen.value or 0.0)}{measured}"
     if report.kept_because:
         # vLLM's defaults were chosen (``choice.DEFAULTS``: the only way they are): why.
-        if report.baseline_name != "vLLM's defaults":
-            return (
-                f"{meets}. It is your configuration (the spec's baseline), kept: "
-                f"{escape(report.kept_because)}."
-            )
-        return f"{meets}. It is vLLM's own defaults, kept: {escape(report.kept_because)}."
+        mine = report.baseline_name != VLLM_DEFAULTS
+        what = "your configuration (the spec's baseline)" if mine else "vLLM's own defaults"
+        return f"{meets}. It is {what}, kept: {escape(report.kept_because)}."
     text = f"{meets}{among(report)}."
     baseline = next((r for r in report.rows if r.number == report.baseline), None)
     if baseline is not None and baseline.value is not None and not report.confirmation:

@@ -162,8 +162,8 @@ def measure(
 
 def defaults_args(spec: StudySpec) -> dict[str, Any]:
     """The engine arguments the calibration starts: vLLM's defaults as the study runs them."""
-    index = spec.defaults_candidate
-    if spec.names_baseline and index is not None:
+    index = spec.defaults_candidate  # only ever beside a baseline of the spec's own
+    if index is not None:
         return {**spec.engine_args, **spec.candidates[index]}
     return {**spec.engine_args, **spec.baseline}
 

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tuner.study.measure.record import CAPACITY_ATTR
+from tuner.study.measure.record import CAPACITY_ATTR, VLLM_DEFAULTS
 
 # The figures said of vLLM's defaults at another configuration's capacity.
 COMPARED_FIGURES = (
@@ -106,7 +106,7 @@ def table_rows(
     ]
 
 
-def compared_line(point: Mapping[str, Any], name: str = "vLLM's defaults") -> str:
+def compared_line(point: Mapping[str, Any], name: str = VLLM_DEFAULTS) -> str:
     """The baseline (``name``) at the finalist's capacity in the search (one window of a fresh
     measurement of it, a rate point's attributes), in one line."""
     shown = [
@@ -114,9 +114,8 @@ def compared_line(point: Mapping[str, Any], name: str = "vLLM's defaults") -> st
         for label, key, scale, unit in COMPARED_FIGURES
         if isinstance(point.get(key), int | float)
     ]
-    they = "they" if name == "vLLM's defaults" else "it"
-    verdict = "meet" if point.get("passed") else "miss"
-    verdict = f"{verdict}{'s' if they == 'it' else ''} the SLOs"
+    they, s = ("they", "") if name == VLLM_DEFAULTS else ("it", "s")
+    verdict = f"{'meet' if point.get('passed') else 'miss'}{s} the SLOs"
     if not point.get("passed") and point.get("reason"):
         verdict += f" ({point['reason']})"
     return (

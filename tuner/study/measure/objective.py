@@ -39,7 +39,7 @@ from tuner.study.measure.capacity_text import (
 )
 from tuner.study.measure.outcome import Offered, next_steps
 from tuner.study.measure.rate_search import RateSearch
-from tuner.study.measure.record import CAPACITY_ATTR, TrialRecord
+from tuner.study.measure.record import CAPACITY_ATTR, VLLM_DEFAULTS, TrialRecord
 from tuner.study.measure.scoring import FAILED_SCORE, Miss
 from tuner.study.measure.trial import Measure, WindowReplay
 from tuner.study.plan.spec import CAPACITY, LATENCY, OBJECTIVE_MODES, StudySpec
@@ -159,9 +159,7 @@ class StudyObjective:
         configuration's), headline lines, and where the figures were measured."""
         return [], [], "on that window, each figure the median measurement's"
 
-    def at_one_rate(
-        self, defaults: Sequence[FrozenTrial], name: str = "vLLM's defaults"
-    ) -> list[str]:
+    def at_one_rate(self, defaults: Sequence[FrozenTrial], name: str = VLLM_DEFAULTS) -> list[str]:
         """What vLLM's defaults (their measurements, ``defaults``) measured at the leading
         configuration's own operating point, where that differs from theirs: nothing where
         every configuration was measured at one load (the window's)."""
@@ -296,9 +294,7 @@ class Capacity(StudyObjective):
             where += f", {other_label} at {at}"
         return rows, lines, where + "), each the median measurement's"
 
-    def at_one_rate(
-        self, defaults: Sequence[FrozenTrial], name: str = "vLLM's defaults"
-    ) -> list[str]:
+    def at_one_rate(self, defaults: Sequence[FrozenTrial], name: str = VLLM_DEFAULTS) -> list[str]:
         """The last window vLLM's defaults replayed at the leading configuration's median
         capacity (the confirm step's, ``TrialRecord.compared``), in one line."""
         compared = (TrialRecord.of(t).compared for t in reversed(defaults))

@@ -60,6 +60,9 @@ START_ATTR = "capacity_start_req_per_s"
 # configuration's capacity.
 POINTS_ATTR = "capacity_points"
 COMPARED_ATTR = "capacity_compared_point"
+# What a baseline is called in a verdict: vLLM's defaults (plural), or the spec's own.
+VLLM_DEFAULTS = "vLLM's defaults"
+YOUR_CONFIGURATION = "your configuration"
 # The engine log's tail kept on a trial, in characters.
 LOG_TAIL_CHARS = 4000
 
@@ -221,13 +224,13 @@ class TrialRecord:
     def baseline_name(self) -> str:
         """What a baseline trial is called in a verdict: ``vLLM's defaults``, or ``your
         configuration`` where the spec named a baseline of its own."""
-        return "your configuration" if self.spec_baseline else "vLLM's defaults"
+        return YOUR_CONFIGURATION if self.spec_baseline else VLLM_DEFAULTS
 
     @property
     def candidate_name(self) -> str:
         """What a candidate is called in a verdict: ``vLLM's defaults`` for the spec's ``{}``
         beside its own baseline, else ``candidate``."""
-        return "vLLM's defaults" if self.defaults_candidate else "candidate"
+        return VLLM_DEFAULTS if self.defaults_candidate else "candidate"
 
     @property
     def baseline_label(self) -> str:

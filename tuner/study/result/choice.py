@@ -35,7 +35,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.study.measure.objective import StudyObjective, of_trial
-from tuner.study.measure.record import TrialRecord
+from tuner.study.measure.record import VLLM_DEFAULTS, TrialRecord
 from tuner.study.trials import confirm, fingerprint, significance
 from tuner.study.trials.groups import Group, any_confirms, groups, rank
 
@@ -124,7 +124,7 @@ def _defaults_miss(
     finalist was not confirmed: without fresh measurements, the searched configuration that met
     them, said to be unconfirmed; with fresh measurements against it, the finalist as the
     closest (neither meets them reliably)."""
-    miss, them = ("miss", "them") if name == "vLLM's defaults" else ("misses", "it")
+    miss, them = ("miss", "them") if name == VLLM_DEFAULTS else ("misses", "it")
     if state is None or not state.baseline_fresh.trials:
         winner = _most_measured(found)
         why = (
