@@ -17,7 +17,7 @@ from tuner.load.prompts import prompt_token_ids
 from tuner.study.measure import capacity, trial
 from tuner.study.measure.capacity import CapacitySettings, measure_rate
 from tuner.study.measure.judge import Criteria
-from tuner.study.measure.prepare import open_loop_replay
+from tuner.study.measure.prepare import WARMUP_MAX_S, open_loop_replay, warmup_of
 from tuner.traces.formats import load_trace
 from tuner.traces.model import Request
 from tuner.traces.workload import build_workload
@@ -234,3 +234,14 @@ def test_a_primed_study_s_fingerprint_says_how_it_was_primed(tmp_path: Path) -> 
     assert primed.fingerprint["priming"] == priming.PRIMING
     cold = open_loop_replay(trace, 1.0, 1.0, 4096, warm_prefix_cache=False)
     assert "primed_blocks" not in cold.fingerprint and "priming" not in cold.fingerprint
+
+
+def test_the_warm_up_is_the_windows_first_requests_within_its_first_15_seconds() -> None:
+    """As many of the window's first requests as the spec asks, but none sent later than
+    ``WARMUP_MAX_S`` after the first: a slow trace's 200 would take minutes."""
+    fast = [Request(0.05 * i, 64, 2) for i in range(300)]  # 20 req/s: 200 take 10 s
+    slow = [Request(2.0 + 0.25 * i, 64, 2) for i in range(300)]  # 4 req/s: 200 take 50 s
+    assert warmup_of(fast, 200) == fast[:200]
+    assert warmup_of(slow, 200) == slow[: int(WARMUP_MAX_S / 0.25) + 1]
+    assert warmup_of(slow, 10) == slow[:10]
+    assert warmup_of(slow, 0) == []

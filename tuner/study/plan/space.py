@@ -415,9 +415,9 @@ def _gpu_header(device: Gpu | None, capacity: bool, prompt_tokens: list[int] | N
     )
     if capacity:
         header += (
-            f"# warmup_requests: the window's first {GPU_CAPACITY_WARMUP_REQUESTS} requests,\n"
-            "#   replayed on each engine before its first rate so that no configuration is\n"
-            "#   judged cold (benchmarks/results/h100-gate-warm/). Lower it for a slow trace.\n"
+            f"# warmup_requests: the window's first {GPU_CAPACITY_WARMUP_REQUESTS} requests (those of its\n"
+            "#   first 15 s at most), replayed on each engine before its first rate so that no\n"
+            "#   configuration is judged cold (benchmarks/results/h100-gate-warm/).\n"
         )
     return header
 
