@@ -348,6 +348,29 @@ def test_where_the_defaults_miss_a_finalist_that_fails_a_fresh_pair_misses_too(t
     assert main(args) == EXIT_MISSES_SLOS
 
 
+def test_where_the_defaults_miss_a_finalist_that_meets_them_but_loses_a_pair_is_not_confirmed(
+    tmp_path, cpu_model, capsys
+):
+    # vLLM's defaults miss the SLO in the search and two fresh measurements, then meet it better
+    # than the finalist's first fresh one: that pair favours them, the round stops, and
+    # the finalist, which met the SLO on each fresh engine, is written unconfirmed (exit 3), not
+    # said to have missed it.
+    scripted = Scripted({None: [1.5, 1.4, 1.3, 0.6], 4: [0.8, 0.7, 0.9, 0.75], 8: [3.0]})
+    study, ran, args = run_scripted(tmp_path, cpu_model, scripted, top_k=1, repeats=3)
+    assert scripted.order == [None, 4, 8, 4, None, None, 4, 4, None] and ran == 6
+    result = choose(study)
+    assert result is not None and result.outcome == MISSES and result.group.number == 1
+    assert result.why == (
+        "vLLM's defaults miss the SLOs, and the finalist, trial 1, did not beat them on fresh "
+        "engines (it met them on each of its 3 but was not better in every pair)"
+    )
+    capsys.readouterr()
+    assert main(args) == EXIT_MISSES_SLOS
+    out = capsys.readouterr().out
+    assert f"not confirmed: {result.why}; wrote it, trial " in out
+    assert "no trial met the SLOs" not in out
+
+
 def test_nothing_is_measured_again_where_no_configuration_met_the_slos(tmp_path, cpu_model):
     # A winner is held against the baseline; with none, re-measuring the baseline (on a slow
     # machine, minutes of an engine that misses every SLO) would change no answer.

@@ -159,6 +159,10 @@ def said_result(
         them = "it" if kept.spec_baseline else "them"
         print(f"{kept.baseline_name} kept (trial {chosen.number}); wrote {them} to {out} {serve}")
         return EXIT_DEFAULTS_KEPT
+    if written.verdict.meets_slos:
+        # The baseline misses the SLOs; the finalist met them but was not confirmed better.
+        print(f"\nnot confirmed: {written.choice.why}; wrote it, trial {chosen.number}, to {out}")
+        return EXIT_MISSES_SLOS
     print(f"\nno trial met the SLOs; wrote the closest, trial {chosen.number}, to {out}:")
     print("\n".join(f"  {line}" for line in verdict_lines(written.verdict)))
     capacity_run = f"tuner run --trace {args.trace} --study {name}-capacity --objective capacity"

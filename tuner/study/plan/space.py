@@ -415,9 +415,9 @@ def _gpu_header(device: Gpu | None, capacity: bool, prompt_tokens: list[int] | N
     )
     if capacity:
         header += (
-            f"# warmup_requests: the window's first {GPU_CAPACITY_WARMUP_REQUESTS} requests (those of its\n"
-            "#   first 15 s at most), replayed on each engine before its first rate so that no\n"
-            "#   configuration is judged cold (benchmarks/results/h100-gate-warm/).\n"
+            f"# warmup_requests: the window's first {GPU_CAPACITY_WARMUP_REQUESTS} requests\n"
+            "#   (those of its first 15 s at most), replayed on each engine before its first rate\n"
+            "#   so that no configuration is judged cold (benchmarks/results/h100-gate-warm/).\n"
         )
     return header
 

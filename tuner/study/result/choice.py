@@ -133,10 +133,16 @@ def _defaults_miss(
         )
         return replace(held, group=winner, why=why)
     missed = sum(1 for v in state.finalist_fresh.oriented() if v == -math.inf)
+    fresh = len(state.finalist_fresh.trials)
+    how = (
+        f"it met them on {'each of its ' + str(fresh) if fresh > 1 else 'its one'} but was "
+        "not better in every pair"
+        if missed == 0
+        else f"it missed them in {missed} of {fresh}"
+    )
     why = (
         f"{name} {miss} the SLOs, and the finalist, trial {state.finalist.number}, did "
-        f"not beat {them} on fresh engines (it missed them in {missed} of "
-        f"{len(state.finalist_fresh.trials)})"
+        f"not beat {them} on fresh engines ({how})"
     )
     return replace(held, group=state.finalist, outcome=MISSES, why=why)
 
