@@ -698,10 +698,10 @@ def test_what_the_winner_sets_names_vllms_own_values_apart(tmp_path):
     assert sets in report.confirmation, report.confirmation
 
 
-def _args_study(searched: dict[str, Any]) -> optuna.Study:
+def _args_study(searched: dict[str, Any], baseline: dict[str, Any] | None = None) -> optuna.Study:
     study = optuna.create_study(direction="minimize")
-    for args, baseline in [({}, True), (searched, False)]:
-        attrs = {"feasible": True, "engine_args": args, "baseline": baseline or None}
+    for args, is_baseline in [(baseline or {}, True), (searched, False)]:
+        attrs = {"feasible": True, "engine_args": args, "baseline": is_baseline or None}
         study.add_trial(
             optuna.trial.create_trial(value=1.0, user_attrs=attrs, params={}, distributions={})
         )
@@ -720,3 +720,15 @@ def test_what_a_configuration_sets_against_vllms_values():
         "only what vLLM sets itself: max-num-batched-tokens=8192"
     )
     assert changed(found[0], found[0], vllm) == "(the same arguments)"
+    # A baseline of the spec's own against vLLM's defaults: what it sets and they leave to vLLM,
+    # one clause, the names apart from the arguments set.
+    mine = {"max-num-seqs": 2, "max-num-batched-tokens": 512}
+    found = {g.number: g for g in groups(_args_study({}, baseline=mine))}
+    assert changed(found[1], found[0], vllm) == (
+        "left to vLLM: max-num-seqs (the baseline's 2), max-num-batched-tokens (the baseline's 512)"
+    )
+    found = {g.number: g for g in groups(_args_study({"block-size": 32}, baseline=mine))}
+    assert changed(found[1], found[0]) == (
+        "block-size=32; left to vLLM: max-num-seqs (the baseline's 2), "
+        "max-num-batched-tokens (the baseline's 512)"
+    )

@@ -162,7 +162,7 @@ def test_your_configuration_is_measured_beside_vllms_defaults_on_the_cpu_build(
     if done.returncode == 4:  # your configuration kept, vLLM's defaults the closest
         assert "# your configuration kept:" in header
         assert "# closest searched trial 1 (vLLM's defaults):" in header
-        assert "max-num-seqs as vLLM sets it (the baseline's 2)" in header
+        assert "left to vLLM: max-num-seqs (the baseline's 2)" in header
         assert "max-num-seqs: 2" in header.split("# Serve with")[1]
     if done.returncode == 0:  # vLLM's defaults met the SLOs where your configuration did not
         assert "where your configuration misses them" in header

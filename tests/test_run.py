@@ -113,6 +113,23 @@ def test_a_run_adds_trials_confirms_and_writes_the_winner(tmp_path, cpu_model):
     )
 
 
+def test_a_finalist_that_is_vllms_defaults_is_announced_so(tmp_path, cpu_model):
+    # Your configuration as the baseline, vLLM's defaults (``{}``) a candidate that leads.
+    scripted = Scripted({2: [0.9, 0.95, 0.92, 0.93], None: [0.5, 0.5, 0.52, 0.51], 8: [0.8]})
+    raw = spec_dict(cpu_model, n_trials=3, confirm_top_k=1, confirm_repeats=3)
+    raw |= {"baseline": {"max-num-seqs": 2}, "candidates": [{}, {"max-num-seqs": 8}]}
+    spec = parse_spec(raw)
+    study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
+    heard = Heard()
+    run = Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), heard)
+    run.add_trials()
+    assert run.confirm() == 6
+    assert any(
+        line.startswith("confirming the finalist, trial 1 (vLLM's defaults), against your")
+        for line in heard.lines
+    ), heard.lines
+
+
 def test_a_continued_study_holds_back_only_what_its_confirmation_still_needs(tmp_path, cpu_model):
     """A first run's confirmation took one fresh measurement each (confirm_repeats 1); a second
     run asking for three holds back the four its round still needs, not six, and takes them in

@@ -322,14 +322,15 @@ def changed(
             moved.append(f"{key}={value} (vLLM's {known[key]})")
     # What the baseline sets that this configuration leaves to vLLM (a baseline of the spec's
     # own against vLLM's defaults, or a searched point that unsets it).
-    moved += [
-        f"{key} as vLLM sets it (the baseline's {theirs[key]})" for key in theirs if key not in mine
-    ]
+    left = [f"{key} (the baseline's {theirs[key]})" for key in theirs if key not in mine]
+    clauses = [" ".join(moved)] if moved else []
+    if left:
+        clauses.append(f"left to vLLM: {', '.join(left)}")
     if not kept:
-        return " ".join(moved) or "(the same arguments)"
-    if not moved:
+        return "; ".join(clauses) or "(the same arguments)"
+    if not clauses:
         return f"only what vLLM sets itself: {' '.join(kept)}"
-    return f"{' '.join(moved)}; as vLLM sets them: {' '.join(kept)}"
+    return f"{'; '.join(clauses)}; as vLLM sets them: {' '.join(kept)}"
 
 
 def summary(choice: Choice, vllm_defaults: Mapping[str, Any] | None = None) -> list[str]:
