@@ -227,6 +227,12 @@ class TrialRecord:
         return YOUR_CONFIGURATION if self.spec_baseline else VLLM_DEFAULTS
 
     @property
+    def defaults_aside(self) -> str:
+        """What follows a trial's number where it is the spec's ``{}`` candidate, ``trial 1
+        (vLLM's defaults)``: `` (vLLM's defaults)``; else nothing."""
+        return f" ({VLLM_DEFAULTS})" if self.defaults_candidate else ""
+
+    @property
     def candidate_name(self) -> str:
         """What a candidate is called in a verdict: ``vLLM's defaults`` for the spec's ``{}``
         beside its own baseline, else ``candidate``."""

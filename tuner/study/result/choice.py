@@ -134,12 +134,11 @@ def _defaults_miss(
         return replace(held, group=winner, why=why)
     missed = sum(1 for v in state.finalist_fresh.oriented() if v == -math.inf)
     fresh = len(state.finalist_fresh.trials)
-    how = (
-        f"it met them on {'each of its ' + str(fresh) if fresh > 1 else 'its one'} but was "
-        "not better in every pair"
-        if missed == 0
-        else f"it missed them in {missed} of {fresh}"
-    )
+    if missed:
+        how = f"it missed them in {missed} of {fresh}"
+    else:
+        engines = f"each of its {fresh}" if fresh > 1 else "its one"
+        how = f"it met them on {engines} but was not better in every pair"
     why = (
         f"{name} {miss} the SLOs, and the finalist, trial {state.finalist.number}, did "
         f"not beat {them} on fresh engines ({how})"
@@ -284,8 +283,8 @@ def describe(group: Group, label: str) -> str:
     numbers = ", ".join(str(t.number) for t in group.trials)
     what, unit = group.objective.value_name, group.objective.value_unit
     named = f"{label} trial {group.number}"
-    if TrialRecord.of(group.first).defaults_candidate and not label.startswith("vLLM"):
-        named += " (vLLM's defaults)"
+    if label != VLLM_DEFAULTS:
+        named += TrialRecord.of(group.first).defaults_aside
     if len(values) == 1:
         return f"{named}: {what} {values[0]:.4g}{unit}, measured once"
     low, high = min(values), max(values)

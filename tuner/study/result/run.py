@@ -38,7 +38,7 @@ from tuner.errors import InputError, TunerError
 from tuner.study.measure import calibrate as calibration
 from tuner.study.measure.objective import of_spec
 from tuner.study.measure.prepare import Workload, open_loop_replay, replay_lines, trial_setup
-from tuner.study.measure.record import VLLM_DEFAULTS, TrialRecord
+from tuner.study.measure.record import TrialRecord
 from tuner.study.measure.trial import OnProgress, TrialSetup, run_trial
 from tuner.study.plan.space import capture_pin
 from tuner.study.plan.spec import AUTO, StudySpec
@@ -244,8 +244,7 @@ class Run:
         else:
             name = _named(state.baseline)[0]
             finalist = f"trial {state.finalist.number}"
-            if TrialRecord.of(state.finalist.first).defaults_candidate:
-                finalist += f" ({VLLM_DEFAULTS})"
+            finalist += TrialRecord.of(state.finalist.first).defaults_aside
             say(
                 f"confirming the finalist, {finalist}, against {name}: "
                 f"{repeats} fresh measurement{'s' if repeats != 1 else ''} each, in turns "
