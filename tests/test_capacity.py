@@ -235,6 +235,24 @@ def test_a_window_is_lost_only_when_the_percentile_cannot_recover():
     assert lost_slos(6.0, late + fast, 100, slos) == ["ttft_p95_s", "e2e_p99_s"]
 
 
+def test_a_tpot_counts_toward_a_lost_window_only_once_its_request_is_done():
+    """A TPOT may still fall while its request decodes; once done it is final. Of 40 requests
+    that decode, p95 is past 0.1 s once 40 - floor(0.95 * 39) = 3 finished past it."""
+    slos = {"tpot_p95_s": 0.1}
+
+    def done(tpot_s: float, tokens: int = 11) -> LiveRequest:
+        return LiveRequest(0.0, 0.5, 0.5 + tpot_s * (tokens - 1), True, output_tokens=tokens)
+
+    slow = [done(0.2), done(0.2)]
+    decoding = [LiveRequest(0.0, 0.5, None, True, output_tokens=11) for _ in range(30)]
+    assert lost_slos(60.0, slow + decoding, 50, slos, decoding=40) == []
+    # One token asked for: no TPOT at all, however long it took.
+    assert lost_slos(60.0, [*slow, done(5.0, tokens=1)], 50, slos, decoding=40) == []
+    assert lost_slos(60.0, [*slow, done(0.11)], 50, slos, decoding=40) == ["tpot_p95_s"]
+    # Counted over the 50 judged where the decoding ones are not given: 4 needed.
+    assert lost_slos(60.0, [*slow, done(0.11)], 50, slos) == []
+
+
 # --- against a stand-in server -----------------------------------------------------------
 
 

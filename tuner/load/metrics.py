@@ -66,6 +66,16 @@ class LiveRequest:
     sent: bool = False
     # When the window's schedule has it sent, which ``sent_s`` moves from once it is.
     scheduled_s: float = 0.0
+    # The output tokens it asks for: once it is done, its TPOT is known for good.
+    output_tokens: int = 0
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Its decode time per output token after the first, once done (None before, or where it
+        asks for fewer than two tokens): what its final figures will say."""
+        if self.done_s is None or self.first_token_s is None or self.output_tokens < 2:
+            return None
+        return (self.done_s - self.first_token_s) / (self.output_tokens - 1)
 
 
 @dataclass

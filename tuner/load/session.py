@@ -149,7 +149,9 @@ class ReplaySession:
     ) -> asyncio.Task[RequestResult]:
         """Send the window's ``index``-th request (its ``body``), scheduled ``scheduled_s``
         into the window, now; the task that times it."""
-        live = self.live[index] = LiveRequest(sent_s=scheduled_s, scheduled_s=scheduled_s)
+        live = self.live[index] = LiveRequest(
+            sent_s=scheduled_s, scheduled_s=scheduled_s, output_tokens=request.output_tokens
+        )
         self._requests[index] = request
         task = asyncio.create_task(
             send(

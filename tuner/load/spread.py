@@ -154,8 +154,8 @@ def _read(pipes: list[Connection], session: ReplaySession, done: set[int]) -> No
         while k not in done and pipe.poll():
             kind, payload = pipe.recv()
             if kind == "live":
-                for i, sent_s, first_token_s, done_s, sent, scheduled_s in payload:
-                    session.live[i] = LiveRequest(sent_s, first_token_s, done_s, sent, scheduled_s)
+                for i, *state in payload:
+                    session.live[i] = LiveRequest(*state)
             elif kind == "done":
                 session.gather(payload)
                 done.add(k)
@@ -206,7 +206,7 @@ class _Reporter:
     def __call__(self, elapsed_s: float, live: Sequence[LiveRequest]) -> bool:
         changed = []
         for (i, _), r in zip(self.share, live, strict=False):
-            state = (i, r.sent_s, r.first_token_s, r.done_s, r.sent, r.scheduled_s)
+            state = (i, r.sent_s, r.first_token_s, r.done_s, r.sent, r.scheduled_s, r.output_tokens)
             if self.told.get(i) != state:
                 self.told[i] = state
                 changed.append(state)

@@ -19,7 +19,7 @@ rather than the window's rate, is ``tuner.study.measure.rate_search.start_hint``
 
 A rate is stopped early once its SLOs are lost for certain: more of the window's requests
 have already waited past a TTFT or end-to-end SLO (a request still waiting counting with its
-wait so far, which only grows) than the percentile lets through.
+wait so far, which only grows), or finished past a TPOT SLO, than the percentile lets through.
 """
 
 from __future__ import annotations
@@ -161,36 +161,49 @@ CAPACITY_FAILED = Score(0.0, {"failed": 1.0, NO_RATE: 1.0})
 
 
 def lost_slos(
-    now_s: float, live: Sequence[LiveRequest], total: int, slos: Mapping[str, float]
+    now_s: float,
+    live: Sequence[LiveRequest],
+    total: int,
+    slos: Mapping[str, float],
+    decoding: int | None = None,
 ) -> list[str]:
-    """The TTFT and end-to-end SLOs that the window can no longer meet, whatever comes next.
+    """The TTFT, TPOT and end-to-end SLOs that the window can no longer meet, whatever comes
+    next.
 
     ``metric_pQ_s`` over ``total`` requests is above its limit once the requests already past
-    it (lower bounds: a request still waiting counts with its wait so far) reach
-    ``total - floor(Q/100 * (total - 1))``: then the value at the percentile's lower rank is
+    it (lower bounds: a request still waiting counts with its wait so far, which only grows)
+    reach ``total - floor(Q/100 * (total - 1))``: then the value at the percentile's lower rank is
     past the limit, and with it the interpolated percentile. Only requests already sent count:
     one still waiting for tuner's own client to send it is waiting on tuner, not the server,
     and its figures will count from when it is sent (on a 2-core machine with vLLM on both
     cores, the client ran up to 2.4 s late, and a window passing at 742 ms TTFT p95 was
-    stopped as lost when the scheduled times counted).
+    stopped as lost when the scheduled times counted). A TPOT counts only once its request is
+    done (until then it may still fall), over the ``decoding`` requests that have one (those
+    asking for two tokens or more; ``total`` where not given): fewer in the end, should some
+    fail before their first token, only lower the count a loss needs.
     """
     lost = []
     for metric, limit in slos.items():
         prefix, _, rest = metric.partition("_p")
-        if prefix not in ("ttft", "e2e") or not rest.endswith("_s"):
+        if prefix not in ("ttft", "tpot", "e2e") or not rest.endswith("_s"):
             continue
         quantile = float(rest.removesuffix("_s"))
-        needed = total - math.floor(quantile / 100 * (total - 1))
-        over = 0
-        for r in live:
-            if not r.sent:
-                continue
-            end_s = r.first_token_s if prefix == "ttft" else r.done_s
-            if (now_s if end_s is None else end_s) - r.sent_s > limit:
-                over += 1
-        if over >= needed:
+        among = total if prefix != "tpot" or decoding is None else decoding
+        needed = among - math.floor(quantile / 100 * (among - 1))
+        over = sum(1 for r in live if r.sent and _past(r, prefix, now_s, limit))
+        if among > 0 and over >= needed:
             lost.append(metric)
     return lost
+
+
+def _past(request: LiveRequest, prefix: str, now_s: float, limit_s: float) -> bool:
+    """Whether ``request``'s figure ``prefix`` (``ttft``, ``tpot``, ``e2e``) is past
+    ``limit_s`` for good at ``now_s``."""
+    if prefix == "tpot":
+        tpot_s = request.tpot_s
+        return tpot_s is not None and tpot_s > limit_s
+    end_s = request.first_token_s if prefix == "ttft" else request.done_s
+    return (now_s if end_s is None else end_s) - request.sent_s > limit_s
 
 
 def wait_idle(base_url: str, timeout_s: float = IDLE_TIMEOUT_S) -> bool:
@@ -258,6 +271,7 @@ def measure_rate(
     judged_total = sum(1 for r in window if r.arrival_s >= lead_s)
     if not judged_total:  # a lead-in longer than the window's arrivals: judge them all
         lead_s, judged_total = 0.0, len(window)
+    decoding = sum(1 for r in window if r.arrival_s >= lead_s and r.output_tokens >= 2)
     seeded = replace(replay_settings, seed=replay_settings.seed + SEED_STRIDE * (index + 1))
     primed = prime(base_url, window, seeded)
     lost: list[str] = []
@@ -271,7 +285,7 @@ def measure_rate(
             return False
         checked_s = elapsed_s
         after_lead = [r for r in live if r.scheduled_s >= lead_s]
-        lost.extend(lost_slos(elapsed_s, after_lead, judged_total, criteria.slos))
+        lost.extend(lost_slos(elapsed_s, after_lead, judged_total, criteria.slos, decoding))
         return bool(lost)
 
     result = replay(base_url, window, seeded, monitor=monitor)
