@@ -23,15 +23,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
-from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.exceptions import InsecureRequestWarning
 from urllib3.util.retry import Retry
 
 from tuner.errors import InputError, TunerError
 from tuner.urls import shown_url
+
+if TYPE_CHECKING:
+    from prometheus_api_client import PrometheusConnect
 
 QUERY_TIMEOUT_S = 60
 QUERY_ERRORS = ("bad_data", "execution")
@@ -231,6 +233,9 @@ class Connection:
         self.session = requests.Session()
         self.session.verify = access.verify
         self.session.hooks["response"].append(self._keep)
+        # Imported where a query is made: every other command runs without the client.
+        from prometheus_api_client import PrometheusConnect
+
         self.client = PrometheusConnect(
             url,
             headers=dict(access.headers),
@@ -256,6 +261,8 @@ class Connection:
         return self._ask(lambda c: c.custom_query_range(promql, first, last, step, params=exact))
 
     def _ask(self, send: Callable[[PrometheusConnect], object]) -> Result:
+        from prometheus_api_client import PrometheusApiClientException
+
         self.last = None
         try:
             with warnings.catch_warnings():
