@@ -234,7 +234,13 @@ class Connection:
         self.session.verify = access.verify
         self.session.hooks["response"].append(self._keep)
         # Imported where a query is made: every other command runs without the client.
-        from prometheus_api_client import PrometheusConnect
+        try:
+            from prometheus_api_client import PrometheusConnect
+        except ImportError:
+            raise TunerError(
+                "reading Prometheus needs prometheus-api-client, which is not installed here: "
+                "pip install 'prometheus-api-client>=0.7,<0.8'"
+            ) from None
 
         self.client = PrometheusConnect(
             url,
