@@ -18,6 +18,7 @@ from conftest import write_small_trace, write_spec
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState, create_trial
 
+from tuner import build
 from tuner.cli.exits import EXIT_BAD_INPUT, MEETS_SLOS_EXITS
 from tuner.cli.main import main
 from tuner.engine import environment
@@ -254,7 +255,9 @@ def test_the_header_names_the_vllm_and_device_the_trial_was_measured_on(folder: 
     folder.tuner_run()
     folder.study().add_trial(measured(MEASURED_ON))
     assert folder.tuner_run() in MEETS_SLOS_EXITS
-    assert "# Tuned by tuner 0.1.0 for vLLM 0.0.1-measured on Measured GPU 80GB." in folder.header
+    assert f"# Tuned by tuner {build.describe()} for vLLM 0.0.1-measured on Measured GPU 80GB." in (
+        folder.header
+    )
     body = yaml.safe_load((folder.root / "configs" / f"{STUDY}.yaml").read_text())
     assert body["max-num-seqs"] == 8
 
@@ -264,7 +267,7 @@ def test_a_trial_recorded_without_them_says_whose_they_are(folder: Folder) -> No
     folder.study().add_trial(measured({}))
     assert folder.tuner_run() in MEETS_SLOS_EXITS
     here = f"for vLLM {environment.vllm_version()} on {environment.device_name()}."
-    assert f"# Tuned by tuner 0.1.0 {here}" in folder.header
+    assert f"# Tuned by tuner {build.describe()} {here}" in folder.header
     assert (
         "# (trial 0 recorded no vLLM version or device: those are of the machine that wrote "
         "this file)" in folder.header

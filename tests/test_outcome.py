@@ -19,6 +19,7 @@ import yaml
 from conftest import write_small_trace, write_spec
 from optuna.trial import TrialState
 
+from tuner import build
 from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
 from tuner.cli.main import main
 from tuner.load.http import ReplaySettings
@@ -156,7 +157,7 @@ def test_no_trial_meets_the_slos_writes_the_closest_and_exits_3(study: Study, ca
         "#   ttft_p95_s: 3000 ms (SLO 1 ms)",
         # vLLM's waiting queue, the one figure of its /metrics this trial has.
         "# where the time went (trial 2): waiting peak 7",
-        "# Tuned by tuner 0.1.0 for vLLM " + lines[3].split("for vLLM ", 1)[1],
+        f"# Tuned by tuner {build.describe()} for vLLM " + lines[3].split("for vLLM ", 1)[1],
     ]
     assert "# Study 's', trial 2." in lines
     pruned = optuna.load_study(study_name=STUDY, storage=study.storage).trials[3]

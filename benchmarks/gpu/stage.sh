@@ -26,6 +26,7 @@ rm .gpu/wheels.tar
 rm -rf .gpu/snap && mkdir -p .gpu/snap
 git archive "$commit" tuner | tar x -C .gpu/snap
 git rev-parse --short "$commit" > .gpu/snap/COMMIT
+cp .gpu/snap/COMMIT .gpu/snap/tuner/_commit.txt  # tuner.build.commit: the YAML header names it
 mkdir -p .whl
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp --platform manylinux2014_x86_64 -d .whl "httpx-aiohttp>=0.2,<0.3" 2>&1 \

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import tuner
+from tuner import build
 from tuner.engine.launchers import AUTO as AUTO_LAUNCHER
 from tuner.engine.launchers import LAUNCHERS
 from tuner.study.plan.spec import LEAST_SCALE, MOST_SCALE, OBJECTIVE_MODES, SCORED_METRICS
@@ -28,7 +29,7 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The ``tuner`` parser: init, run, trace, report and compile-key."""
     parser = Parser(prog="tuner", description=tuner.__doc__)
-    parser.add_argument("--version", action="version", version=f"tuner {tuner.__version__}")
+    parser.add_argument("--version", action="version", version=f"tuner {build.describe()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log tuner's steps")
     commands = parser.add_subparsers(dest="command", required=True)
 

@@ -18,7 +18,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-import tuner
+from tuner import build
 from tuner.errors import TunerError
 from tuner.study.measure import scoring
 from tuner.study.measure.objective import StudyObjective, of_study
@@ -165,7 +165,7 @@ def _provenance(chosen: FrozenTrial, name: str, workload: Workload) -> Provenanc
     recorded = set(said) == set(MEASURED_ON)
     ran_on: Mapping[str, str] = said if recorded else fingerprint.measured_on()
     return Provenance(
-        tuner_version=tuner.__version__,
+        tuner_version=build.describe(),
         vllm_version=ran_on[VLLM_VERSION],
         device=ran_on[DEVICE],
         study=name,
