@@ -13,8 +13,14 @@ import pytest
 import yaml
 
 from tuner.engine.environment import visible_gpus
+from tuner.engine.vllm_defaults import BatchDefaults
 from tuner.flags import MAX_CAPTURE_SIZE
-from tuner.study.plan.space import GPU_CAPACITY_WARMUP_REQUESTS, capture_choices, default_spec_text
+from tuner.study.plan.space import (
+    GPU_CAPACITY_WARMUP_REQUESTS,
+    capture_choices,
+    default_spec_text,
+    table_batch_defaults,
+)
 from tuner.study.plan.spec import Dimension, parse_spec
 
 PROMPTS = list(range(10, 201))
@@ -139,3 +145,30 @@ def test_long_prompts_move_max_num_batched_tokens_first_and_say_why():
     }
     assert short["max-num-batched-tokens"].choices == (2048, 4096, 8192, 16384)
     assert order([1023])[0][0] == "api-server-count"
+
+
+def test_the_gpu_space_starts_from_the_installed_vllms_defaults():
+    """Where the vLLM installed says (``tuner.engine.vllm_defaults``), its max-num-seqs and
+    max-num-batched-tokens replace tuner's table (1024 and 8192 on an H100): the ceiling and
+    default of max-num-seqs, the capture range vLLM takes at it, and a batched-tokens level."""
+    device = first_gpu("0, GPU-1, 81559, NVIDIA H100 80GB HBM3\n")
+    batch = BatchDefaults("cuda", 512, 6144)
+    text = default_spec_text("m", gpu=True, prompt_tokens=PROMPTS, device=device, batch=batch)
+    space = {d.name: d for d in parse_spec(yaml.safe_load(text)).space}
+    assert (space["max-num-seqs"].high, space["max-num-seqs"].default) == (512, 512)
+    assert space["max-num-batched-tokens"].default == 6144
+    assert 6144 in space["max-num-batched-tokens"].choices
+    assert space[MAX_CAPTURE_SIZE].default == 512  # twice 512, at most 512
+    # Asked of the CPU build, the answer is not this GPU's: tuner's table.
+    cpu = BatchDefaults("cpu", 128, 2048)
+    text = default_spec_text("m", gpu=True, prompt_tokens=PROMPTS, device=device, batch=cpu)
+    space = {d.name: d for d in parse_spec(yaml.safe_load(text)).space}
+    assert (space["max-num-seqs"].high, space["max-num-batched-tokens"].default) == (1024, 8192)
+
+
+def test_the_cpu_space_takes_the_cpu_builds_defaults_and_keeps_its_range():
+    text = default_spec_text("m", batch=BatchDefaults("cpu", 64, 1024))
+    space = {d.name: d for d in parse_spec(yaml.safe_load(text)).space}
+    assert space["max-num-seqs"].default == 64 and space["max-num-seqs"].high == 32
+    assert space["max-num-batched-tokens"].default == 1024
+    assert table_batch_defaults(False, None) == (128, 2048)

@@ -13,14 +13,19 @@ from typing import Any
 from tuner.cli.inputs import spec_path, study_of
 from tuner.cli.output import check_writable
 from tuner.cli.parser import trace_options
-from tuner.engine import arguments, environment
+from tuner.engine import arguments, environment, vllm_defaults
 from tuner.errors import InputError
 from tuner.flags import LOAD_FORMAT, RANDOM_WEIGHTS, flag_name, random_weights
 from tuner.study.measure.objective import of_spec
 from tuner.study.measure.prepare import write_dummy_model
 from tuner.study.plan.current import Current, read_current
 from tuner.study.plan.own_server import SERVER_ONLY_ARGUMENTS
-from tuner.study.plan.space import default_spec_text, engine_defaults, runnable_baseline
+from tuner.study.plan.space import (
+    default_spec_text,
+    engine_defaults,
+    runnable_baseline,
+    table_batch_defaults,
+)
 from tuner.study.plan.spec import StudySpec, load_spec, parse_spec
 from tuner.study.plan.spec_file import read_spec_document
 from tuner.study.result.written import write_whole
@@ -68,6 +73,7 @@ def write_default_spec(args: argparse.Namespace, path: Path, trace: Trace | None
     gpu = not environment.is_cpu_build()
     device = next(iter(environment.visible_gpus()), None) if gpu else None
     memory = None if gpu else environment.host_memory()
+    batch = _installed_defaults(gpu, device)
     text = default_spec_text(
         model,
         gpu=gpu,
@@ -76,8 +82,36 @@ def write_default_spec(args: argparse.Namespace, path: Path, trace: Trace | None
         cpu_memory=memory,
         dummy_weights=args.dummy_weights,
         overrides=overrides,
+        batch=batch,
     )
     write_whole(path, text)
+
+
+def _installed_defaults(
+    gpu: bool, device: environment.Gpu | None
+) -> vllm_defaults.BatchDefaults | None:
+    """vLLM's max-num-seqs and max-num-batched-tokens as the vLLM installed gives them, said
+    where they differ from tuner's table or could not be read (then the table's are used)."""
+    seqs, tokens = table_batch_defaults(gpu, device)
+    asked = vllm_defaults.installed()
+    batch = asked.defaults
+    if batch is None:
+        print(
+            f"vLLM's defaults: not read from the vLLM installed ({asked.why_not}); the spec "
+            f"starts from tuner's table of them: max-num-seqs {seqs}, max-num-batched-tokens "
+            f"{tokens}"
+        )
+        return None
+    if batch.on_cpu == gpu:
+        return None  # another build than the one the spec is for: the table's
+    if (batch.max_num_seqs, batch.max_num_batched_tokens) != (seqs, tokens):
+        print(
+            f"vLLM's defaults, as vLLM {environment.vllm_version()} gives them here: "
+            f"max-num-seqs {batch.max_num_seqs}, max-num-batched-tokens "
+            f"{batch.max_num_batched_tokens} (tuner's table: {seqs}, {tokens}); the spec starts "
+            "from vLLM's"
+        )
+    return batch
 
 
 def _say_current(path: Path, current: Current) -> None:

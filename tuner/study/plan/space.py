@@ -18,6 +18,7 @@ import yaml
 
 from tuner.engine.environment import Gpu, HostMemory
 from tuner.engine.process import API_SERVER_COUNT
+from tuner.engine.vllm_defaults import BatchDefaults
 from tuner.flags import MAX_CAPTURE_SIZE, flag_name, sets_capture_range
 from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec
 
@@ -216,7 +217,20 @@ def vllm_default_max_num_seqs(device: Gpu | None) -> int:
     return GPU_MAX_NUM_SEQS
 
 
-def gpu_search_space(prompt_tokens: list[int] | None, device: Gpu | None) -> dict[str, Any]:
+def table_batch_defaults(gpu: bool, device: Gpu | None) -> tuple[int, int]:
+    """tuner's own table of vLLM's max-num-seqs and max-num-batched-tokens (vLLM 0.26.0 on a
+    GPU, the CPU build 0.32.0 off one): what a spec starts from where the installed vLLM does
+    not say."""
+    if not gpu:
+        space = DEFAULT_SPEC["search_space"]
+        return space["max-num-seqs"]["default"], space["max-num-batched-tokens"]["default"]
+    seqs = vllm_default_max_num_seqs(device)
+    return seqs, LARGE_GPU_BATCHED_TOKENS if seqs == LARGE_GPU_MAX_NUM_SEQS else GPU_BATCHED_TOKENS
+
+
+def gpu_search_space(
+    prompt_tokens: list[int] | None, device: Gpu | None, batch: BatchDefaults | None = None
+) -> dict[str, Any]:
     """The default search space on ``device``: one or two API server processes, max-num-seqs up
     to vLLM's default there (log scale), max-num-batched-tokens as compile levels, the CUDA-graph
     capture range, and the KV-cache share.
@@ -228,18 +242,22 @@ def gpu_search_space(prompt_tokens: list[int] | None, device: Gpu | None) -> dic
     vLLM's 0.9 only adds KV cache that a large GPU's defaults do not fill. The capture range's
     default is the range vLLM uses at its default max-num-seqs, placed among the levels by its
     size, so that the search widens or narrows it from there. Where the prompts are long
-    (``prefill_bound``), max-num-batched-tokens moves first."""
-    seqs_high = vllm_default_max_num_seqs(device)
-    large = seqs_high == LARGE_GPU_MAX_NUM_SEQS
+    (``prefill_bound``), max-num-batched-tokens moves first. vLLM's defaults are ``batch``'s
+    where given (those of the vLLM installed: ``tuner.engine.vllm_defaults``), else tuner's
+    table of vLLM 0.26.0's for ``device``."""
+    seqs_high, batched_default = table_batch_defaults(True, device)
+    if batch is not None:  # the installed vLLM's own, over tuner's table of them
+        seqs_high, batched_default = batch.max_num_seqs, batch.max_num_batched_tokens
     vllm_range = vllm_default_capture_size(seqs_high)
     captures = capture_choices(prompt_tokens, seqs_high, min_num_seqs=1)
     long_prompts = prefill_bound(prompt_tokens)
+    levels = list(
+        PREFILL_BOUND_BATCHED_TOKENS_LEVELS if long_prompts else GPU_BATCHED_TOKENS_LEVELS
+    )
     batched_tokens = {
         "type": "categorical",
-        "choices": list(
-            PREFILL_BOUND_BATCHED_TOKENS_LEVELS if long_prompts else GPU_BATCHED_TOKENS_LEVELS
-        ),
-        "default": LARGE_GPU_BATCHED_TOKENS if large else GPU_BATCHED_TOKENS,
+        "choices": levels if batched_default in levels else [*levels, batched_default],
+        "default": batched_default,
     }
     space: dict[str, Any] = {}
     if long_prompts:
@@ -273,6 +291,21 @@ def gpu_search_space(prompt_tokens: list[int] | None, device: Gpu | None) -> dic
         "default": VLLM_DEFAULT_SHARE,
     }
     return space
+
+
+def _with_batch_defaults(space: Mapping[str, Any], batch: BatchDefaults | None) -> dict[str, Any]:
+    """``space`` with max-num-seqs' and max-num-batched-tokens' defaults ``batch``'s, where
+    given (vLLM's own value, as a dimension's default is, inside its range or not)."""
+    if batch is None:
+        return dict(space)
+    out = dict(space)
+    for name, value in (
+        ("max-num-seqs", batch.max_num_seqs),
+        ("max-num-batched-tokens", batch.max_num_batched_tokens),
+    ):
+        if name in out:
+            out[name] = {**out[name], "default": value}
+    return out
 
 
 def prefill_bound(prompt_tokens: list[int] | None) -> bool:
@@ -430,11 +463,14 @@ def default_spec_text(
     cpu_memory: HostMemory | None = None,
     dummy_weights: bool = False,
     overrides: Mapping[str, Any] | None = None,
+    batch: BatchDefaults | None = None,
 ) -> str:
     """The spec ``tuner run`` writes when there is none. With ``gpu`` (not vLLM's CPU build),
     max-num-seqs reaches vLLM's default on ``device`` (the GPU vLLM will open first; None where
     unknown), the search space adds the CUDA-graph capture range, its values from the trace's
-    ``prompt_tokens``, and offers max-num-batched-tokens as a few levels."""
+    ``prompt_tokens``, and offers max-num-batched-tokens as a few levels. ``batch``: vLLM's
+    defaults as the vLLM installed gives them, used where it runs on the platform the spec is
+    for (its GPU build for ``gpu``, else its CPU build)."""
     spec = dict(DEFAULT_SPEC)
     if model is not None:
         # The user's model, with no engine argument (max-model-len included) that the user
@@ -444,8 +480,12 @@ def default_spec_text(
     # The weights on disk (the demo model's saved ones, or the user's) unless asked otherwise.
     spec["engine_args"] = {"load-format": "dummy"} if dummy_weights else {}
     spec.update(overrides or {})
+    if batch is not None and batch.on_cpu == gpu:
+        batch = None  # asked of another build than the one this spec is for
+    if not gpu:
+        spec["search_space"] = _with_batch_defaults(spec["search_space"], batch)
     if gpu:
-        spec["search_space"] = gpu_search_space(prompt_tokens, device)
+        spec["search_space"] = gpu_search_space(prompt_tokens, device, batch)
         if spec.get("objective_mode") == "capacity":
             spec["warmup_requests"] = GPU_CAPACITY_WARMUP_REQUESTS
     elif cpu_memory is not None:
