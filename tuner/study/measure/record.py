@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner import build
 from tuner.load.health import CLIENT_BEHIND
 from tuner.study.measure.trial import TrialOutcome
 
@@ -37,6 +38,8 @@ MOVE_ATTR = "move"
 WORKER_ATTR = "worker"
 VLLM_VERSION = "vllm_version"
 DEVICE = "device"
+# The tuner build that measured the trial (``tuner.build.describe``: version and commit).
+TUNER_ATTR = "tuner_build"
 MEASURED_ON = (VLLM_VERSION, DEVICE)
 ARGS_ATTR = "engine_args"
 # How it ended: whether it met the SLOs, why not or why it stopped, the engine log's tail.
@@ -70,7 +73,7 @@ LOG_TAIL_CHARS = 4000
 _OWN = frozenset(
     {
         BASELINE_ATTR, SPEC_BASELINE_ATTR, DEFAULTS_CANDIDATE_ATTR, CANDIDATE_ATTR,
-        CONFIRMS_ATTR, FRESH_ATTR, MOVE_ATTR, WORKER_ATTR,
+        CONFIRMS_ATTR, FRESH_ATTR, MOVE_ATTR, WORKER_ATTR, TUNER_ATTR,
         *MEASURED_ON,
         ARGS_ATTR, FEASIBLE_ATTR, REASON_ATTR, LOG_ATTR, COMPILE_KEY_ATTR, CACHE_HIT_ATTR,
         POINTS_ATTR, COMPARED_ATTR,
@@ -279,8 +282,10 @@ def started(
     trial: Writable, worker: str, engine_args: Mapping[str, Any], machine: Mapping[str, str]
 ) -> None:
     """Record who measures ``trial``, with which engine arguments, on what ``machine`` (the
-    ``MEASURED_ON`` facts of ``tuner.study.trials.fingerprint.measured_on``)."""
+    ``MEASURED_ON`` facts of ``tuner.study.trials.fingerprint.measured_on``), by which tuner
+    build."""
     claimed(trial, worker)
+    trial.set_user_attr(TUNER_ATTR, build.describe())
     trial.set_user_attr(ARGS_ATTR, dict(engine_args))
     for key, value in machine.items():
         trial.set_user_attr(key, value)
