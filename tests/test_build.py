@@ -8,10 +8,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import optuna
 import pytest
 
 import tuner
 from tuner import build
+from tuner.study.measure import record
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -87,10 +89,6 @@ def test_a_wheel_installs_in_a_clean_virtualenv_and_names_its_build(tmp_path):
 
 
 def test_each_trial_records_the_build_that_measured_it():
-    import optuna
-
-    from tuner.study.measure import record
-
     study = optuna.create_study()
     trial = study.ask()
     record.started(trial, "host/1/0", {"max-num-seqs": 8}, {})
