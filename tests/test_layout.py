@@ -53,7 +53,7 @@ GRAPH = {name: tuner_imports(path) & MODULES.keys() for name, path in MODULES.it
 def test_every_stage_is_a_folder():
     assert {stage(m) for m in MODULES} == set(FLOORS)
     top_level = sorted(m for m in MODULES if stage(m) == "")
-    assert top_level == ["tuner", "tuner.errors", "tuner.flags", "tuner.urls"]
+    assert top_level == ["tuner", "tuner.build", "tuner.errors", "tuner.flags", "tuner.urls"]
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

@@ -16,8 +16,10 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from tuner.engine import environment
 
@@ -51,6 +53,19 @@ class BatchDefaults:
     @property
     def on_cpu(self) -> bool:
         return self.platform == "cpu"
+
+    def over(self, space: Mapping[str, Any]) -> dict[str, Any]:
+        """A spec's ``search_space`` with these as max-num-seqs' and max-num-batched-tokens'
+        defaults, where it has them (vLLM's own value, as a dimension's default is, inside its
+        range or not)."""
+        out = dict(space)
+        for name, value in (
+            ("max-num-seqs", self.max_num_seqs),
+            ("max-num-batched-tokens", self.max_num_batched_tokens),
+        ):
+            if name in out:
+                out[name] = {**out[name], "default": value}
+        return out
 
 
 @dataclass(frozen=True)

@@ -251,14 +251,7 @@ def gpu_search_space(
     vllm_range = vllm_default_capture_size(seqs_high)
     captures = capture_choices(prompt_tokens, seqs_high, min_num_seqs=1)
     long_prompts = prefill_bound(prompt_tokens)
-    levels = list(
-        PREFILL_BOUND_BATCHED_TOKENS_LEVELS if long_prompts else GPU_BATCHED_TOKENS_LEVELS
-    )
-    batched_tokens = {
-        "type": "categorical",
-        "choices": levels if batched_default in levels else [*levels, batched_default],
-        "default": batched_default,
-    }
+    batched_tokens = _batched_tokens(long_prompts, batched_default)
     space: dict[str, Any] = {}
     if long_prompts:
         space["max-num-batched-tokens"] = batched_tokens
@@ -293,19 +286,13 @@ def gpu_search_space(
     return space
 
 
-def _with_batch_defaults(space: Mapping[str, Any], batch: BatchDefaults | None) -> dict[str, Any]:
-    """``space`` with max-num-seqs' and max-num-batched-tokens' defaults ``batch``'s, where
-    given (vLLM's own value, as a dimension's default is, inside its range or not)."""
-    if batch is None:
-        return dict(space)
-    out = dict(space)
-    for name, value in (
-        ("max-num-seqs", batch.max_num_seqs),
-        ("max-num-batched-tokens", batch.max_num_batched_tokens),
-    ):
-        if name in out:
-            out[name] = {**out[name], "default": value}
-    return out
+def _batched_tokens(long_prompts: bool, default: int) -> dict[str, Any]:
+    """max-num-batched-tokens as levels (each compiles once), vLLM's ``default`` among them."""
+    levels = list(
+        PREFILL_BOUND_BATCHED_TOKENS_LEVELS if long_prompts else GPU_BATCHED_TOKENS_LEVELS
+    )
+    choices = list(levels) if default in levels else [*levels, default]
+    return {"type": "categorical", "choices": choices, "default": default}
 
 
 def prefill_bound(prompt_tokens: list[int] | None) -> bool:
@@ -483,7 +470,7 @@ def default_spec_text(
     if batch is not None and batch.on_cpu == gpu:
         batch = None  # asked of another build than the one this spec is for
     if not gpu:
-        spec["search_space"] = _with_batch_defaults(spec["search_space"], batch)
+        spec["search_space"] = batch.over(spec["search_space"]) if batch else spec["search_space"]
     if gpu:
         spec["search_space"] = gpu_search_space(prompt_tokens, device, batch)
         if spec.get("objective_mode") == "capacity":
