@@ -170,3 +170,18 @@ def test_without_a_budget_the_run_says_what_it_will_take() -> None:
     assert "take about 26 min (about 120 s a trial, measured" in budget.eta(7, 3)
     alone = Budget(ends=math.inf, confirm_trials=0, estimate_s=60.0, clock=Clock())
     assert alone.eta(1, 3).startswith("no time budget: 1 more trial takes about 1 min")
+
+
+def test_the_plan_names_the_candidates_the_confirmation_measures_again() -> None:
+    """A spec that confirms its candidates (``confirm_candidates``) holds their re-measurements
+    back too, and the plan says what they are."""
+    budget = Budget(
+        ends=10_000.0, confirm_trials=3 * (2 + 1), estimate_s=100.0, clock=lambda: 0.0,
+        candidates=1,
+    )  # fmt: skip
+    said = budget.plan(20, 3)
+    words = "the finalist and the baseline, 3 fresh measurements each, and the 1 candidate 3 more"
+    assert f"{words} times" in said
+    two = Budget(ends=1e9, confirm_trials=3 * 4, estimate_s=100.0, clock=lambda: 0.0, candidates=2)
+    assert "and the 2 candidates 3 more times each" in two.eta(5, 3)
+    assert "candidate" not in Budget(ends=1e9, confirm_trials=6, estimate_s=1.0).plan(5, 3)

@@ -374,6 +374,7 @@ class Run:
             estimate_s=estimate_s,
             confirm_share=share,
             contender=contender(self.study),
+            candidates=candidates,
         )
 
     def _fresh_taken(self) -> int:

@@ -70,6 +70,9 @@ class Budget:
     # confirm step can hold against them; until it does, the next searched trial need leave room
     # only for the confirmation's first turn (``held_s``).
     contender: bool = True
+    # The spec's candidates the confirmation measures again (``confirm_candidates``), each
+    # ``repeats`` more times: counted in ``confirm_trials``, named in ``plan`` and ``eta``.
+    candidates: int = 0
 
     def spent(self, seconds: float, confirming: bool = False) -> None:
         """A searched trial, or a confirming measurement, took ``seconds``."""
@@ -152,6 +155,7 @@ class Budget:
                 "--time-budget-s"
             )
         fresh = f"{repeats} fresh measurement{'s' if repeats != 1 else ''} each"
+        fresh += self._also(repeats)
         if trials * self.trial_s + self.whole_s > self.left_s:
             return (
                 f"the budget buys about {trials} of the {n_trials} trials, then as much of the "
@@ -162,6 +166,17 @@ class Budget:
         return (
             f"the budget buys about {trials} of the {n_trials} trials, then the finalist and "
             f"the baseline, {fresh}, fewer where a pair favours the baseline ({cost})"
+        )
+
+    def _also(self, repeats: int) -> str:
+        """``, and your 2 candidates 3 more times each``, where the confirmation measures the
+        spec's candidates again; else nothing."""
+        if not self.candidates:
+            return ""
+        many = "s" if self.candidates != 1 else ""
+        return (
+            f", and the {self.candidates} candidate{many} {repeats} more "
+            f"time{'s' if repeats != 1 else ''}{' each' if many else ''}"
         )
 
     def _trial_words(self) -> str:
@@ -178,7 +193,7 @@ class Budget:
             cost += f"; {self.confirm_s:.0f} s a re-measurement"
             then = (
                 f" and the confirmation (the finalist and the baseline, up to {repeats} fresh "
-                "measurements each)"
+                f"measurements each{self._also(repeats)})"
             )
         took = f"{total_s / 3600:.1f} h" if total_s >= 5400 else f"{total_s / 60:.0f} min"
         verb = "takes" if n_trials == 1 and not then else "take"
