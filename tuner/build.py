@@ -29,10 +29,16 @@ def commit() -> str | None:
         return written.read_text().strip() or None
     if not ((CHECKOUT / "pyproject.toml").is_file() and (CHECKOUT / ".git").exists()):
         return None
-    head = _git("rev-parse", "--short", "HEAD")
+    return from_git(CHECKOUT)
+
+
+def from_git(checkout: Path) -> str | None:
+    """The commit git has ``checkout`` at (``1a2b3c4+changes`` where the files of its ``tuner``
+    package differ from it); None where git does not say. ``setup.py`` writes it into a wheel."""
+    head = _git(checkout, "rev-parse", "--short", "HEAD")
     if head is None:
         return None
-    changed = _git("status", "--porcelain", "--untracked-files=no", "--", str(HERE))
+    changed = _git(checkout, "status", "--porcelain", "--untracked-files=no", "--", "tuner")
     return f"{head}+changes" if changed else head
 
 
@@ -44,11 +50,11 @@ def describe() -> str:
     return tuner.__version__ if built is None else f"{tuner.__version__} (commit {built})"
 
 
-def _git(*args: str) -> str | None:
-    """What ``git args`` prints in the checkout, stripped; None where git fails or is absent."""
+def _git(checkout: Path, *args: str) -> str | None:
+    """What ``git args`` prints in ``checkout``, stripped; None where git fails or is absent."""
     try:
         done = subprocess.run(
-            ["git", "-C", str(CHECKOUT), *args], capture_output=True, text=True, timeout=10
+            ["git", "-C", str(checkout), *args], capture_output=True, text=True, timeout=10
         )
     except (OSError, subprocess.SubprocessError):
         return None

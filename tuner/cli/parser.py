@@ -26,10 +26,22 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
 
 
+class _Version(argparse.Action):
+    """``--version``: the build (``tuner.build.describe``), asked only when shown, so that other
+    commands start without asking git."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> NoReturn:
+        print(f"tuner {build.describe()}")  # on stdout, as argparse's own version action
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``tuner`` parser: init, run, trace, report and compile-key."""
     parser = Parser(prog="tuner", description=tuner.__doc__)
-    parser.add_argument("--version", action="version", version=f"tuner {build.describe()}")
+    parser.add_argument("--version", action=_Version, help="show tuner's build and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log tuner's steps")
     commands = parser.add_subparsers(dest="command", required=True)
 

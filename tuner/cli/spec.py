@@ -93,7 +93,7 @@ def _installed_defaults(
     """vLLM's max-num-seqs and max-num-batched-tokens as the vLLM installed gives them, said
     where they differ from tuner's table or could not be read (then the table's are used)."""
     seqs, tokens = table_batch_defaults(gpu, device)
-    asked = vllm_defaults.installed()
+    asked = vllm_defaults.installed(device)
     batch = asked.defaults
     if batch is None:
         print(
@@ -102,7 +102,7 @@ def _installed_defaults(
             f"{tokens}"
         )
         return None
-    if batch.on_cpu == gpu:
+    if not batch.fits(gpu):
         return None  # another build than the one the spec is for: the table's
     if (batch.max_num_seqs, batch.max_num_batched_tokens) != (seqs, tokens):
         print(

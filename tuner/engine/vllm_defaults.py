@@ -54,6 +54,11 @@ class BatchDefaults:
     def on_cpu(self) -> bool:
         return self.platform == "cpu"
 
+    def fits(self, gpu: bool) -> bool:
+        """Whether these were asked of the build a spec is for: a GPU's (``gpu``), else the
+        CPU build's."""
+        return self.on_cpu != gpu
+
     def over(self, space: Mapping[str, Any]) -> dict[str, Any]:
         """A spec's ``search_space`` with these as max-num-seqs' and max-num-batched-tokens'
         defaults, where it has them (vLLM's own value, as a dimension's default is, inside its
@@ -76,12 +81,14 @@ class Asked:
     why_not: str = ""
 
 
-def installed(cache: Path | None = None) -> Asked:
-    """vLLM's defaults as the vLLM installed here gives them for the GPU it would open (kept in
-    ``cache``, by default under the user's cache folder); or why it did not say."""
+def installed(device: environment.Gpu | None, cache: Path | None = None) -> Asked:
+    """vLLM's defaults as the vLLM installed here gives them for ``device``, the GPU it would
+    open (None: none, or the CPU build), kept in ``cache`` (by default under the user's cache
+    folder); or why it did not say."""
     path = cache if cache is not None else _cache_path()
-    key = _key()
-    held = _read(path).get(key)
+    key = _key(device)
+    known = _read(path)
+    held = known.get(key)
     if isinstance(held, dict):
         try:
             return Asked(BatchDefaults(**held))
@@ -89,7 +96,7 @@ def installed(cache: Path | None = None) -> Asked:
             pass
     asked = _ask()
     if asked.defaults is not None:
-        _write(path, {**_read(path), key: asdict(asked.defaults)})
+        _write(path, {**known, key: asdict(asked.defaults)})
     return asked
 
 
@@ -112,10 +119,9 @@ def _ask() -> Asked:
         return Asked(None, f"vLLM answered what tuner cannot read: {done.stdout.strip()[-200:]}")
 
 
-def _key() -> str:
+def _key(gpu: environment.Gpu | None) -> str:
     """What the answer depends on: the Python and its ``PYTHONPATH`` (so the vLLM it imports),
-    vLLM's version, and the GPU vLLM would open first."""
-    gpu = next(iter(environment.visible_gpus()), None)
+    vLLM's version, and ``gpu``, the one vLLM would open first."""
     device = "none" if gpu is None else f"{gpu.name}/{gpu.memory_mib}"
     path = os.environ.get("PYTHONPATH", "")
     return f"{sys.executable}|{path}|{environment.vllm_version()}|{device}"

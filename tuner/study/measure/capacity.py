@@ -268,10 +268,11 @@ def measure_rate(
         lead_s + settings.span_s(rate),
         replay_settings.cached_ids,
     )
-    judged_total = sum(1 for r in window if r.arrival_s >= lead_s)
-    if not judged_total:  # a lead-in longer than the window's arrivals: judge them all
-        lead_s, judged_total = 0.0, len(window)
-    decoding = sum(1 for r in window if r.arrival_s >= lead_s and r.output_tokens >= 2)
+    to_judge = [r for r in window if r.arrival_s >= lead_s]
+    if not to_judge:  # a lead-in longer than the window's arrivals: judge them all
+        lead_s, to_judge = 0.0, list(window)
+    judged_total = len(to_judge)
+    decoding = sum(1 for r in to_judge if r.output_tokens >= 2)
     seeded = replace(replay_settings, seed=replay_settings.seed + SEED_STRIDE * (index + 1))
     primed = prime(base_url, window, seeded)
     lost: list[str] = []

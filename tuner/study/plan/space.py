@@ -288,9 +288,7 @@ def gpu_search_space(
 
 def _batched_tokens(long_prompts: bool, default: int) -> dict[str, Any]:
     """max-num-batched-tokens as levels (each compiles once), vLLM's ``default`` among them."""
-    levels = list(
-        PREFILL_BOUND_BATCHED_TOKENS_LEVELS if long_prompts else GPU_BATCHED_TOKENS_LEVELS
-    )
+    levels = PREFILL_BOUND_BATCHED_TOKENS_LEVELS if long_prompts else GPU_BATCHED_TOKENS_LEVELS
     choices = list(levels) if default in levels else [*levels, default]
     return {"type": "categorical", "choices": choices, "default": default}
 
@@ -467,10 +465,10 @@ def default_spec_text(
     # The weights on disk (the demo model's saved ones, or the user's) unless asked otherwise.
     spec["engine_args"] = {"load-format": "dummy"} if dummy_weights else {}
     spec.update(overrides or {})
-    if batch is not None and batch.on_cpu == gpu:
+    if batch is not None and not batch.fits(gpu):
         batch = None  # asked of another build than the one this spec is for
-    if not gpu:
-        spec["search_space"] = batch.over(spec["search_space"]) if batch else spec["search_space"]
+    if batch is not None and not gpu:
+        spec["search_space"] = batch.over(spec["search_space"])
     if gpu:
         spec["search_space"] = gpu_search_space(prompt_tokens, device, batch)
         if spec.get("objective_mode") == "capacity":
