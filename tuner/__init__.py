@@ -1,3 +1,4 @@
 """tuner: tune a real vLLM engine against a replayed production trace."""
 
-__version__ = "0.1.0"
+# Moves with each release; CHANGELOG.md has a section per release, and git a tag `vX.Y.Z`.
+__version__ = "0.2.0"

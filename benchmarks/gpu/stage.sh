@@ -8,8 +8,9 @@
 # with the working tree (16 MiB on 2026-11-28), so the parts are cut again to what the tree
 # leaves, less 8 MiB for what the study's call carries (the snapshot, .whl, a trace), at most
 # 50 MiB: `bash .gpu/install.sh .gpu/partNN TOTAL`, one call a part (it prints TOTAL). The image
-# lacks httpx-aiohttp (tuner's client): its wheel goes to .whl, carried with the call that starts
-# a study (benchmarks/README.md).
+# lacks httpx-aiohttp (tuner's client) and optuna-dashboard (with bottle, which `pip install .`
+# asks for: benchmarks/gpu/install_check.sh): their wheels go to .whl, carried with the call that
+# starts a study (benchmarks/README.md). The shared conversation trace is copied to .gpu/conv.csv.
 set -euo pipefail
 commit=${COMMIT:-HEAD}
 rm -f .gpu/part*
@@ -28,7 +29,9 @@ git archive "$commit" tuner | tar x -C .gpu/snap
 git rev-parse --short "$commit" > .gpu/snap/COMMIT
 cp .gpu/snap/COMMIT .gpu/snap/tuner/_commit.txt  # tuner.build.commit: the YAML header names it
 mkdir -p .whl
+cp ../shared/traces/AzureLLMInferenceTrace_conv.csv .gpu/conv.csv
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-  --implementation cp --platform manylinux2014_x86_64 -d .whl "httpx-aiohttp>=0.2,<0.3" 2>&1 \
+  --implementation cp --platform manylinux2014_x86_64 -d .whl "httpx-aiohttp>=0.2,<0.3" \
+  "optuna-dashboard>=0.17" "bottle>=0.13" 2>&1 \
   | grep -v '^WARNING: Location' || true
 echo "$(ls .gpu/part?? | wc -l) parts of ${part_mib} MiB (the tree: ${tree_mib} MiB); tuner $(cat .gpu/snap/COMMIT) in .gpu/snap; $(ls .whl)"

@@ -18,6 +18,7 @@ from tuner.report import plots
 from tuner.report.data import (
     Configuration,
     StudyReport,
+    measured_by,
     recorded_slos,
     rows_of,
     searched_parameters,
@@ -76,6 +77,7 @@ def read_report(name: str, storage: str, configs: Path) -> StudyReport:
         kept_because=choice.why if choice is not None and choice.keeps_defaults else "",
         closest=choice.closest.number if choice is not None and choice.closest else None,
         time_spent=time_spent(study, choice, baseline),
+        measured_by=measured_by(trials),
     )
 
 

@@ -29,7 +29,7 @@ from tuner.study.measure.objective import (
     OBJECTIVES,
     StudyObjective,
 )
-from tuner.study.measure.record import VLLM_DEFAULTS, TrialRecord
+from tuner.study.measure.record import DEVICE, TUNER_ATTR, VLLM_DEFAULTS, VLLM_VERSION, TrialRecord
 from tuner.study.measure.trial import ENGINE_START_S, ENGINE_STOP_S, TRIAL_S, WARMUP_S, WINDOW_S
 from tuner.study.trials import picks
 from tuner.study.trials.fingerprint import WORKLOAD_ATTR
@@ -181,6 +181,34 @@ def rows_of(trials: Iterable[FrozenTrial]) -> tuple[TrialRow, ...]:
     return tuple(sorted((row_of(t) for t in trials), key=lambda r: r.number))
 
 
+
+def measured_by(trials: Iterable[FrozenTrial]) -> tuple[str, ...]:
+    """Which tuner build measured the trials, with which vLLM on which device, one line each in
+    order of first trial: ``tuner 0.2.0 (commit 1a2b3c4), vLLM 0.26.0, NVIDIA H200: trials 0 to
+    7``; a trial of a build that recorded none reads ``tuner (build not recorded)``."""
+    seen: dict[tuple[str, str, str], list[int]] = {}
+    for trial in sorted(trials, key=lambda t: t.number):
+        attrs = trial.user_attrs
+        if VLLM_VERSION not in attrs and TUNER_ATTR not in attrs:
+            continue  # never started (claimed, then stopped): nothing measured it
+        build = attrs.get(TUNER_ATTR)
+        key = (
+            f"tuner {build}" if build else "tuner (build not recorded)",
+            f"vLLM {attrs.get(VLLM_VERSION, '?')}",
+            str(attrs.get(DEVICE, "?")),
+        )
+        seen.setdefault(key, []).append(trial.number)
+    return tuple(f"{', '.join(key)}: {_numbers(numbers)}" for key, numbers in seen.items())
+
+
+def _numbers(numbers: Sequence[int]) -> str:
+    """``trial 3``, ``trials 0 to 7`` (consecutive), else ``trials 0, 2, 5``."""
+    if len(numbers) == 1:
+        return f"trial {numbers[0]}"
+    if numbers[-1] - numbers[0] == len(numbers) - 1:
+        return f"trials {numbers[0]} to {numbers[-1]}"
+    return "trials " + ", ".join(map(str, numbers))
+
 def searched_parameters(trials: Iterable[FrozenTrial]) -> tuple[Parameter, ...]:
     """The parameters the search drew, in the order first seen, from Optuna's distributions."""
     found: dict[str, Parameter] = {}
@@ -328,3 +356,5 @@ class StudyReport:
     # the reading where vLLM's defaults are kept (``tuner.study.measure.time_spent``), as
     # ``tuner run`` says it of the chosen trial.
     time_spent: tuple[str, ...] = ()
+    # Which tuner build measured which trials, with which vLLM on which device (``measured_by``).
+    measured_by: tuple[str, ...] = ()

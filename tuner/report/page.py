@@ -350,6 +350,15 @@ def figures_section(report: StudyReport, images: Mapping[str, bytes]) -> str:
     return "".join(parts)
 
 
+
+def _measured_by(report: StudyReport) -> str:
+    """Which tuner build, vLLM and device measured which trials; nothing where none is known."""
+    if not report.measured_by:
+        return ""
+    lines = "<br>".join(escape(line) for line in report.measured_by)
+    return f'<p class="note">Measured by {lines}</p>'
+
+
 def render(report: StudyReport, images: Mapping[str, bytes]) -> str:
     """The whole HTML page, self-contained."""
     counts = {o: sum(r.outcome == o for r in report.rows) for o in (FEASIBLE, INFEASIBLE, PRUNED)}
@@ -362,7 +371,7 @@ def render(report: StudyReport, images: Mapping[str, bytes]) -> str:
         f"<title>tuner report: {escape(report.name)}</title><style>{STYLE}</style></head><body>"
         f'<h1>Study {escape(report.name)}</h1><p class="note">{len(report.rows)} trials in '
         f"{escape(report.storage)}: {summary}. Every figure is also in optuna-dashboard: "
-        f"<code>optuna-dashboard {escape(report.storage)}</code></p>"
+        f"<code>optuna-dashboard {escape(report.storage)}</code></p>{_measured_by(report)}"
         f"{verdict_section(report)}{trials_section(report)}{figures_section(report, images)}"
         "</body></html>\n"
     )
