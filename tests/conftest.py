@@ -104,7 +104,7 @@ def cpu_spec(model: Path, **overrides: Any) -> dict[str, Any]:
             "gpu-memory-utilization": {"type": "float", "low": 0.1, "high": 0.25, "step": 0.05},
         },
         "slos": {"ttft_p95_s": 600.0, "tpot_p95_s": 5.0, "e2e_p99_s": 900.0},
-        "objective": {"ttft_p95_s": 1.0, "tpot_p95_s": 1.0, "e2e_p99_s": 1.0},
+        "weights": {"ttft_p95_s": 1.0, "tpot_p95_s": 1.0, "e2e_p99_s": 1.0},
         "window_s": 2,
         "time_scale": 4,
         "health_timeout_s": 300,

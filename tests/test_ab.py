@@ -66,7 +66,7 @@ def spec_of(model: Path) -> StudySpec:
             "engine_args": {"load-format": "dummy"},
             "search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 32}},
             "slos": {"ttft_p95_s": SLO_S},
-            "objective": {"ttft_p95_s": 1.0},
+            "weights": {"ttft_p95_s": 1.0},
             "window_s": 5,
         }
     )

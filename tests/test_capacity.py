@@ -664,7 +664,7 @@ def scripted_capacity_study(
         "engine_args": {"load-format": "dummy"},
         "search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 32}},
         "slos": {"ttft_p95_s": 2.0},
-        "objective": {"ttft_p95_s": 1.0},
+        "weights": {"ttft_p95_s": 1.0},
         "window_s": 5,
         "objective_mode": "capacity",
     }
@@ -802,7 +802,7 @@ def test_each_trial_starts_its_search_from_what_the_study_measured(tmp_path):
             "dummy_model": None,
             "search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 32}},
             "slos": {"ttft_p95_s": 2.0},
-            "objective": {"ttft_p95_s": 1.0},
+            "weights": {"ttft_p95_s": 1.0},
             "objective_mode": "capacity",
         }
     )

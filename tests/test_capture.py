@@ -139,7 +139,7 @@ def test_searched_trials_carry_the_pin_and_the_baseline_and_candidates_do_not(tm
             "candidates": [{"max-num-seqs": 16}],
             "search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 32}},
             "slos": {"e2e_p99_s": 10.0},
-            "objective": {"e2e_p99_s": 1.0},
+            "weights": {"e2e_p99_s": 1.0},
         }
     )
     ran: list[dict[str, Any]] = []

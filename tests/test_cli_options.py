@@ -24,7 +24,7 @@ SPEC = {
     "engine_args": {"load-format": "dummy", "max-model-len": 4096},
     "search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 32}},
     "slos": {"ttft_p95_s": 2.0},
-    "objective": {"ttft_p95_s": 1.0},
+    "weights": {"ttft_p95_s": 1.0},
     "window_s": 5,
     "time_scale": 1,
 }

@@ -47,7 +47,7 @@ def spec_dict(model: Path, **overrides: Any) -> dict[str, Any]:
         "search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 32}},
         "candidates": [{"max-num-seqs": 4}, {"max-num-seqs": 8}],
         "slos": {"ttft_p95_s": SLO_S},
-        "objective": {"ttft_p95_s": 1.0},
+        "weights": {"ttft_p95_s": 1.0},
         "window_s": 5,
     }
     return spec | overrides

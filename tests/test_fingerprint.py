@@ -45,7 +45,7 @@ class Folder:
             "engine_args": {"load-format": "dummy", "max-model-len": 4096},
             "search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 32}},
             "slos": {"ttft_p95_s": 2.0, "e2e_p99_s": 30.0},
-            "objective": {"ttft_p95_s": 1.0, "e2e_p99_s": 1.0},
+            "weights": {"ttft_p95_s": 1.0, "e2e_p99_s": 1.0},
             "window_s": 5,
             "time_scale": 1,
         }
@@ -130,7 +130,7 @@ def test_a_resumed_study_with_other_slos_is_refused_naming_them(folder: Folder, 
 @pytest.mark.parametrize(
     ("change", "named"),
     [
-        ({"objective": {"ttft_p95_s": 2.0, "e2e_p99_s": 1.0}}, "weights.ttft_p95_s: 1.0 -> 2.0"),
+        ({"weights": {"ttft_p95_s": 2.0, "e2e_p99_s": 1.0}}, "weights.ttft_p95_s: 1.0 -> 2.0"),
         (
             {"search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 64}}},
             "search_space.max-num-seqs: ",

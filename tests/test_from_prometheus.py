@@ -64,7 +64,7 @@ from tuner.traces.formats import load_trace
 from tuner.traces.from_prometheus import (
     FIRST_TOKENS,
     SUCCESS,
-    Histogram,
+    LengthHistogram,
     Scraped,
     arrivals_from_rate,
     rebuild,
@@ -98,10 +98,10 @@ def bucket_of(value: float) -> tuple[float, float]:
     return lower, upper
 
 
-def histogram_of(values: np.ndarray) -> Histogram:
+def histogram_of(values: np.ndarray) -> LengthHistogram:
     bounds = np.array(TOKEN_BUCKETS, dtype=float)
     cumulative = np.array([np.count_nonzero(values <= b) for b in bounds], dtype=float)
-    return Histogram(bounds, cumulative, float(values.sum()), float(len(values)))
+    return LengthHistogram(bounds, cumulative, float(values.sum()), float(len(values)))
 
 
 def test_stratified_lengths_keep_mean_and_buckets():

@@ -46,7 +46,7 @@ def spec_dict(model: Path) -> dict:
         # A 1 ms TTFT SLO: every trial that serves misses it by far (scores in the thousands,
         # above the 1000 that a failed trial is scored).
         "slos": {"ttft_p95_s": 0.001, "e2e_p99_s": 30.0},
-        "objective": {"ttft_p95_s": 1.0, "e2e_p99_s": 1.0},
+        "weights": {"ttft_p95_s": 1.0, "e2e_p99_s": 1.0},
         "window_s": 5,
         "time_scale": 1,
     }

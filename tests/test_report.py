@@ -62,7 +62,7 @@ SPEC = {
     },
     "candidates": [{"max-num-seqs": 16}],
     "slos": {"ttft_p95_s": 2.0, "e2e_p99_s": 10.0},
-    "objective": {"ttft_p95_s": 1.0, "e2e_p99_s": 1.0},
+    "weights": {"ttft_p95_s": 1.0, "e2e_p99_s": 1.0},
 }
 TIMINGS = {
     "engine_healthy_s": 30.0,

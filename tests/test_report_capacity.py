@@ -67,7 +67,7 @@ SPEC = {
     },
     "candidates": [{SEQS: 16}],
     "slos": SLOS,
-    "objective": {"ttft_p95_s": 1.0},
+    "weights": {"ttft_p95_s": 1.0},
     "objective_mode": "capacity",
 }
 

@@ -596,7 +596,7 @@ SPACE_SPEC = {
     "baseline": {"gpu-memory-utilization": 0.2},
     "search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 32}},
     "slos": {"e2e_p99_s": 10.0},
-    "objective": {"e2e_p99_s": 1.0},
+    "weights": {"e2e_p99_s": 1.0},
 }
 
 

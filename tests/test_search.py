@@ -109,7 +109,7 @@ SPEC = {
     "candidates": [{"block-size": 16}],
     "search_space": {"max-num-seqs": {"type": "int", "low": 1, "high": 32}},
     "slos": SLOS,
-    "objective": WEIGHTS,
+    "weights": WEIGHTS,
     "prune_factor": 3.0,
     "prune_after_s": 10,
 }

@@ -10,7 +10,13 @@ import yaml
 
 from tuner.errors import SpecError
 from tuner.study.plan.space import default_spec_text
-from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec, load_spec, parse_spec
+from tuner.study.plan.spec import (
+    DEFAULT_SPEC,
+    EARLIER_WEIGHTS,
+    StudySpec,
+    load_spec,
+    parse_spec,
+)
 
 
 def test_default_spec_text_parses_to_the_defaults():
@@ -96,8 +102,8 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"slos": {}}, "slos"),
     ({"weights": {"tpot_p99_s": 1.0}}, "weights.tpot_p99_s"),
     ({"weights": {"ttft_p95_s": -1.0}}, "weights.ttft_p95_s"),
-    ({"objective": {"tpot_p99_s": 1.0}}, "objective.tpot_p99_s"),
-    ({"objective": {"ttft_p95_s": -1.0}}, "objective.ttft_p95_s"),
+    ({EARLIER_WEIGHTS: {"tpot_p99_s": 1.0}}, f"{EARLIER_WEIGHTS}.tpot_p99_s"),
+    ({EARLIER_WEIGHTS: {"ttft_p95_s": -1.0}}, f"{EARLIER_WEIGHTS}.ttft_p95_s"),
     ({"n_trials": 0}, "n_trials"),
     ({"n_trials": True}, "n_trials"),
     ({"window_s": -5}, "window_s"),
@@ -169,7 +175,7 @@ def test_load_spec_reports_file_and_yaml_errors(tmp_path):
 
 def test_load_spec_reads_a_file(tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text("model: m\nn_trials: 7\nslos: {e2e_p99_s: 9}\nobjective: {e2e_p99_s: 1}\n")
+    path.write_text("model: m\nn_trials: 7\nslos: {e2e_p99_s: 9}\nweights: {e2e_p99_s: 1}\n")
     spec = load_spec(path)
     assert (spec.model, spec.n_trials, spec.slos, spec.weights) == (
         "m",
@@ -181,13 +187,14 @@ def test_load_spec_reads_a_file(tmp_path):
 
 def test_the_weights_earlier_key_is_read_and_not_beside_them():
     # ``objective`` named the weights before; ``objective_mode`` and ``--objective`` the mode.
-    earlier = {"slos": {"e2e_p99_s": 9}, "objective": {"e2e_p99_s": 2}}
+    assert EARLIER_WEIGHTS == "objective"
+    earlier = {"slos": {"e2e_p99_s": 9}, EARLIER_WEIGHTS: {"e2e_p99_s": 2}}
     assert parse_spec(earlier).weights == {"e2e_p99_s": 2.0}
     assert parse_spec(earlier | {"objective_mode": "capacity"}).objective_mode == "capacity"
-    assert "objective" not in DEFAULT_SPEC and "objective:" not in default_spec_text()
+    assert EARLIER_WEIGHTS not in DEFAULT_SPEC and "objective:" not in default_spec_text()
     with pytest.raises(SpecError) as caught:
         parse_spec(earlier | {"weights": {"e2e_p99_s": 1}})
-    assert "objective" in str(caught.value) and "weights" in str(caught.value)
+    assert EARLIER_WEIGHTS in str(caught.value) and "weights" in str(caught.value)
 
 
 def test_the_default_spec_takes_every_setting_from_studyspec():

@@ -217,7 +217,7 @@ def closed_loop_requests(
 
 
 @dataclass(frozen=True)
-class ClosedLoop:
+class ClosedLoopPlan:
     """A closed-loop workload: keep ``schedule`` in flight with requests drawn from ``lengths``."""
 
     schedule: ConcurrencyTrace

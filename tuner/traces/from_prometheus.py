@@ -59,7 +59,7 @@ ARRIVAL_COUNTERS: dict[str, tuple[str, str]] = {
 
 
 @dataclass(frozen=True)
-class Histogram:
+class LengthHistogram:
     """Cumulative bucket counts over a range: ``upper_bounds`` ascending, the last may be inf."""
 
     upper_bounds: np.ndarray
@@ -81,8 +81,8 @@ class Scraped:
     step_s: float
     rate_times_s: np.ndarray
     rate_per_s: np.ndarray
-    prompt: Histogram
-    generation: Histogram
+    prompt: LengthHistogram
+    generation: LengthHistogram
     running_times_s: np.ndarray
     running: np.ndarray
     # The mean time from a request's arrival to its count in ``counter``, whose rate per step
@@ -108,7 +108,7 @@ class Rebuilt:
 # --- pure --------------------------------------------------------------------------------
 
 
-def _bucket_edges(histogram: Histogram) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _bucket_edges(histogram: LengthHistogram) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(lower, upper, count)`` per bucket; the ``+Inf`` bucket is closed at twice its lower."""
     upper = histogram.upper_bounds.astype(np.float64)
     counts = np.diff(np.concatenate(([0.0], histogram.cumulative)))
@@ -118,7 +118,7 @@ def _bucket_edges(histogram: Histogram) -> tuple[np.ndarray, np.ndarray, np.ndar
     return lower, upper, counts
 
 
-def sample_lengths(histogram: Histogram, n: int, rng: np.random.Generator) -> np.ndarray:
+def sample_lengths(histogram: LengthHistogram, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` whole lengths ≥ 1 with ``histogram``'s bucket shares and mean, in random order.
 
     Stratified rather than random: each bucket gets its share of ``n`` (largest remainder),

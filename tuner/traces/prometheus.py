@@ -25,7 +25,7 @@ from tuner.traces.from_prometheus import (
     GENERATION,
     PROMPT,
     RUNNING,
-    Histogram,
+    LengthHistogram,
     Scraped,
 )
 from tuner.traces.prometheus_http import Access, Connection, Result
@@ -121,14 +121,14 @@ def _instant(result: Sequence[Mapping[str, Any]]) -> float:
     return float(result[0]["value"][1]) if result else math.nan
 
 
-def _histogram(query: Query, name: str, selector: str, range_s: int, at_s: float) -> Histogram:
+def _histogram(query: Query, name: str, selector: str, range_s: int, at_s: float) -> LengthHistogram:
     buckets = query(f"sum by (le) (increase({name}_bucket{selector}[{range_s}s]))", at_s)
     if not buckets:
         raise TunerError(f"Prometheus has no {name} histogram in the range")
     pairs = sorted((float(item["metric"]["le"]), float(item["value"][1])) for item in buckets)
     total = query(f"sum(increase({name}_sum{selector}[{range_s}s]))", at_s)
     count = query(f"sum(increase({name}_count{selector}[{range_s}s]))", at_s)
-    return Histogram(
+    return LengthHistogram(
         upper_bounds=np.array([p[0] for p in pairs]),
         cumulative=np.maximum.accumulate(np.array([p[1] for p in pairs])),
         sum=_instant(total),

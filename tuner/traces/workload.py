@@ -56,7 +56,7 @@ def model_info(
 
 
 @dataclass(frozen=True)
-class Workload:
+class TraceWindow:
     """The replayed window and how it was cut from the trace."""
 
     trace: Trace
@@ -103,7 +103,7 @@ def build_workload(
     time_scale: float,
     context: int,
     longest_replay_s: float | None = None,
-) -> Workload:
+) -> TraceWindow:
     """The busiest ``window_s`` seconds, clipped to the model's context, then time-scaled; with
     ``longest_replay_s``, only the requests that arrive within that many replayed seconds."""
     start_s, window = busiest_window(trace, window_s)
@@ -116,7 +116,7 @@ def build_workload(
     if longest_replay_s is not None and window_s * time_scale > longest_replay_s:
         scaled = scaled.window(0.0, longest_replay_s)
         cut_s = longest_replay_s
-    return Workload(
+    return TraceWindow(
         trace=scaled,
         start_s=start_s,
         window_s=window_s,

@@ -25,7 +25,7 @@ from tuner.study.measure.outcome import Offered
 from tuner.study.measure.trial import OnProgress, TrialSetup
 from tuner.study.plan.spec import AUTO, StudySpec
 from tuner.traces import concurrency
-from tuner.traces.concurrency import ClosedLoop, ConcurrencyTrace, LengthSource
+from tuner.traces.concurrency import ClosedLoopPlan, ConcurrencyTrace, LengthSource
 from tuner.traces.model import Request, Trace
 from tuner.traces.workload import ModelInfo, build_workload, model_info
 
@@ -45,7 +45,7 @@ class Replay:
     identifies it in the study's fingerprint, and how to say it."""
 
     requests: list[Request]
-    closed_loop: ClosedLoop | None
+    closed_loop: ClosedLoopPlan | None
     block_tokens: int
     fingerprint: dict[str, Any]
     text: str
@@ -187,7 +187,7 @@ def closed_loop_replay(
     window = schedule.window(start_s, window_s).scaled(time_scale)
     return Replay(
         requests=[],
-        closed_loop=ClosedLoop(window, lengths, max_model_len),
+        closed_loop=ClosedLoopPlan(window, lengths, max_model_len),
         block_tokens=0,
         fingerprint={"window_start_s": start_s, "closed_loop": True, "lengths": lengths_from},
         text=(

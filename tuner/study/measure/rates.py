@@ -90,7 +90,7 @@ class CapacityFound:
         return min(self.points, key=lambda p: p.rate_req_per_s, default=None)
 
 
-Measure = Callable[[float], RatePoint]
+RateMeasure = Callable[[float], RatePoint]
 
 
 class _ClientBehind(Exception):
@@ -100,7 +100,7 @@ class _ClientBehind(Exception):
 
 
 def search_capacity(
-    measure: Measure,
+    measure: RateMeasure,
     start_req_per_s: float,
     resolution: float = 0.1,
     max_rates: int = 10,
@@ -160,7 +160,7 @@ class _Search:
     """One capacity search's windows: ``at`` measures a rate, ``bracket`` and ``bisect`` move
     the passing and failing rates, ``found`` says what the windows so far found."""
 
-    def __init__(self, measure: Measure, max_rates: int) -> None:
+    def __init__(self, measure: RateMeasure, max_rates: int) -> None:
         self.measure = measure
         self.max_rates = max_rates
         self.points: list[RatePoint] = []

@@ -27,7 +27,7 @@ from tuner.load.session import Monitor
 from tuner.load.spread import replay
 from tuner.study.measure.judge import Criteria, Judged, judge
 from tuner.study.measure.scoring import FAILED, Score, worst_slo_ratio
-from tuner.traces.concurrency import ClosedLoop
+from tuner.traces.concurrency import ClosedLoopPlan
 from tuner.traces.model import Request
 
 logger = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class TrialSetup:
     warmup_requests: Sequence[Request] = ()
     launcher: Launcher = field(default_factory=ProcessLauncher)
     # Set for a concurrency trace: replayed closed-loop instead of ``requests`` (not pruned).
-    closed_loop: ClosedLoop | None = None
+    closed_loop: ClosedLoopPlan | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     # Told where the trial is: each phase as it begins, then about once a second.
     progress: OnProgress | None = None

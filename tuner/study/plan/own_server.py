@@ -125,7 +125,7 @@ def check_first_token_metrics(
     """A ``SpecError`` where a server that does not stream is held to TTFT or TPOT."""
     if server is None or server.streams:
         return
-    for name, named in (("slos", slos), ("objective", weights)):
+    for name, named in (("slos", slos), ("weights", weights)):
         for metric in named:
             if metric.startswith(FIRST_TOKEN_METRICS):
                 raise SpecError(
