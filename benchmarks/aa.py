@@ -16,8 +16,16 @@ and each rate's window passes where the rate is below that capacity, times a win
 searched configuration (as max-num-batched-tokens 2048 was on the long-prompt traces) carries
 ``gain`` times more and the others as much as the defaults.
 
+The Quick start's case is a latency study whose baseline (your configuration) misses the SLOs on
+some of its engines, where the verdict goes by feasibility first (``NoisyScores``): each engine's
+TTFT p95 is drawn around the configuration's own with the CPU spread (log SD 0.236), placed so
+that the baseline's engines miss the TTFT SLO with probability ``miss`` (0.25, 0.5, 0.75); in an
+A/A study every configuration is the baseline's equal, for the power the first searched one's
+TTFT is ``gain`` times lower.
+
     python benchmarks/aa.py                      # 400 null studies a row, 200 for each gain
     python benchmarks/aa.py --studies 100 --gains ""    # a quick look: null studies only
+    python benchmarks/aa.py --misses ""                 # capacity studies only
 
 It prints, for each spread and number of searched configurations, the share of null studies
 that wrote a searched configuration (with its 95 % Clopper-Pearson interval, scipy's), then the
@@ -34,6 +42,7 @@ import logging
 import math
 import random
 import statistics
+from statistics import NormalDist
 import sys
 import tempfile
 import time
@@ -47,7 +56,8 @@ from scipy.stats import binomtest
 
 from tuner.engine.dummy_model import write_model
 from tuner.engine.launchers import ProcessLauncher
-from tuner.study.measure.objective import CAPACITY_OBJECTIVE
+from tuner.study.measure import scoring
+from tuner.study.measure.objective import CAPACITY_OBJECTIVE, LATENCY_OBJECTIVE, StudyObjective
 from tuner.study.measure.prepare import Workload, model_of, open_loop_replay
 from tuner.study.measure.rate_search import RateSearch
 from tuner.study.measure.rates import CapacityFound, RatePoint, search_capacity
@@ -118,6 +128,69 @@ class NoisyEngines:
         return search.outcome(args, setup, found, ended)
 
 
+
+TTFT_SLO_S = 2.0
+CPU_SD = SPREADS["cpu"][0]
+TIMINGS = {"engine_healthy_s": 30.0, "window_s": 10.0, "engine_stop_s": 1.0, "trial_s": 45.0}
+
+
+@dataclass
+class NoisyScores:
+    """A latency study's trial runner: each call a fresh engine whose TTFT p95 is drawn around
+    the configuration's own (log SD ``sd``), the baseline's placed so that its engines miss the
+    TTFT SLO with probability ``miss``; the first searched configuration's is ``gain`` times
+    lower (1: every configuration the baseline's equal)."""
+
+    rng: random.Random
+    miss: float
+    sd: float = CPU_SD
+    gain: float = 1.0
+    better: dict[str, Any] | None = None
+    baseline: dict[str, Any] | None = None
+
+    def ttft_of(self, args: Mapping[str, Any]) -> float:
+        """The configuration's median TTFT p95 over engines."""
+        args = dict(args)
+        if self.baseline is None:
+            self.baseline = args  # trial 0: the spec's baseline
+        elif self.better is None and args != self.baseline:
+            self.better = args
+        median = TTFT_SLO_S * math.exp(self.sd * NormalDist().inv_cdf(self.miss))
+        good = self.better is not None and args == self.better
+        return median / self.gain if good else median
+
+    def __call__(
+        self, args: Mapping[str, Any], setup: TrialSetup, workdir: Path, should_stop: Any = None
+    ) -> TrialOutcome:
+        ttft = self.ttft_of(args) * math.exp(self.rng.gauss(0.0, self.sd))
+        metrics = {"ttft_p95_s": ttft, "tpot_p95_s": 0.01, "e2e_p99_s": ttft + 2.0,
+                   "error_rate": 0.0, "throughput_req_per_s": 5.0}  # fmt: skip
+        criteria = setup.criteria
+        outcome = scoring.score(metrics, criteria.slos, criteria.weights)
+        reason = None if outcome.feasible else f"SLO missed: ttft_p95_s {ttft * 1000:.0f} ms"
+        return TrialOutcome(args, outcome, metrics, TIMINGS, reason)
+
+
+def latency_spec_for(model: Path, searched: int) -> StudySpec:
+    """The Quick start's shape: a latency study from a baseline of your own (2 sequences, 512
+    tokens a step) over ``searched`` configurations, the confirmation as tuner writes it."""
+    return parse_spec(
+        {
+            "model": str(model),
+            "dummy_model": None,
+            "engine_args": {"load-format": "dummy"},
+            "search_space": {
+                "max-num-seqs": {"type": "int", "low": 1, "high": 32, "log": True},
+                "max-num-batched-tokens": {"type": "int", "low": 512, "high": 16384, "log": True},
+            },
+            "baseline": {"max-num-seqs": 2, "max-num-batched-tokens": 512},
+            "slos": {"ttft_p95_s": TTFT_SLO_S, "e2e_p99_s": 30.0},
+            "weights": {"ttft_p95_s": 1.0},
+            "window_s": 10,
+            "n_trials": 1 + searched,
+        }
+    )
+
 def _compared(found: CapacityFound, rate: float | None, measure: Any) -> CapacityFound:
     if rate is None or rate <= found.capacity_req_per_s or not found.points:
         return found
@@ -141,7 +214,7 @@ def spec_for(model: Path, searched: int) -> StudySpec:
             },
             "baseline": {"max-num-seqs": 1024, "max-num-batched-tokens": 8192},
             "slos": {"ttft_p95_s": 1.0},
-            "objective": {"ttft_p95_s": 1.0},
+            "weights": {"ttft_p95_s": 1.0},
             "window_s": 10,
             "objective_mode": "capacity",
             "n_trials": 1 + searched,
@@ -151,12 +224,16 @@ def spec_for(model: Path, searched: int) -> StudySpec:
 
 
 def one_study(
-    spec: StudySpec, workload: Workload, engines: NoisyEngines, work: Path, seed: int
+    spec: StudySpec,
+    workload: Workload,
+    engines: NoisyEngines | NoisyScores,
+    work: Path,
+    seed: int,
+    objective: StudyObjective = CAPACITY_OBJECTIVE,
 ) -> tuple[bool, bool, int]:
     """One study run through: whether it wrote a searched configuration, whether that was the
     better one, and how many fresh measurements the confirmation took."""
-    study = open_study(f"aa-{seed}", optuna.storages.InMemoryStorage(), seed,
-                       objective=CAPACITY_OBJECTIVE)  # fmt: skip
+    study = open_study(f"aa-{seed}", optuna.storages.InMemoryStorage(), seed, objective=objective)
     settings = RunSettings(
         run_dir=work / "runs",
         config_path=work / "configs" / "aa.yaml",
@@ -175,7 +252,9 @@ def one_study(
     return tuned, better, confirming
 
 
-def _same(params: Mapping[str, Any], engines: NoisyEngines, study: optuna.Study) -> bool:
+def _same(
+    params: Mapping[str, Any], engines: NoisyEngines | NoisyScores, study: optuna.Study
+) -> bool:
     chosen = next(t for t in study.trials if t.params == params)
     args = chosen.user_attrs.get("engine_args") or {}
     return dict(args) == engines.better
@@ -233,6 +312,30 @@ def measure_row(
     return Row(spread, searched, gain, studies, written, right, statistics.median(fresh))
 
 
+
+def measure_miss_row(
+    miss: float, searched: int, gain: float, studies: int, seed: int, work: Path
+) -> Row:
+    """``studies`` latency studies of ``searched`` configurations whose baseline misses the SLOs
+    on a share ``miss`` of its engines, the first searched one's TTFT ``gain`` times lower."""
+    model = write_model(work / "model", "cpu-demo", weights=False)
+    spec = latency_spec_for(model, searched)
+    workload = workload_for(spec, work)
+    written = right = 0
+    fresh: list[int] = []
+    for n in range(studies):
+        rng = random.Random(f"{seed}-miss-{miss}-{searched}-{gain}-{n}")
+        engines = NoisyScores(rng, miss, gain=gain)
+        seeded = seed * 100_003 + n
+        tuned, better, confirming = one_study(
+            spec, workload, engines, work, seeded, objective=LATENCY_OBJECTIVE
+        )
+        written += tuned
+        right += better
+        fresh.append(confirming)
+    label = f"miss {miss:.0%}"
+    return Row(label, searched, gain, studies, written, right, statistics.median(fresh))
+
 def null_rows(
     studies: int,
     seed: int,
@@ -254,6 +357,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--power-studies", type=int, default=200, help="studies a gain")
     parser.add_argument("--gains", default="1.2,1.5,2", help="comma-separated, '' for none")
     parser.add_argument("--searched", default="3,6,9")
+    parser.add_argument(
+        "--misses", default="0.25,0.5,0.75",
+        help="latency studies whose baseline misses the SLOs on this share of engines ('' none)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write the rows here too")
     options = parser.parse_args(argv)
@@ -264,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     began = time.monotonic()
     rows: list[Row] = []
     print(f"$ python benchmarks/aa.py {' '.join(sys.argv[1:])}".rstrip())
-    print("spread searched  gain  studies  written  share  95% interval   better  fresh (median)")
+    print("spread    searched gain studies  written  share  95% interval   better  fresh (median)")
     with tempfile.TemporaryDirectory() as tmp:
         for spread in SPREADS:
             for k in searched:
@@ -272,18 +379,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                     count = options.studies if gain == 1.0 else options.power_studies
                     row = measure_row(spread, k, gain, count, options.seed, Path(tmp))
                     rows.append(row)
-                    low, high = row.interval()
-                    print(
-                        f"{spread:6} {k:8} {gain:5.2f} {count:8} {row.written:8} "
-                        f"{row.share:6.1%} {low:6.1%}-{high:6.1%} {row.right:8} "
-                        f"{row.fresh_median:8.1f}",
-                        flush=True,
-                    )
+                    _print(row)
+        for miss in [float(m) for m in options.misses.split(",") if m]:
+            for k in searched:
+                for gain in [1.0, *gains]:
+                    count = options.studies if gain == 1.0 else options.power_studies
+                    row = measure_miss_row(miss, k, gain, count, options.seed, Path(tmp))
+                    rows.append(row)
+                    _print(row)
     print(f"{time.monotonic() - began:.0f} s")
     if options.json is not None:
         options.json.write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=1))
     return 0
 
+
+
+def _print(row: Row) -> None:
+    low, high = row.interval()
+    print(
+        f"{row.spread:9} {row.searched:5} {row.gain:5.2f} {row.studies:8} {row.written:8} "
+        f"{row.share:6.1%} {low:6.1%}-{high:6.1%} {row.right:8} {row.fresh_median:8.1f}",
+        flush=True,
+    )
 
 if __name__ == "__main__":
     raise SystemExit(main())
