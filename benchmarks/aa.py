@@ -42,13 +42,13 @@ import logging
 import math
 import random
 import statistics
-from statistics import NormalDist
 import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import optuna
@@ -128,7 +128,6 @@ class NoisyEngines:
         return search.outcome(args, setup, found, ended)
 
 
-
 TTFT_SLO_S = 2.0
 CPU_SD = SPREADS["cpu"][0]
 TIMINGS = {"engine_healthy_s": 30.0, "window_s": 10.0, "engine_stop_s": 1.0, "trial_s": 45.0}
@@ -190,6 +189,7 @@ def latency_spec_for(model: Path, searched: int) -> StudySpec:
             "n_trials": 1 + searched,
         }
     )
+
 
 def _compared(found: CapacityFound, rate: float | None, measure: Any) -> CapacityFound:
     if rate is None or rate <= found.capacity_req_per_s or not found.points:
@@ -312,7 +312,6 @@ def measure_row(
     return Row(spread, searched, gain, studies, written, right, statistics.median(fresh))
 
 
-
 def measure_miss_row(
     miss: float, searched: int, gain: float, studies: int, seed: int, work: Path
 ) -> Row:
@@ -335,6 +334,7 @@ def measure_miss_row(
         fresh.append(confirming)
     label = f"miss {miss:.0%}"
     return Row(label, searched, gain, studies, written, right, statistics.median(fresh))
+
 
 def null_rows(
     studies: int,
@@ -393,7 +393,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-
 def _print(row: Row) -> None:
     low, high = row.interval()
     print(
@@ -401,6 +400,7 @@ def _print(row: Row) -> None:
         f"{row.share:6.1%} {low:6.1%}-{high:6.1%} {row.right:8} {row.fresh_median:8.1f}",
         flush=True,
     )
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -35,7 +35,6 @@ def test_null_studies_write_a_searched_configuration_at_most_one_time_in_twenty(
     assert above >= 0.01, f"{written} of {studies} null studies wrote a searched configuration"
 
 
-
 @pytest.mark.parametrize("miss", [0.25, 0.5, 0.75])
 def test_null_studies_whose_baseline_misses_the_slos_write_at_most_one_in_twenty(miss, tmp_path):
     """The Quick start's path: your configuration misses the SLOs on some engines, the verdict
@@ -43,6 +42,7 @@ def test_null_studies_whose_baseline_misses_the_slos_write_at_most_one_in_twenty
     row = aa.measure_miss_row(miss, 3, 1.0, 200, 0, tmp_path)
     above = binomtest(row.written, row.studies, 0.05, alternative="greater").pvalue
     assert above >= 0.01, f"{row.written} of {row.studies} null studies wrote a configuration"
+
 
 def test_a_real_gain_is_found(tmp_path):
     """A rule that never writes would pass the null test: the pipeline still finds 2x."""

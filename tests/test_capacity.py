@@ -37,7 +37,7 @@ from tuner.load.health import CLIENT_BEHIND
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, ReplayResult, RequestResult
 from tuner.load.open_loop import replay_in_process
-from tuner.study.measure import capacity
+from tuner.study.measure import capacity, record
 from tuner.study.measure.capacity import (
     CAPACITY_FAILED,
     MAX_SPAN,
@@ -863,3 +863,29 @@ def test_a_latency_study_is_not_resumed_as_a_capacity_one(tmp_path):
     open_study("c", storage, 0, objective=CAPACITY_OBJECTIVE)
     with pytest.raises(InputError, match="is a capacity study"):
         open_study("c", storage, 0)
+
+
+def test_the_baseline_at_one_rate_says_where_its_windows_there_disagree():
+    """The line shows the baseline's last window at the finalist's capacity, and where its other
+    fresh engines' windows at that rate went the other way, how many and which: the header's
+    figures then agree with a verdict that kept the baseline because one of them met the SLOs."""
+
+    def trial(number: int, passed: bool | None) -> optuna.trial.FrozenTrial:
+        attrs = {}
+        if passed is not None:
+            point = {"rate_req_per_s": 24.8, "passed": passed, "ttft_p95_s": 0.765}
+            attrs[record.COMPARED_ATTR] = point if passed else {**point, "reason": "stopped"}
+        made = optuna.trial.create_trial(value=22.6, user_attrs=attrs)
+        made.number = number
+        return made
+
+    mixed = [trial(0, None), trial(4, False), trial(5, True), trial(8, False)]
+    (line,) = CAPACITY_OBJECTIVE.at_one_rate(mixed)
+    assert line.startswith("at 24.8 req/s, the finalist's capacity in the search, vLLM's defaults")
+    assert line.endswith(
+        "they miss the SLOs (stopped); of 3 windows there, 1 met them (trial 5), "
+        "2 missed (trials 4, 8)"
+    )
+    (alike,) = CAPACITY_OBJECTIVE.at_one_rate([trial(4, False), trial(8, False)])
+    assert alike.endswith("they miss the SLOs (stopped)")
+    assert CAPACITY_OBJECTIVE.at_one_rate([trial(0, None)]) == []

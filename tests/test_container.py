@@ -117,6 +117,6 @@ def test_pip_keeps_every_installed_package_as_the_image_install_asks(tmp_path: P
     )  # fmt: skip
     assert dry.returncode == 0, dry.stdout + dry.stderr
     would = re.findall(r"^Would install (.*)$", dry.stdout, flags=re.MULTILINE)
-    assert [name.rsplit("-", 1)[0] for name in " ".join(would).split()] == [
-        "vllm-serve-tuner"
-    ], dry.stdout
+    assert [name.rsplit("-", 1)[0] for name in " ".join(would).split()] == ["vllm-serve-tuner"], (
+        dry.stdout
+    )

@@ -273,7 +273,6 @@ def test_the_page_puts_the_verdict_first(storage: str, tmp_path: Path) -> None:
     assert "http://" not in page.replace("http://www.w3.org", "")
 
 
-
 def test_the_page_names_the_build_vllm_and_device_that_measured_each_trial(
     storage: str, demo: str, tmp_path: Path
 ) -> None:
@@ -302,6 +301,7 @@ def test_the_page_names_the_build_vllm_and_device_that_measured_each_trial(
     assert f"Measured by tuner {build.describe()}, vLLM " in page
     page = write_report("demo", demo, tmp_path / "demo", tmp_path / "configs").read_text()
     assert "Measured by" not in page
+
 
 def test_the_page_shows_the_configuration_that_run_wrote(
     demo: str, demo_configs: Path, tmp_path: Path

@@ -54,7 +54,7 @@ python3 -m pip install -q "${offline[@]}" -e "$repo" 2>&1 | quiet 20
 echo "exit ${PIPESTATUS[0]} in $(( $(date +%s) - began )) s"
 python3 -m pip freeze --all 2>/dev/null > "$out/freeze-after.txt"
 echo "changed (< before, > after):"
-diff "$out/freeze-before.txt" "$out/freeze-after.txt" | grep '^[<>]'
+diff "$out/freeze-before.txt" "$out/freeze-after.txt" | grep '^[<>]' || echo "  nothing"
 versions
 "$bin/tuner" --version
 
@@ -63,6 +63,9 @@ step "2. pip install -e \".$gpu_extra\" resolved without /tmp/site (a dry run)"
   | quiet 12; echo "exit ${PIPESTATUS[0]}" )
 
 step "3. tuner init on this machine"
+python3 -c 'from tuner.engine import environment, vllm_defaults
+gpus = environment.visible_gpus()
+print("vLLM'"'"'s batch defaults asked of the vLLM installed:", vllm_defaults.installed(gpus[0] if gpus else None))'
 if [ ! -e "$model/config.json" ]; then
   python3 "$repo/benchmarks/gpu/write_weights.py" "$model" "$shape"
 fi

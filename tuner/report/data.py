@@ -29,7 +29,7 @@ from tuner.study.measure.objective import (
     OBJECTIVES,
     StudyObjective,
 )
-from tuner.study.measure.record import DEVICE, TUNER_ATTR, VLLM_DEFAULTS, VLLM_VERSION, TrialRecord
+from tuner.study.measure.record import DEVICE, VLLM_DEFAULTS, VLLM_VERSION, TrialRecord
 from tuner.study.measure.trial import ENGINE_START_S, ENGINE_STOP_S, TRIAL_S, WARMUP_S, WINDOW_S
 from tuner.study.trials import picks
 from tuner.study.trials.fingerprint import WORKLOAD_ATTR
@@ -181,21 +181,20 @@ def rows_of(trials: Iterable[FrozenTrial]) -> tuple[TrialRow, ...]:
     return tuple(sorted((row_of(t) for t in trials), key=lambda r: r.number))
 
 
-
 def measured_by(trials: Iterable[FrozenTrial]) -> tuple[str, ...]:
     """Which tuner build measured the trials, with which vLLM on which device, one line each in
     order of first trial: ``tuner 0.2.0 (commit 1a2b3c4), vLLM 0.26.0, NVIDIA H200: trials 0 to
     7``; a trial of a build that recorded none reads ``tuner (build not recorded)``."""
     seen: dict[tuple[str, str, str], list[int]] = {}
     for trial in sorted(trials, key=lambda t: t.number):
-        attrs = trial.user_attrs
-        if VLLM_VERSION not in attrs and TUNER_ATTR not in attrs:
+        record = TrialRecord.of(trial)
+        if not record.measured_on and record.tuner_build is None:
             continue  # never started (claimed, then stopped): nothing measured it
-        build = attrs.get(TUNER_ATTR)
+        built = record.tuner_build
         key = (
-            f"tuner {build}" if build else "tuner (build not recorded)",
-            f"vLLM {attrs.get(VLLM_VERSION, '?')}",
-            str(attrs.get(DEVICE, "?")),
+            f"tuner {built}" if built else "tuner (build not recorded)",
+            f"vLLM {record.measured_on.get(VLLM_VERSION, '?')}",
+            record.measured_on.get(DEVICE, "?"),
         )
         seen.setdefault(key, []).append(trial.number)
     return tuple(f"{', '.join(key)}: {_numbers(numbers)}" for key, numbers in seen.items())
@@ -208,6 +207,7 @@ def _numbers(numbers: Sequence[int]) -> str:
     if numbers[-1] - numbers[0] == len(numbers) - 1:
         return f"trials {numbers[0]} to {numbers[-1]}"
     return "trials " + ", ".join(map(str, numbers))
+
 
 def searched_parameters(trials: Iterable[FrozenTrial]) -> tuple[Parameter, ...]:
     """The parameters the search drew, in the order first seen, from Optuna's distributions."""

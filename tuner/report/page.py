@@ -350,7 +350,6 @@ def figures_section(report: StudyReport, images: Mapping[str, bytes]) -> str:
     return "".join(parts)
 
 
-
 def _measured_by(report: StudyReport) -> str:
     """Which tuner build, vLLM and device measured which trials; nothing where none is known."""
     if not report.measured_by:

@@ -121,7 +121,9 @@ def _instant(result: Sequence[Mapping[str, Any]]) -> float:
     return float(result[0]["value"][1]) if result else math.nan
 
 
-def _histogram(query: Query, name: str, selector: str, range_s: int, at_s: float) -> LengthHistogram:
+def _histogram(
+    query: Query, name: str, selector: str, range_s: int, at_s: float
+) -> LengthHistogram:
     buckets = query(f"sum by (le) (increase({name}_bucket{selector}[{range_s}s]))", at_s)
     if not buckets:
         raise TunerError(f"Prometheus has no {name} histogram in the range")

@@ -296,12 +296,22 @@ class Capacity(StudyObjective):
 
     def at_one_rate(self, defaults: Sequence[FrozenTrial], name: str = VLLM_DEFAULTS) -> list[str]:
         """The last window vLLM's defaults replayed at the leading configuration's median
-        capacity (the confirm step's, ``TrialRecord.compared``), in one line."""
-        compared = (TrialRecord.of(t).compared for t in reversed(defaults))
-        point = next((point for point in compared if point is not None), None)
-        if point is None:
+        capacity (the confirm step's, ``TrialRecord.compared``), in one line, with how their
+        other windows at that rate went where those disagree."""
+        windows: list[tuple[int, Mapping[str, Any]]] = []
+        for trial in defaults:
+            compared = TrialRecord.of(trial).compared
+            if compared is not None:
+                windows.append((trial.number, compared))
+        if not windows:
             return []
-        return [compared_line(point, name)]
+        point = windows[-1][1]
+        alike = [
+            (n, bool(p.get("passed")))
+            for n, p in windows
+            if p["rate_req_per_s"] == point["rate_req_per_s"]
+        ]
+        return [compared_line(point, name) + _of_their_windows(alike)]
 
     def what_next(
         self,
@@ -316,6 +326,23 @@ class Capacity(StudyObjective):
             f"the SLOs in {spec_path} (or lengthen capacity_window_s) and search again under a "
             "new --study"
         ]
+
+
+def _of_their_windows(windows: Sequence[tuple[int, bool]]) -> str:
+    """Where the baseline replayed that rate on several engines and they disagree, how each
+    went: ``; of 3 windows there, 1 met them (trial 5), 2 missed (trials 4, 8)``."""
+    met = [n for n, passed in windows if passed]
+    missed = [n for n, passed in windows if not passed]
+    if not met or not missed:
+        return ""
+
+    def trials(numbers: list[int]) -> str:
+        return f"trial{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))}"
+
+    return (
+        f"; of {len(windows)} windows there, {len(met)} met them ({trials(met)}), "
+        f"{len(missed)} missed ({trials(missed)})"
+    )
 
 
 LATENCY_OBJECTIVE = Latency()

@@ -174,6 +174,8 @@ class TrialRecord:
     fresh: int | None
     worker: str | None
     measured_on: Mapping[str, str]
+    # The tuner build that measured it (``tuner.build.describe``); None where it recorded none.
+    tuner_build: str | None
     feasible: bool
     reason: str | None
     log_tail: str
@@ -204,6 +206,7 @@ class TrialRecord:
             fresh=queued.fresh,
             worker=_str(attrs.get(WORKER_ATTR)),
             measured_on={k: attrs[k] for k in MEASURED_ON if isinstance(attrs.get(k), str)},
+            tuner_build=_str(attrs.get(TUNER_ATTR)),
             feasible=bool(attrs.get(FEASIBLE_ATTR)),
             reason=_str(attrs.get(REASON_ATTR)),
             log_tail=str(attrs.get(LOG_ATTR) or ""),
