@@ -88,7 +88,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> Tuned:
         baseline={},
         search_space={"max-num-seqs": {"type": "int", "low": 1, "high": 32}},
         slos=slos,
-        objective={metric: 1.0 for metric in slos},
+        weights={metric: 1.0 for metric in slos},
         window_s=3,
         time_scale=1,
         n_trials=2,
