@@ -24,23 +24,16 @@ from collections.abc import Mapping
 # The most tuner's client may add to a latency before a window's figures are not trusted: the
 # TTFT p95 error the replay-fidelity target allows.
 CLIENT_TOLERANCE_S = 0.005
-# A request sent late adds nothing to the latencies tuner measures (each is timed from its send);
-# it only reaches the server later. Late by less than this share of the mean gap between the
-# window's arrivals, the load the server saw is still the trace's, so the send lag flags a window
-# only beyond the larger of the tolerance and this share. At 7.2 req/s of the Azure code trace on
-# one H100 (2026-11-28, benchmarks/results/h100-code-7b/after/), a send lag p99 of 5.3 ms (p95
-# 1.5 ms, event loop lag p99 1 ms, 0.06 of a core) flagged a window whose gap was 140 ms.
+# Send lag flags a window only beyond the larger of the tolerance and this share of the mean gap
+# between arrivals: a request sent late is timed from its send, so below that the server still
+# saw the trace's load (benchmarks/results/h100-code-7b/).
 SEND_GAP_SHARE = 0.1
 # The figure, user attribute and constraint that flag a window whose client fell behind.
 CLIENT_BEHIND = "client_behind"
 # A client process at this share of a core or more has no room left for bursts.
 CLIENT_CPU_LIMIT = 0.9
-# A window that failed while the client fell behind is still the server's failure where a
-# latency missed its SLO by more than this many times the client's lateness (the larger of its
-# event loop's and its sends' lag p99; the TTFT p95 error followed the loop lag p99 closely).
-# On the H200 (2026-11-25, benchmarks/results/h100.md) two capacity searches of vLLM's defaults
-# ended unresolved at windows whose TTFT p95 was 1.0 and 1.45 s against an SLO of 0.3 s, flagged
-# for a 5 and 7 ms loop lag.
+# A window failed while the client fell behind is still the server's failure where a latency
+# missed its SLO by more than this many times the client's lag p99 (benchmarks/results/h100.md).
 SERVER_MISS_FACTOR = 2.0
 
 

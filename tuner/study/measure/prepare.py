@@ -31,11 +31,8 @@ from tuner.traces.workload import ModelInfo, build_workload, model_info
 
 logger = logging.getLogger(__name__)
 
-# A warm-up sends at most the window's first this many seconds of requests: 200 requests of the
-# story trace, the warm-up that made fresh engines pass their first rate (14.9 s of it,
-# benchmarks/results/h100-gate-warm/), rather than 200 of a slow trace's, which took a fresh
-# measurement's first minute on Mooncake's long prompts and queued far past a configuration's
-# capacity.
+# A warm-up sends at most the window's first this many seconds of requests, so a slow trace's
+# warm-up cannot take a measurement's first minute (benchmarks/results/h100-gate-warm/).
 WARMUP_MAX_S = 15.0
 
 

@@ -28,10 +28,7 @@ QUEUE_SHARE = 0.01
 # No memory pressure: no preemption, and the KV cache never more than this share full.
 KV_CACHE_PRESSURE = 0.5
 # Decode steps held up by prefill: with prompts of LONG_PROMPT_TOKENS or more on average, an
-# inter-token latency p95 at least this many times its median. On one H100 the Azure code and
-# conversation traces read 4.0 to 11.5 at capacity, where TPOT p95 bound it; short prompts (the
-# story trace) read 1.9 to 4.9, other causes among them, and are left out
-# (benchmarks/results/h100-code-7b/).
+# inter-token latency p95 at least this many times its median (benchmarks/results/h100-code-7b/).
 STALL_FACTOR = 3.0
 
 

@@ -22,89 +22,51 @@ from tuner.engine.vllm_defaults import BatchDefaults
 from tuner.flags import MAX_CAPTURE_SIZE, flag_name, sets_capture_range
 from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec
 
-# max-num-batched-tokens as a few levels on a GPU: vLLM's compile key covers it, so each level
-# compiles once and every later trial at that level reuses the compile
+# max-num-batched-tokens on a GPU: a few levels, since each compiles once
 # (benchmarks/results/h100.md).
 GPU_BATCHED_TOKENS_LEVELS = [2048, 4096, 8192, 16384]
-# The largest capture size offered: vLLM captures one graph per size (steps of 16 above 256),
-# so capture time and memory grow with the range.
+# The largest capture size offered: vLLM captures one graph per size, so time and memory grow.
 CAPTURE_SIZE_CEILING = 2048
-# vLLM's own default ceiling of the capture range on a GPU before Blackwell, reached by default
-# at max-num-seqs 256; what tuner pins across trials where the range is not searched and the
-# spec gives no default max-num-seqs (``capture_pin``).
+# vLLM's default capture ceiling before Blackwell: pinned across trials where not searched.
 PINNED_CAPTURE_SIZE = 512
-# vLLM's default max-num-seqs on a GPU, as vLLM 0.26.0 sets it (vllm/engine/arg_utils.py,
-# EngineArgs.get_batch_defaults, for `vllm serve` and the LLM class alike): 1024 on a device
-# with at least 70 GiB whose name does not contain "a100" (vLLM PR #17885 keeps A100s on the
-# smaller defaults), else 256. Later versions (0.28, 0.32) add a tier at 160 GiB that changes
-# max-num-batched-tokens only.
+# vLLM 0.26.0's `vllm serve` batch defaults on a GPU (EngineArgs.get_batch_defaults): the
+# large tier (at least 70 GiB, not an A100) and the other; the fallback where vLLM is not asked.
 LARGE_GPU_MEMORY_MIB = 70 * 1024
 LARGE_GPU_MAX_NUM_SEQS = 1024
 GPU_MAX_NUM_SEQS = 256
-# Its default max-num-batched-tokens for the API server, on the same two tiers.
 LARGE_GPU_BATCHED_TOKENS = 8192
 GPU_BATCHED_TOKENS = 2048
-# vLLM's defaults for an engine an app builds from AsyncEngineArgs (``AsyncLLM.from_engine_args``,
-# whose usage context, ENGINE_CONTEXT, get_batch_defaults has no values for: it has them for
-# vLLM's OpenAI server and its LLM class only), on any device: the scheduler's own,
-# ``SchedulerConfig.DEFAULT_MAX_NUM_SEQS`` and ``DEFAULT_MAX_NUM_BATCHED_TOKENS`` in vLLM 0.26.0
-# and 0.32.0, and the capture range that follows, 256. The example app's engine at its defaults
-# logged 2048 batched tokens and a capture range of 256 on one H200 (vLLM 0.26.0), where
-# `vllm serve` takes 1024 and 8192 (benchmarks/results/h200-translate-app/).
+# An app's own engine (AsyncLLM.from_engine_args) takes the scheduler's defaults, not the
+# server's (benchmarks/results/h200-translate-app/).
 ENGINE_MAX_NUM_SEQS = 128
 ENGINE_BATCHED_TOKENS = 2048
-# Prompts this long on average (tokens) make prefill the GPU's main work: on the Azure
-# conversation trace (1,457 on average) a 7B model's capacity was bound by prefill chunks
-# stretching the decode steps beside them, not by the front end, the capture range or
-# max-num-seqs, and a search that moved max-num-batched-tokens fourth ran out of time before it
-# (benchmarks/results/h100-conv-7b/). For such traces the search moves it first.
+# Mean prompt length from which prefill bounds capacity and the search moves
+# max-num-batched-tokens first (benchmarks/results/h100-conv-7b/).
 LONG_PROMPT_TOKENS = 1024
-# Its levels there, listed from the largest down so that the search's first move from vLLM's
-# default (8192 on a large GPU) is a factor of 4 down (``tuner.study.trials.incumbent``). On the
-# Azure code trace (prompts of 1,859 tokens on average, outputs of 31) a 7B model's capacity was
-# bound by TPOT p95, decode steps stretched by 8192-token prefill chunks: 4096 and 16384 carried
-# what 8192 did (one H100, and 16384 again on one H200), 2048 carried 1.19 and 1.30 times as
-# much on two H100 engines and 1.35 times by the median of three on one H200, beyond the spread
-# (benchmarks/results/h100-code-7b/, h200-code-7b/). A search that tried 16384 first ran out of
-# time before 2048.
+# Its levels there, largest first, so the first move from the large-GPU default is a factor of
+# 4 down (benchmarks/results/h100-code-7b/ and h200-code-7b/).
 PREFILL_BOUND_BATCHED_TOKENS_LEVELS = [16384, 8192, 2048]
 
 
-# API server processes offered on a GPU (``vllm serve``'s api-server-count): one API server's
-# event loop can bound vLLM's defaults on short streamed requests, and a second one lifts the
-# capacity on some hosts and not on others, so the confirm step decides per workload; four
-# measured below two's median and started slowest (benchmarks/results/gpu-frontend.md,
-# gpu-frontend-knobs.md), and carried what one did on long prompts, where the front end was
-# not the bound (h200-knobs-code/, with the KV-cache and prefill arguments left out). Left
-# out: stream-interval (tokens sent in chunks, which a streaming client sees and no SLO
-# measures; the header says how a spec adds it) and async-scheduling (on by default in vLLM
-# 0.26.0 for these models, so there is nothing to choose).
+# API server processes offered on a GPU: a second one lifts capacity on some hosts, so the
+# confirmation decides per workload (benchmarks/results/gpu-frontend.md and h200-knobs-code/).
 GPU_API_SERVER_COUNTS = [1, 2]
 
 
-# vLLM's CPU build reads gpu-memory-utilization as the share of the host's memory (its first
-# NUMA node's) that its KV cache may take, and refuses to start where that is more than the
-# memory available; its default share, 0.9, rarely is. Trial 0 there runs vLLM's defaults with
-# the largest share, in steps of CPU_SHARE_STEP, that asks at most CPU_SHARE_OF_AVAILABLE of
-# what is available: the rest is for the engine's own processes, tuner and the machine.
+# vLLM's CPU build reads gpu-memory-utilization as a share of host memory: trial 0 takes the
+# largest step of the share that asks at most CPU_SHARE_OF_AVAILABLE of the memory available.
 VLLM_DEFAULT_SHARE = 0.9
 CPU_SHARE_STEP = 0.05
 CPU_SHARE_OF_AVAILABLE = 0.5
 KV_ARGUMENTS = ("gpu-memory-utilization", "kv-cache-memory-bytes")
-# The least a share offered on vLLM's CPU build asks: its worker takes the KV cache from the
-# share less the memory it already holds, and does not start where that leaves nothing
+# The least share offered on the CPU build: below it the worker has no KV cache left
 # (benchmarks/results/cpu-quickstart-fresh/).
 CPU_SMALLEST_SHARE_BYTES = 3 << 29  # 1.5 GiB
-# How far tuner's client may fall behind in a window on vLLM's CPU build before the window's
-# figures are not trusted: on two cores shared with the CPU engine and other work, tuner's client
-# runs late by hundredths of a second, at times tenths (benchmarks/results/cpu-client-lag.md),
-# against SLOs of seconds. With the GPU default (5 ms) a study on two cores ranked nothing.
+# How late tuner's client may run in a window on the CPU build before its figures are not
+# trusted: client lag on two shared cores (benchmarks/results/cpu-client-lag.md).
 CPU_CLIENT_TOLERANCE_S = 1.0
-# A capacity study off vLLM's CPU build replays this many of the window's first requests, at the
-# window's pace, on every engine before its first rate: a searched configuration is first
-# measured at the best capacity so far, and fresh engines failed that window more often than
-# warmed-up ones (benchmarks/results/h100-gate-warm/). vLLM's defaults, measured first from the
-# trace's rate upward, are warm by the time they reach their capacity.
+# Requests a GPU capacity study replays on every engine before its first rate, so fresh engines
+# are measured warm (benchmarks/results/h100-gate-warm/).
 GPU_CAPACITY_WARMUP_REQUESTS = 200
 
 
@@ -260,12 +222,8 @@ def gpu_search_space(
         "choices": list(GPU_API_SERVER_COUNTS),
         "default": 1,
     }
-    # The CUDA-graph capture range is searched right after the API servers: with two API
-    # servers the engine runs several hundred requests at once, whose steps outgrow vLLM's
-    # default range (512 at max-num-seqs 1024) and run without CUDA graphs, losing TPOT
-    # (benchmarks/results/h200-asc-capture/). Next to each other, whichever of the two
-    # becomes the incumbent, the next move tries the pair, which won a study of this space
-    # on one H100 (benchmarks/results/h100-user-study/).
+    # The capture range right after the API servers: two servers' batches outgrow vLLM's
+    # default range, so the next move tries the pair (benchmarks/results/h200-asc-capture/).
     space[MAX_CAPTURE_SIZE] = {
         "type": "categorical",
         "choices": sorted({*captures, vllm_range}),

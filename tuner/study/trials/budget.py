@@ -42,13 +42,9 @@ from dataclasses import dataclass, field
 # An engine start before any was measured in the run: vLLM's OpenAI server on an H100 took 45 to
 # 145 s to a healthy /health, its CPU build 40 to 90 s on two cores.
 ENGINE_START_GUESS_S = 90.0
-# A confirming measurement against the run's first trial, on a GPU. Its engine start finds the
-# configuration's compile in vLLM's cache, and its capacity search starts at the capacity
-# measured before, so it takes fewer rates. In 12 studies (11 of capacity) on one H100 or H200
-# (2026-11-25 to 2026-11-28, the results DBs of benchmarks/results/h100-*/ and h200-*/), the
-# longest confirming measurement took 0.36 to 0.68 (median 0.50) of the longest searched trial
-# (benchmarks/confirm_share.py).
-# On vLLM's CPU build this is not measured: there it is 1.
+# A confirming measurement's cost as a share of the longest searched trial's, on a GPU: its
+# compile is cached and its rates start at the capacity measured (benchmarks/confirm_share.py
+# measures it); 1 on vLLM's CPU build.
 GPU_CONFIRM_SHARE = 0.7
 
 
