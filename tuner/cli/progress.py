@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from optuna.trial import FrozenTrial
 
 from tuner.cli.result import fmt_params, trial_line
+from tuner.engine.handle import ServerHandle
 from tuner.engine.own_server import OWN_SERVER_NAME
 from tuner.engine.process import Engine
 from tuner.study.measure.trial import RATE, REPLAY, STARTING, WARMUP, OnProgress, TrialProgress
@@ -125,12 +126,13 @@ class RunLines:
         else:
             self._starting = (number, params)
 
-    def engine_started(self, pid: int) -> None:
-        """Off a terminal, the start line, now that the trial's server process has been started."""
+    def engine_started(self, server: ServerHandle) -> None:
+        """Off a terminal, the start line, now that the trial's server has been launched."""
         if self._starting is not None:
             (number, params), self._starting = self._starting, None
             print(
-                f"trial {number:>3}  {params}  starting {self.server} (pid {pid}) ...", flush=True
+                f"trial {number:>3}  {params}  starting {self.server} ({server.where}) ...",
+                flush=True,
             )
 
     def trial_finished(self, trial: FrozenTrial) -> None:

@@ -93,15 +93,13 @@ def late_compiles(text: str) -> int:
     return len(LATE_JIT.findall(text))
 
 
-def late_compiles_by_phase(log: bytes, warmup_at: int, window_at: int) -> dict[str, float]:
+def late_compiles_by_phase(log: str, warmup: str, window: str) -> dict[str, float]:
     """``jit_compiles_warmup`` and ``jit_compiles_window``: kernels the JIT monitor saw compiled
-    from byte ``warmup_at`` of the log to ``window_at``, and after; nothing where the log has no
-    monitor (vLLM's CPU build, versions before 0.26). One in the window made requests wait: the
-    warm-up did not cover that shape."""
-    if not JIT_MONITOR.search(log.decode(errors="replace")):
+    in ``warmup`` and in ``window``, the parts of the server's ``log`` from tuner's warm-up to its
+    window and after; nothing where the log has no monitor (vLLM's CPU build, versions before
+    0.26). One in the window made requests wait: the warm-up did not cover that shape."""
+    if not JIT_MONITOR.search(log):
         return {}
-    warmup = log[warmup_at:window_at].decode(errors="replace")
-    window = log[window_at:].decode(errors="replace")
     return {
         "jit_compiles_warmup": float(late_compiles(warmup)),
         "jit_compiles_window": float(late_compiles(window)),

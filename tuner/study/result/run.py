@@ -33,6 +33,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from tuner.engine import environment
+from tuner.engine.handle import ServerHandle
 from tuner.engine.launchers import Launcher
 from tuner.errors import InputError, TunerError
 from tuner.study.measure import calibrate as calibration
@@ -66,7 +67,7 @@ class Teller(Protocol):
 
     def trial_started(self, number: int, engine_args: Mapping[str, Any]) -> None: ...
 
-    def engine_started(self, pid: int) -> None: ...
+    def engine_started(self, server: ServerHandle) -> None: ...
 
     def trial_finished(self, trial: FrozenTrial) -> None: ...
 
@@ -82,8 +83,8 @@ class LogTeller:
     def trial_started(self, number: int, engine_args: Mapping[str, Any]) -> None:
         logger.info("trial %d: %s", number, dict(engine_args))
 
-    def engine_started(self, pid: int) -> None:
-        logger.info("vLLM started (pid %d)", pid)
+    def engine_started(self, server: ServerHandle) -> None:
+        logger.info("%s started (%s)", server.name, server.where)
 
     def trial_finished(self, trial: FrozenTrial) -> None:
         logger.info("trial %d: %s, value %s", trial.number, trial.state.name, trial.value)
