@@ -66,6 +66,10 @@ class ServerHandle(ABC):
     def where(self) -> str:
         """What tuner's lines say of where the server runs: ``pid 4321``, or its URL (masked)."""
 
+    def launched(self) -> str:
+        """What tuner's lines say once the server is launched: ``starting vLLM (pid 4321)``."""
+        return f"starting {self.name} ({self.where})"
+
     @abstractmethod
     def lost(self) -> EngineFailed | None:
         """Why the server can serve no more (it exited, its launcher died, it stopped

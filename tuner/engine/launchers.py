@@ -118,13 +118,10 @@ class ProcessLauncher:
         pass
 
 
-# How long a new zygote may take to import the server module and say it is ready. vLLM's import
-# took about 23 s on the H100 and 25 s on two shared CPU cores, and a first import after an
-# install (bytecode compiled afresh) or from a cold disk is slower. Generous, yet well under a
-# health timeout, which a zygote that hangs on its import would otherwise cost every trial.
+# How long a new zygote may take to import the server module and say it is ready: well above
+# vLLM's import (benchmarks/results/h100-trial-cost.md), well under a health timeout.
 READY_TIMEOUT_S = 300.0
-# How long a ready zygote may take to answer a launch. It forks and replies, which takes
-# milliseconds, and looks at its channel every 0.2 s: a zygote this late is stuck.
+# How long a ready zygote may take to answer a launch (it forks and replies in milliseconds).
 REPLY_TIMEOUT_S = 30.0
 
 

@@ -193,10 +193,8 @@ def breakdown(seen_at_s: Mapping[str, float], log_text: str, healthy_s: float) -
     phases |= steps(log_text)
     parts = ("engine_init_s", "torch_compile_s", "cuda_graph_s")
     if all(p in phases for p in parts):
-        # What vLLM's "init engine" took beyond compiling and capturing: profiling, the KV
-        # cache and warm-up runs, which vLLM does not time apart (on the H100 mostly a warm-up
-        # after the capture, itself cached per compile key). The capture is logged in whole
-        # seconds, so this is good to about a second.
+        # What vLLM's "init engine" took beyond compiling and capturing (profiling, the KV
+        # cache, warm-up runs: benchmarks/results/h100-start-steps.md), good to about a second.
         init_s, compile_s, capture_s = (phases[p] for p in parts)
         phases["init_rest_s"] = max(0.0, init_s - compile_s - capture_s)
     return phases

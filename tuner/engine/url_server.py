@@ -45,7 +45,10 @@ class UrlServer(ServerHandle):
 
     @property
     def where(self) -> str:
-        return f"{shown_url(self._base_url)}, not started by tuner"
+        return shown_url(self._base_url)
+
+    def launched(self) -> str:
+        return f"measuring {self.name} at {self.where} (not started by tuner)"
 
     def answers(self) -> bool:
         """Whether the server answers 200 at its health path now."""
