@@ -80,8 +80,6 @@ class Engine:
     health_path: str = "/health"
     times: EngineTimes = field(default_factory=EngineTimes)
     handle: ServerHandle | None = None
-    # The handle's log where the server was launched: its start-up's log begins there.
-    _launched: LogMark | None = None
     _stopped: bool = False
 
     @property
@@ -105,7 +103,7 @@ class Engine:
         )
         return ["--config", str(self.config_path)]
 
-    def launch(self) -> Launch:
+    def to_launch(self) -> Launch:
         """What the launcher is asked to start."""
         return Launch(
             self.server_argv,
@@ -117,10 +115,11 @@ class Engine:
         )
 
     def start(self) -> ServerHandle:
+        """Have the launcher start the server; its handle, before it is healthy
+        (``EngineFailed`` where the launcher cannot start it)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.times.start_s = time.monotonic()
-        self.handle = self.launcher.launch(self.launch())
-        self._launched = self.handle.mark()
+        self.handle = self.launcher.launch(self.to_launch())
         logger.info("started %s (%s): %s", self.server_name, self.handle.where, dict(self.args))
         return self.handle
 
@@ -178,8 +177,8 @@ class Engine:
         return "" if self.handle is None else self.handle.log_tail()
 
     def _log_text(self) -> str:
-        """The server's log since it was launched."""
-        return "" if self.handle is None else self.handle.log_since(self._launched)
+        """The server's log, whole."""
+        return "" if self.handle is None else self.handle.log_since()
 
     def _note_markers(self, seen_at_s: dict[str, float]) -> None:
         if len(seen_at_s) == len(startup.MARKERS):

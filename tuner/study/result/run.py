@@ -328,11 +328,12 @@ class Run:
         )  # fmt: skip
 
     def measure(self, engine_args: Mapping[str, Any]) -> FrozenTrial:
-        """One configuration measured as given, on a fresh engine, as a trial of the study of its
-        own: not drawn by the search, never pruned nor held to the best capacity so far (an
-        arm of an A/B, which ``benchmarks/ab.py`` measures in turns). The trial is told as it
-        starts and ends; an engine that fails is an infeasible trial, as in ``add_trials``.
-        Only for a run with a launcher."""
+        """One configuration measured as given, on the server the launcher hands back (a fresh
+        engine; ``tuner run --server-url``: the server at that URL, ``engine_args`` empty), as a
+        trial of the study of its own: not drawn by the search, never pruned nor held to the
+        best capacity so far (an arm of an A/B, which ``benchmarks/ab.py`` measures in turns).
+        The trial is told as it starts and ends; an engine that fails is an infeasible trial,
+        as in ``add_trials``. Only for a run with a launcher."""
         how = self._measuring()
         trial = self.study.ask()
         frozen = search.measure(self.study, trial, dict(engine_args), how, prunable=False)
