@@ -28,18 +28,19 @@ from tuner.study.result.run import Run, RunSettings
 from tuner.study.trials import search
 from tuner.urls import shown_url
 
-# What a search or a confirmation would take, and a server tuner did not start cannot give.
-SEARCH_OPTIONS = ("server_command", "confirm_only", "n_trials", "time_budget_s")
+# What a search, a confirmation or a stored study would take: none is made of a server tuner
+# did not start.
+NOT_FOR_A_URL = ("server_command", "confirm_only", "n_trials", "time_budget_s", "report")
 
 
 def cmd_server_url(args: argparse.Namespace) -> int:
     """Measure the server at ``--server-url`` once with the spec's objective; 0 where it met the
     SLOs, 3 where it served but missed them, 1 where it served nothing."""
-    given = [f"--{name.replace('_', '-')}" for name in SEARCH_OPTIONS if getattr(args, name)]
+    given = [f"--{name.replace('_', '-')}" for name in NOT_FOR_A_URL if getattr(args, name)]
     if given:
         raise InputError(
-            f"--server-url measures a server tuner did not start, which it cannot search nor "
-            f"restart: {', '.join(given)} does not apply"
+            "--server-url measures a server tuner did not start once, searching nothing and "
+            f"storing no study: {', '.join(given)} does not apply"
         )
     url = args.server_url
     if not url.startswith(("http://", "https://")):
