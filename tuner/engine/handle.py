@@ -45,10 +45,9 @@ class ServerHandle(ABC):
 
     ``name`` is what tuner's lines call it ("vLLM", "your server"), ``health_path`` the path that
     answers 200 once it serves, ``launched_at`` when its launch began (``time.monotonic()``;
-    None: now).
-    ``wait_healthy`` is called once, after the launch; ``lost`` and the log at any time; ``stop``
-    last, and again without harm. The log methods read what the server wrote where tuner can
-    read it: a server tuner did not start has none (``""``).
+    None: now). ``wait_healthy`` is called once, after the launch; ``lost`` and the log at any
+    time; ``stop`` last, and again without harm. The log methods read what the server wrote
+    where tuner can read it: a server tuner did not start has none (``""``).
     """
 
     def __init__(self, name: str, health_path: str, launched_at: float | None = None) -> None:
