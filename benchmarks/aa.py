@@ -124,7 +124,7 @@ class NoisyEngines:
             gate_req_per_s=settings.gate_req_per_s,
         )  # fmt: skip
         found = _compared(found, settings.compare_req_per_s, measure)
-        ended = Ended(timings={}, crashed=False, log_path=workdir / "log", compiled={}, late={})
+        ended = Ended(timings={}, crashed=False, log_tail="", compiled={}, late={})
         return search.outcome(args, setup, found, ended)
 
 

@@ -28,13 +28,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
 from tuner.engine.dummy_model import write_model
-from tuner.engine.launchers import ProcessLauncher, ServerProcess
+from tuner.engine.launchers import Launch, ProcessLauncher
+from tuner.engine.local import LocalServer, free_port
 from tuner.engine.process import Engine
 from tuner.engine.zygote import die_with
 from tuner.load.http import ReplaySettings
@@ -49,21 +50,19 @@ TRACE = Path(__file__).resolve().parent.parent / "traces" / "azure-conv-peak.csv
 class OwnSessionLauncher(ProcessLauncher):
     """tuner's launcher as it was until 2026-11-26: each server in a session of its own."""
 
-    def launch(
-        self, argv: Sequence[str], log: Path, env: Mapping[str, str], serve_command: bool = False
-    ) -> ServerProcess:
-        module = self.serve_module if serve_command else self.module
-        with log.open("ab") as out:
+    def launch(self, server: Launch) -> LocalServer:
+        port = free_port()
+        with server.log.open("ab") as out:
             popen = subprocess.Popen(
-                [self.python, "-m", module, *argv],
+                self.command(server, port),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, **env},
+                env={**os.environ, **server.env},
                 start_new_session=True,
                 preexec_fn=die_with(os.getpid()),
             )
-        return ServerProcess(popen.pid, popen)
+        return LocalServer(popen.pid, popen, port, server.log, server.name, server.health_path)
 
 
 def spin(stop: Event) -> None:

@@ -32,7 +32,7 @@ import yaml
 
 from tuner.engine.dummy_model import write_model
 from tuner.engine.environment import command_to_serve
-from tuner.engine.process import free_port
+from tuner.engine.local import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_TRACE = REPO / "traces" / "azure-conv-peak.csv"

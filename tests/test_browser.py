@@ -28,7 +28,7 @@ import httpx
 import pytest
 from conftest import REPO
 
-from tuner.engine.process import free_port
+from tuner.engine.local import free_port
 from tuner.report.build import write_report
 from tuner.study.trials.search import open_study
 

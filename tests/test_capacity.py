@@ -756,7 +756,7 @@ def test_a_search_whose_client_fell_behind_at_its_only_rate_is_not_a_capacity_of
 
     found = search_capacity(behind, 24.6, 0.1)
     assert found.capacity_req_per_s == 0.0 and found.client_behind_at == 24.6
-    ended = Ended(timings={}, crashed=False, log_path=tmp_path / "log", compiled={}, late={})
+    ended = Ended(timings={}, crashed=False, log_tail="", compiled={}, late={})
     search = RateSearch(CapacitySettings([Request(0.0, 8, 2)], period_s=1.0))
     outcome = search.outcome({}, None, found, ended)
     assert outcome.metrics[CLIENT_BEHIND] == 1.0 and not outcome.feasible

@@ -78,10 +78,10 @@ def test_emitted_body_is_the_trial_config_less_host_and_port(tmp_path):
     # The trial's engine.yaml, written by the real engine code; the process it launches is a
     # stand-in module that exits at once (vLLM is not needed to write the file).
     engine = Engine("org/model", ARGS, tmp_path, launcher=ProcessLauncher(module="this"))
-    engine.start()
+    port = engine.start().base_url.rsplit(":", 1)[1]
     engine.stop()
     measured = engine.config_path.read_text()
-    assert "host: 127.0.0.1\n" in measured and f"port: {engine.port}\n" in measured
+    assert "host: 127.0.0.1\n" in measured and f"port: {port}\n" in measured
 
     text = render("org/model", ARGS, PROVENANCE, MET, {"ttft_p95_s": 0.25}, None)
     header, _, body = text.partition(f"# Serve with: {command_to_serve('<this file>')}\n")

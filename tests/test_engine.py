@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.engine.launchers import EngineFailed, ProcessLauncher, first_error
+from tuner.engine.launchers import EngineFailed, ProcessLauncher
+from tuner.engine.local import first_error
 from tuner.engine.process import Engine
 from tuner.load.http import ReplaySettings
 from tuner.study.measure.trial import (
@@ -158,9 +159,10 @@ def test_healthy_server_and_stop(tmp_path, fake):
     with engine:
         assert engine.wait_healthy(timeout_s=30, poll_s=0.05) < 30
         assert engine.alive()
-        assert engine.base_url == f"http://127.0.0.1:{engine.port}"
+        port = engine.handle.port
+        assert engine.base_url == f"http://127.0.0.1:{port}"
         config = engine.config_path.read_text()
-        assert config == f"model: m\nmax-num-seqs: 4\nhost: 127.0.0.1\nport: {engine.port}\n"
+        assert config == f"model: m\nmax-num-seqs: 4\nhost: 127.0.0.1\nport: {port}\n"
     assert not engine.alive()
     assert engine.times.stop_s is not None
     assert "fake vllm starting" in engine.log_path.read_text()
@@ -265,7 +267,7 @@ def wait_gone(pid: int, timeout_s: float = 5.0) -> bool:
 
 def test_stop_kills_the_whole_group_even_when_it_ignores_sigterm(tmp_path, fake):
     engine, worker = stubborn_engine(tmp_path, fake)
-    assert os.getpgid(worker) == engine._server.pid
+    assert os.getpgid(worker) == engine.handle.pid
     assert os.getsid(worker) == os.getsid(0)  # a group of tuner's session, not a session
     engine.stop(grace_s=0.5)
     assert not engine.alive()
@@ -275,7 +277,7 @@ def test_stop_kills_the_whole_group_even_when_it_ignores_sigterm(tmp_path, fake)
 def test_a_second_interrupt_during_stop_waits_for_the_stop(tmp_path, fake):
     """Ctrl-C while a stop is under way is acted on after it: nothing is left running."""
     engine, worker = stubborn_engine(tmp_path, fake)
-    server = engine._server.pid
+    server = engine.handle.pid
     previous = signal.getsignal(signal.SIGINT)
     try:
         threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
@@ -329,7 +331,7 @@ def test_trial_tells_its_phases_in_order(tmp_path, fake):
         setup_for(REQUESTS, fake),
         warmup_requests=REQUESTS[:2],
         progress=told.append,
-        on_engine_start=lambda pid: pids.append((pid, len(told))),
+        on_engine_start=lambda server: pids.append((server.pid, len(told))),
     )
     outcome = run_trial({}, setup, tmp_path / "t")
     assert outcome.feasible, outcome.reason

@@ -55,7 +55,8 @@ from prometheus_client import Histogram as PromHistogram
 
 from tuner.cli.exits import EXIT_BAD_INPUT
 from tuner.cli.main import main
-from tuner.engine.process import Engine, free_port
+from tuner.engine.local import free_port
+from tuner.engine.process import Engine
 from tuner.errors import InputError, TunerError
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import parse_scrape

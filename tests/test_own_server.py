@@ -28,6 +28,7 @@ from tuner.cli.spec import for_own_server
 from tuner.engine.dummy_model import write_model
 from tuner.engine.environment import Gpu
 from tuner.engine.launchers import EngineFailed
+from tuner.engine.local import LocalServer
 from tuner.engine.own_server import CommandLauncher, ServerCommand
 from tuner.errors import InputError, SpecError
 from tuner.flags import MAX_CAPTURE_SIZE
@@ -177,13 +178,13 @@ def test_an_app_that_exits_is_an_infeasible_trial_with_its_error(
 
 def test_an_app_stops_as_a_process_group(tmp_path: Path, app: ServerCommand) -> None:
     engine = app.engine("m", {}, tmp_path / "t", CommandLauncher(), {})
-    engine.start()
+    server = engine.start()
+    assert isinstance(server, LocalServer)
     try:
         engine.wait_healthy(30, poll_s=0.05)
-        pid = engine.pid
     finally:
         engine.stop()
-    assert pid is not None and gone(pid)
+    assert gone(server.pid)
 
 
 def test_an_app_that_never_answers_its_health_path_fails_its_start(tmp_path: Path) -> None:
@@ -392,7 +393,7 @@ def test_the_app_dies_with_a_tuner_that_is_killed(tmp_path: Path, app: ServerCom
         "engine = app.engine('m', {}, Path(sys.argv[2]), CommandLauncher(), {})\n"
         "engine.start()\n"
         "engine.wait_healthy(30, poll_s=0.05)\n"
-        "print(engine.pid, flush=True)\n"
+        "print(engine.handle.pid, flush=True)\n"
         "time.sleep(600)\n"
     )
     tuner = subprocess.Popen(

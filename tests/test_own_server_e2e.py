@@ -37,7 +37,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.cli.exits import MEETS_SLOS_EXITS
 from tuner.engine.dummy_model import write_model
-from tuner.engine.process import free_port
+from tuner.engine.local import free_port
 from tuner.load.metrics import SERVER_METRICS
 
 APP = REPO / "examples" / "translate_app" / "app.py"

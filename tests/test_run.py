@@ -18,6 +18,7 @@ from conftest import write_small_trace
 from optuna.trial import FrozenTrial
 from test_confirm import Scripted, spec_dict
 
+from tuner.engine.handle import ServerHandle
 from tuner.engine.launchers import ProcessLauncher
 from tuner.errors import InputError
 from tuner.study.measure.prepare import Workload, model_of, open_loop_replay
@@ -45,7 +46,7 @@ class Heard:
     def trial_started(self, number: int, engine_args: Mapping[str, Any]) -> None:
         self.started.append(number)
 
-    def engine_started(self, pid: int) -> None:
+    def engine_started(self, server: ServerHandle) -> None:
         pass
 
     def trial_finished(self, trial: FrozenTrial) -> None:

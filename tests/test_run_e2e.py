@@ -40,7 +40,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.cli.exits import MEETS_SLOS_EXITS
 from tuner.engine.dummy_model import write_model
 from tuner.engine.environment import command_to_serve
-from tuner.engine.process import free_port
+from tuner.engine.local import free_port
 from tuner.load.http import ReplaySettings
 from tuner.study.measure.scoring import FAILED, score
 from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup

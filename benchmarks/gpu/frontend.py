@@ -43,7 +43,8 @@ import numpy as np
 import psutil
 import yaml
 
-from tuner.engine.launchers import ServerProcess, ZygoteLauncher
+from tuner.engine.launchers import Launch, ZygoteLauncher
+from tuner.engine.local import LocalServer
 from tuner.engine.process import Engine
 from tuner.load.metrics import RequestResult, parse_scrape, replay_figures, summarize_client
 from tuner.load.spread import replay
@@ -73,13 +74,11 @@ class ServeLauncher:
 
     def __init__(self, log: Path) -> None:
         self.inner = ZygoteLauncher(module=SERVE_MODULE, log=log)
-        self.last: ServerProcess | None = None
+        self.last: LocalServer | None = None
 
-    def launch(
-        self, argv: Sequence[str], log: Path, env: Mapping[str, str], serve_command: bool = False
-    ) -> ServerProcess:
+    def launch(self, server: Launch) -> LocalServer:
         # Every server here runs ``vllm serve`` already: ``serve_command`` changes nothing.
-        self.last = self.inner.launch(argv, log, env)
+        self.last = self.inner.launch(dataclasses.replace(server, serve_command=False))
         return self.last
 
     def close(self) -> None:
@@ -295,7 +294,7 @@ def run_window(
     reset = reset_prefix_cache(engine.base_url)
     settings = dataclasses.replace(setup.replay, seed=setup.replay.seed + SEED_STRIDE * (index + 1))
     watched = serving_processes(procs)
-    log_at = engine.log_size()
+    log_at = engine.mark()
     spies = pyspy_start(watched, window.pyspy_s, out, window.label) if window.pyspy_s else []
     cpu_before = {role: cpu_seconds(pid) for role, pid in watched.items()}
     began = time.monotonic()
@@ -312,10 +311,7 @@ def run_window(
             f"{path.stat().st_size if path.exists() else 0} bytes",
             flush=True,
         )
-    try:
-        log = engine.log_path.read_bytes()[log_at:]
-    except OSError:
-        log = b""
+    log = engine.handle.log_since(log_at).encode() if engine.handle is not None else b""
     results = result.results
     end_s = full_from_s + window.seconds
     record: dict[str, Any] = {

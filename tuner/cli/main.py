@@ -20,6 +20,7 @@ from tuner.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
 from tuner.cli.parser import build_parser
 from tuner.cli.report import cmd_report
 from tuner.cli.run import cmd_run
+from tuner.cli.server_url import cmd_server_url
 from tuner.cli.spec import cmd_init
 from tuner.cli.trace import cmd_trace_from_prometheus, cmd_trace_inspect
 from tuner.errors import InputError, TunerError
@@ -50,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_report(args)
         if args.command == "init":
             return cmd_init(args)
+        if args.server_url is not None:
+            return cmd_server_url(args)
         return cmd_run(args)
     except InputError as exc:
         print(f"tuner: {exc}", file=sys.stderr)

@@ -106,6 +106,20 @@ def add_run_command(commands: Any) -> None:
         "--input-lengths", help="prompt lengths for a concurrency trace: uniform:10:200"
     )
     run.add_argument("--output-lengths", help="output lengths for a concurrency trace")
+    add_server_options(run)
+    run.add_argument("--report", action="store_true", help="write the HTML report at the end")
+    run.add_argument(
+        "--client-procs",
+        type=client_procs,
+        metavar="auto|N",
+        help="processes tuner's replay client is spread over; auto: as many as the window's "
+        "busiest second needs (default: the spec's client_procs, else auto)",
+    )
+
+
+def add_server_options(run: argparse.ArgumentParser) -> None:
+    """Which server ``tuner run`` measures, and how it is started: vLLM's OpenAI server by a
+    launcher, your own app by its command, or none, for a server already running at a URL."""
     run.add_argument(
         "--launcher",
         choices=(AUTO_LAUNCHER, *LAUNCHERS),
@@ -120,13 +134,12 @@ def add_run_command(commands: Any) -> None:
         "command with {port} and {config} (a YAML of AsyncEngineArgs fields written per trial); "
         "overrides the spec's server.command",
     )
-    run.add_argument("--report", action="store_true", help="write the HTML report at the end")
     run.add_argument(
-        "--client-procs",
-        type=client_procs,
-        metavar="auto|N",
-        help="processes tuner's replay client is spread over; auto: as many as the window's "
-        "busiest second needs (default: the spec's client_procs, else auto)",
+        "--server-url",
+        metavar="URL",
+        help="measure the server already running at URL once, as it is, with the spec's "
+        "objective: tuner did not start it, so nothing is searched and no configuration is "
+        "written (docs/spec.md)",
     )
 
 

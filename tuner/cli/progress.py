@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from optuna.trial import FrozenTrial
 
 from tuner.cli.result import fmt_params, trial_line
+from tuner.engine.handle import ServerHandle
 from tuner.engine.own_server import OWN_SERVER_NAME
 from tuner.engine.process import Engine
 from tuner.study.measure.trial import RATE, REPLAY, STARTING, WARMUP, OnProgress, TrialProgress
@@ -98,9 +99,9 @@ class StatusLine:
 class RunLines:
     """What ``tuner run`` prints of a run (a ``tuner.study.result.run.Teller``): its lines as
     they come; of each trial, on a terminal a live line while it runs, elsewhere one line as it
-    starts, once its server process has been started: ``trial   3  max-num-seqs=12  starting
-    vLLM (pid 4321) ...`` (that pid is also the server's process group; "your server" where the
-    study starts the user's own); a summary line as each ends."""
+    starts, once its server has been launched (``ServerHandle.launched``): ``trial   3
+    max-num-seqs=12  starting vLLM (pid 4321) ...`` (that pid is also the server's process
+    group; "your server" where the study starts the user's own); a summary line as each ends."""
 
     def __init__(self, spec: StudySpec) -> None:
         # vLLM's OpenAI server, or the user's own (``--server-command``).
@@ -125,13 +126,11 @@ class RunLines:
         else:
             self._starting = (number, params)
 
-    def engine_started(self, pid: int) -> None:
-        """Off a terminal, the start line, now that the trial's server process has been started."""
+    def engine_started(self, server: ServerHandle) -> None:
+        """Off a terminal, the start line, now that the trial's server has been launched."""
         if self._starting is not None:
             (number, params), self._starting = self._starting, None
-            print(
-                f"trial {number:>3}  {params}  starting {self.server} (pid {pid}) ...", flush=True
-            )
+            print(f"trial {number:>3}  {params}  {server.launched()} ...", flush=True)
 
     def trial_finished(self, trial: FrozenTrial) -> None:
         self.status.clear()

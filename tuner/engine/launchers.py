@@ -1,17 +1,16 @@
-"""How a vLLM server process comes to be: a fresh interpreter, or a fork of a warm zygote.
+"""How a server comes to be: a fresh interpreter, or a fork of a warm zygote.
 
-A ``Launcher`` starts a server process as its own process group and hands back a
-``ServerProcess``; ``tuner.engine.process`` decides when, with what arguments, and stops it.
+A ``Launcher`` starts the server a ``Launch`` asks for and hands back its
+``tuner.engine.handle.ServerHandle``; ``tuner.engine.process`` decides when and with what
+arguments, and talks to the handle only. The launchers here start a ``LocalServer``
+(``tuner.engine.local``): on 127.0.0.1 and a free port, its own process group, dying with tuner.
 The process runs one of two modules: vLLM's ``api_server`` (``SERVER_MODULE``), one API server
 in that process, or ``vllm serve`` (``SERVE_MODULE``), which starts as many API server
-processes as ``api-server-count`` says; the caller says which (``serve_command``).
+processes as ``api-server-count`` says; the spec says which (``serve_command``).
 
-A server's process group stays in tuner's session. Linux's scheduler (with autogroup, the default
-on desktop and server distributions) shares the CPU between sessions first and between the
-processes of a session second. A server in a session of its own once held tuner's client, which
-sleeps between requests, for 2 to 4 s at a time on a 2-core machine with two busy processes in
-tuner's session; in tuner's session the client was late by at most 0.04 s
-(benchmarks/results/cpu-client-lag.md).
+A server's process group stays in tuner's session: Linux's scheduler (autogroup) shares the CPU
+between sessions first, and a server in a session of its own held tuner's client late for
+seconds (benchmarks/results/cpu-client-lag.md).
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import select
 import signal
 import socket
@@ -31,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from tuner.engine.handle import EngineFailed, ServerHandle
+from tuner.engine.local import LOCAL_HOST, LocalServer, ended, free_port, signal_group, tail
 from tuner.engine.zygote import Channel, die_with
 
 logger = logging.getLogger(__name__)
@@ -42,109 +42,44 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 SERVE_MODULE = "tuner.engine.serve"
 
 
-class EngineFailed(Exception):
-    """The server exited or did not become healthy; ``log_tail`` says why."""
+@dataclass(frozen=True)
+class Launch:
+    """A launch: what a launcher is asked to start.
 
-    def __init__(self, reason: str, log_tail: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.log_tail = log_tail
+    ``argv(host, port)``: the server's arguments once told the address it is to listen at (it
+    writes any file they name); for ``ProcessLauncher`` and ``ZygoteLauncher`` the arguments of
+    the server's module, for a ``CommandLauncher`` the whole command. Its output goes to ``log``,
+    ``env`` over tuner's environment; ``serve_command``: run as ``vllm serve``; ``name``: what
+    tuner's lines call it; ``health_path``: what answers 200 once it serves.
+    """
 
-
-def _read_end(path: Path, limit_bytes: int) -> str | None:
-    """A log's last ``limit_bytes``, decoded; None if it cannot be read."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - limit_bytes))
-            return handle.read().decode(errors="replace")
-    except OSError:
-        return None
-
-
-def tail(path: Path, lines: int = 40) -> str:
-    """The last ``lines`` lines of a log (read from its last 64 KiB); "" if it cannot be read."""
-    text = _read_end(path, 64 * 1024)
-    return "" if text is None else "\n".join(text.splitlines()[-lines:])
-
-
-# An exception's last line as Python prints it, after whatever prefix a log line carries
-# (vLLM's "(Worker pid=...) ERROR ... [file.py:123] "): "ValueError: Available memory ...".
-_EXCEPTION_LINE = re.compile(
-    r"(?:^|[\s\]])((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): \S.*)$"
-)
-
-
-def first_error(path: Path, limit_bytes: int = 1 << 20) -> str | None:
-    """The first exception line in a log (read from its last ``limit_bytes``), or None.
-
-    vLLM's processes each print their traceback as the failure travels up (worker, engine core,
-    API server), so the last lines of the log say "Engine core initialization failed. See root
-    cause above"; the first exception line is the root cause."""
-    text = _read_end(path, limit_bytes)
-    for line in (text or "").splitlines():
-        found = _EXCEPTION_LINE.search(line)
-        if found:
-            return found.group(1).strip()
-    return None
-
-
-def ended(code: int) -> str:
-    """A process's end, from ``Popen.returncode``."""
-    if code < 0:
-        with contextlib.suppress(ValueError):
-            return f"killed by signal {-code}, {signal.Signals(-code).name}"
-        return f"killed by signal {-code}"
-    return f"exited with status {code}"
-
-
-class ServerProcess:
-    """A server started as tuner's child: its pid (also its process group) and its exit code."""
-
-    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None) -> None:
-        self.pid = pid
-        self._popen = popen
-
-    def poll(self) -> int | None:
-        """The server's exit status once it has exited and the status is known; else None."""
-        assert self._popen is not None
-        return self._popen.poll()
-
-    def running(self) -> bool:
-        """Whether the server process is still there."""
-        return self.poll() is None
-
-    def lost(self) -> EngineFailed | None:
-        """Why the server cannot go on though it has not exited (its launcher died), or None."""
-        return None
-
-    def wait(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for the process to end; whether it has."""
-        deadline = time.monotonic() + timeout_s
-        while (running := self.running()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return not running
+    argv: Callable[[str, int], Sequence[str]]
+    log: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    serve_command: bool = False
+    name: str = "vLLM"
+    health_path: str = "/health"
 
 
 class Launcher(Protocol):
-    """Starts vLLM server processes, each its own process group.
+    """Starts servers, and hands back each one's handle.
 
-    ``launch`` runs ``argv`` with the launcher's ``module``, or with its ``serve_module`` where
-    ``serve_command`` is true; its output goes to ``log``, ``env`` over tuner's environment.
+    ``launch`` starts what ``server`` asks for and returns as soon as it has started, before it
+    is healthy (``ServerHandle.wait_healthy``); ``EngineFailed`` where it cannot start it (the
+    trial's failure, not the study's). ``close`` ends what the launcher holds; servers it
+    started and that are not stopped yet stop with it, or with tuner.
     """
 
-    def launch(
-        self, argv: Sequence[str], log: Path, env: Mapping[str, str], serve_command: bool = False
-    ) -> ServerProcess: ...
+    def launch(self, server: Launch) -> ServerHandle: ...
 
     def close(self) -> None: ...
 
 
-def spawn(argv: Sequence[str], out: IO[bytes], env: Mapping[str, str]) -> ServerProcess:
+def spawn(argv: Sequence[str], out: IO[bytes], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
     """Start ``argv`` as a server writing to ``out`` (its log): its own process group (stopped
     as one; Ctrl-C at the terminal reaches tuner only), in tuner's session (the module's
     docstring says why), dying with tuner. ``OSError`` where it cannot be run."""
-    popen = subprocess.Popen(
+    return subprocess.Popen(
         list(argv),
         stdout=out,
         stderr=subprocess.STDOUT,
@@ -153,7 +88,6 @@ def spawn(argv: Sequence[str], out: IO[bytes], env: Mapping[str, str]) -> Server
         process_group=0,
         preexec_fn=die_with(os.getpid()),
     )
-    return ServerProcess(popen.pid, popen)
 
 
 @dataclass
@@ -165,33 +99,48 @@ class ProcessLauncher:
     python: str = sys.executable
     serve_module: str = SERVE_MODULE
 
-    def launch(
-        self, argv: Sequence[str], log: Path, env: Mapping[str, str], serve_command: bool = False
-    ) -> ServerProcess:
-        module = self.serve_module if serve_command else self.module
-        with log.open("ab") as out:
-            return spawn([self.python, "-m", module, *argv], out, env)
+    def command(self, server: Launch, port: int) -> list[str]:
+        """The words that start ``server`` listening at ``port``."""
+        module = self.serve_module if server.serve_command else self.module
+        return [self.python, "-m", module, *server.argv(LOCAL_HOST, port)]
+
+    def launch(self, server: Launch) -> LocalServer:
+        launched_at = time.monotonic()
+        port = free_port()
+        argv = self.command(server, port)
+        with server.log.open("ab") as out:
+            popen = spawn(argv, out, server.env)
+        return LocalServer(
+            popen.pid, popen, port, server.log, server.name, server.health_path, launched_at
+        )
 
     def close(self) -> None:
         pass
 
 
-# How long a new zygote may take to import the server module and say it is ready. vLLM's import
-# took about 23 s on the H100 and 25 s on two shared CPU cores, and a first import after an
-# install (bytecode compiled afresh) or from a cold disk is slower. Generous, yet well under a
-# health timeout, which a zygote that hangs on its import would otherwise cost every trial.
+# How long a new zygote may take to import the server module and say it is ready: well above
+# vLLM's import (benchmarks/results/h100-trial-cost.md), well under a health timeout.
 READY_TIMEOUT_S = 300.0
-# How long a ready zygote may take to answer a launch. It forks and replies, which takes
-# milliseconds, and looks at its channel every 0.2 s: a zygote this late is stuck.
+# How long a ready zygote may take to answer a launch (it forks and replies in milliseconds).
 REPLY_TIMEOUT_S = 30.0
 
 
-class ForkedServer(ServerProcess):
+class ForkedServer(LocalServer):
     """A server the zygote forked. Not tuner's child: its exit status is a file the zygote writes
-    when it reaps it, whether it runs is read from a pidfd, and a dead zygote loses it."""
+    when it reaps it, whether it runs is read from a pidfd, and a dead zygote loses it (the
+    tails of ``logs``, the server's and the zygote's, say why)."""
 
-    def __init__(self, pid: int, status: Path, zygote: subprocess.Popen[bytes], logs: list[Path]):
-        super().__init__(pid, None)
+    def __init__(
+        self,
+        pid: int,
+        port: int,
+        server: Launch,
+        launched_at: float,
+        status: Path,
+        zygote: subprocess.Popen[bytes],
+        logs: list[Path],
+    ) -> None:
+        super().__init__(pid, None, port, server.log, server.name, server.health_path, launched_at)
         self._status = status
         self._zygote = zygote
         self._logs = logs
@@ -227,7 +176,7 @@ class ForkedServer(ServerProcess):
             self._pidfd = None
         return not self._gone
 
-    def lost(self) -> EngineFailed | None:
+    def launcher_lost(self) -> EngineFailed | None:
         code = self._zygote.poll()
         if code is None:
             return None
@@ -324,18 +273,19 @@ class ZygoteLauncher:
     def _tail(self) -> str:
         return tail(self.log) if self.log is not None else ""
 
-    def launch(
-        self, argv: Sequence[str], log: Path, env: Mapping[str, str], serve_command: bool = False
-    ) -> ServerProcess:
+    def launch(self, server: Launch) -> ForkedServer:
+        launched_at = time.monotonic()
         process, _ = self._ensure_started()
-        module = self.serve_module if serve_command else self.module
+        module = self.serve_module if server.serve_command else self.module
+        log = server.log
         status = log.with_name(log.name + ".exit")
         status.unlink(missing_ok=True)
+        port = free_port()
         request = {
             "module": module,
-            "argv": list(argv),
+            "argv": list(server.argv(LOCAL_HOST, port)),
             "log": str(log),
-            "env": dict(env),
+            "env": dict(server.env),
             "status": str(status),
         }
         # A module the zygote has not imported yet, it imports before it forks.
@@ -343,7 +293,8 @@ class ZygoteLauncher:
         reply = self._exchange(request, timeout_s, "it forked the server")
         self._imported.add(module)
         logs = [log] if self.log is None else [log, self.log]
-        return ForkedServer(int(reply["pid"]), status, process, logs)
+        pid = int(reply["pid"])
+        return ForkedServer(pid, port, server, launched_at, status, process, logs)
 
     def _discard(self) -> None:
         """Kill a zygote that cannot be trusted; the kernel sends its children SIGTERM."""
@@ -383,9 +334,3 @@ def auto_launcher(cpu_build: bool) -> str:
     """The launcher ``auto`` picks: the process launcher on vLLM's CPU build (a fork of a
     process that imported it costs more there than it saves), the zygote elsewhere."""
     return "process" if cpu_build else "zygote"
-
-
-def signal_group(pgid: int, sig: signal.Signals) -> None:
-    """Send ``sig`` to process group ``pgid``; a group already gone is no error."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, sig)

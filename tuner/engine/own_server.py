@@ -4,26 +4,25 @@ Many services do not run ``vllm serve``: they build the engine from ``AsyncEngin
 own app, behind their own endpoint. For them tuner runs the app's command (``ServerCommand``),
 ``{port}`` and ``{config}`` filled in per trial: ``{config}`` is a YAML whose keys are the
 trial's ``AsyncEngineArgs`` fields (``tuner.flags.engine_fields_yaml``), the file the app
-reads. The app runs as its own process group that dies with tuner (``CommandLauncher``) and is
-stopped as ``vllm serve`` is (``tuner.engine.process.Engine.stop``): SIGTERM to the group, then
+reads. The app runs as its own process group that dies with tuner (``CommandLauncher``), a
+``LocalServer`` stopped as ``vllm serve`` is (``tuner.engine.local``): SIGTERM to the group, then
 SIGKILL to what is left.
 """
 
 from __future__ import annotations
 
-import logging
 import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tuner.engine.launchers import EngineFailed, Launcher, ServerProcess, spawn
-from tuner.engine.process import Engine, free_port, server_env
+from tuner.engine.handle import EngineFailed
+from tuner.engine.launchers import Launch, Launcher, spawn
+from tuner.engine.local import LOCAL_HOST, LocalServer, free_port
+from tuner.engine.process import Engine
 from tuner.flags import engine_fields_yaml
-
-logger = logging.getLogger(__name__)
 
 PORT = "{port}"
 CONFIG = "{config}"
@@ -80,20 +79,25 @@ class ServerCommand:
 
 @dataclass
 class CommandLauncher:
-    """Runs a ``ServerCommand``'s words as given, each server its own process group in tuner's
-    session that dies with tuner (``tuner.engine.zygote.die_with``), as ``ProcessLauncher``;
-    ``EngineFailed`` where the command cannot be run."""
+    """Runs a launch's words as given (``Launch.argv``: the whole command), each server a
+    ``LocalServer``: its own process group in tuner's session that dies with tuner
+    (``tuner.engine.zygote.die_with``), as ``ProcessLauncher``'s; ``EngineFailed`` where the
+    command cannot be run."""
 
-    def launch(
-        self, argv: Sequence[str], log: Path, env: Mapping[str, str], serve_command: bool = False
-    ) -> ServerProcess:
-        with log.open("ab") as out:
+    def launch(self, server: Launch) -> LocalServer:
+        launched_at = time.monotonic()
+        port = free_port()
+        argv = server.argv(LOCAL_HOST, port)
+        with server.log.open("ab") as out:
             try:
-                return spawn(argv, out, env)
+                popen = spawn(argv, out, server.env)
             except OSError as exc:
                 # A command that does not run (no such program, not executable) starts no
                 # server: the trial's, not the study's, failure.
                 raise EngineFailed(f"the server command did not start: {exc}", "") from None
+        return LocalServer(
+            popen.pid, popen, port, server.log, server.name, server.health_path, launched_at
+        )
 
     def close(self) -> None:
         pass
@@ -102,7 +106,8 @@ class CommandLauncher:
 @dataclass
 class OwnEngine(Engine):
     """The app started by ``command`` with a trial's engine arguments: an ``Engine`` whose
-    config is the app's engine-config file and whose health is the command's path."""
+    config is the app's engine-config file, whose arguments are the command's words and whose
+    health is the command's path."""
 
     server_name: ClassVar[str] = OWN_SERVER_NAME
 
@@ -118,12 +123,9 @@ class OwnEngine(Engine):
     def config_path(self) -> Path:
         return self.workdir / "engine-config.yaml"
 
-    def start(self) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
+    def server_argv(self, host: str, port: int) -> list[str]:
+        """The app's command to listen at ``port`` (it binds where it binds), its engine-config
+        file written."""
         assert self.command is not None
-        self.port = self.port or free_port()
         self.config_path.write_text(self.command.config_text({"model": self.model, **self.args}))
-        argv = self.command.argv(self.port, str(self.config_path.resolve()))
-        logger.info("starting %s on port %d: %s", argv[0], self.port, dict(self.args))
-        self.times.start_s = time.monotonic()
-        self._server = self.launcher.launch(argv, self.log_path, server_env(self.env))
+        return self.command.argv(port, str(self.config_path.resolve()))

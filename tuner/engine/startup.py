@@ -93,15 +93,13 @@ def late_compiles(text: str) -> int:
     return len(LATE_JIT.findall(text))
 
 
-def late_compiles_by_phase(log: bytes, warmup_at: int, window_at: int) -> dict[str, float]:
+def late_compiles_by_phase(log: str, warmup: str, window: str) -> dict[str, float]:
     """``jit_compiles_warmup`` and ``jit_compiles_window``: kernels the JIT monitor saw compiled
-    from byte ``warmup_at`` of the log to ``window_at``, and after; nothing where the log has no
-    monitor (vLLM's CPU build, versions before 0.26). One in the window made requests wait: the
-    warm-up did not cover that shape."""
-    if not JIT_MONITOR.search(log.decode(errors="replace")):
+    in ``warmup`` and in ``window``, the parts of the server's ``log`` from tuner's warm-up to its
+    window and after; nothing where the log has no monitor (vLLM's CPU build, versions before
+    0.26). One in the window made requests wait: the warm-up did not cover that shape."""
+    if not JIT_MONITOR.search(log):
         return {}
-    warmup = log[warmup_at:window_at].decode(errors="replace")
-    window = log[window_at:].decode(errors="replace")
     return {
         "jit_compiles_warmup": float(late_compiles(warmup)),
         "jit_compiles_window": float(late_compiles(window)),
@@ -195,10 +193,8 @@ def breakdown(seen_at_s: Mapping[str, float], log_text: str, healthy_s: float) -
     phases |= steps(log_text)
     parts = ("engine_init_s", "torch_compile_s", "cuda_graph_s")
     if all(p in phases for p in parts):
-        # What vLLM's "init engine" took beyond compiling and capturing: profiling, the KV
-        # cache and warm-up runs, which vLLM does not time apart (on the H100 mostly a warm-up
-        # after the capture, itself cached per compile key). The capture is logged in whole
-        # seconds, so this is good to about a second.
+        # What vLLM's "init engine" took beyond compiling and capturing (profiling, the KV
+        # cache, warm-up runs: benchmarks/results/h100-start-steps.md), good to about a second.
         init_s, compile_s, capture_s = (phases[p] for p in parts)
         phases["init_rest_s"] = max(0.0, init_s - compile_s - capture_s)
     return phases

@@ -15,7 +15,7 @@ from typing import Any
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.engine.launchers import EngineFailed, tail
+from tuner.engine.handle import EngineFailed
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.metrics import LiveRequest, so_far
 from tuner.study.measure.capacity import (
@@ -131,7 +131,7 @@ class RateSearch(Measure):
         log_tail = ""
         if ended.crashed:
             reason = "vLLM exited during the search; " + (reason or "")
-            log_tail = tail(ended.log_path)
+            log_tail = ended.log_tail
         return TrialOutcome(
             engine_args,
             score,

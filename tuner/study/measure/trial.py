@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tuner.engine.launchers import EngineFailed, Launcher, ProcessLauncher, tail
+from tuner.engine.handle import EngineFailed, ServerHandle
+from tuner.engine.launchers import Launcher, ProcessLauncher
 from tuner.engine.own_server import ServerCommand
 from tuner.engine.process import Engine
 from tuner.load.closed_loop import replay_closed_loop
@@ -90,9 +91,8 @@ class TrialSetup:
     env: Mapping[str, str] = field(default_factory=dict)
     # Told where the trial is: each phase as it begins, then about once a second.
     progress: OnProgress | None = None
-    # Told the vLLM server's process id (also its process group's) as soon as its process has
-    # been started, before it is healthy.
-    on_engine_start: Callable[[int], None] | None = None
+    # Told the server's handle as soon as it has been launched, before it is healthy.
+    on_engine_start: Callable[[ServerHandle], None] | None = None
     # How the trial measures on its running server: the window replayed once (the default),
     # or a capacity study's search of rates (``tuner.study.measure.rate_search.RateSearch``).
     measure: Measure = field(default_factory=lambda: WindowReplay())
@@ -139,12 +139,13 @@ class TrialOutcome:
 
 @dataclass(frozen=True)
 class Ended:
-    """What a trial's engine left once measured: the phase times, whether vLLM had exited,
-    its log, what it said of its compile, and the kernels it compiled during the window."""
+    """What a trial's engine left once measured: the phase times, whether vLLM could no longer
+    serve, its log's tail, what it said of its compile, and the kernels it compiled during the
+    window."""
 
     timings: dict[str, float]
     crashed: bool
-    log_path: Path
+    log_tail: str
     compiled: Mapping[str, str | bool]
     late: Mapping[str, float]
 
@@ -291,17 +292,17 @@ def run_trial(
 
     try:
         tell(TrialProgress(STARTING))
-        engine.start()
-        if setup.on_engine_start is not None and engine.pid is not None:
-            setup.on_engine_start(engine.pid)
+        handle = engine.start()
+        if setup.on_engine_start is not None:
+            setup.on_engine_start(handle)
         timings[ENGINE_START_S] = engine.wait_healthy(setup.health_timeout_s, on_poll=starting)
         timings |= {f"startup_{k}": v for k, v in engine.times.startup.items()}
         compiled = engine.compile_cache()
-        warmup_at = engine.log_size()
+        warmup_at = engine.mark()
         if setup.warmup_requests:
             timings[WARMUP_S] = _warm_up(engine.base_url, setup)
         started = time.monotonic()
-        window_at = engine.log_size()
+        window_at = engine.mark()
         measured = setup.measure.run(engine.base_url, setup, should_stop)
         timings[WINDOW_S] = time.monotonic() - started
         late = engine.late_compiles(warmup_at, window_at)
@@ -320,7 +321,7 @@ def run_trial(
         engine.stop()
     timings[ENGINE_STOP_S] = engine.times.stop_s or 0.0
     timings[TRIAL_S] = time.monotonic() - began
-    ended = Ended(timings, crashed, engine.log_path, compiled, late)
+    ended = Ended(timings, crashed, engine.log_tail() if crashed else "", compiled, late)
     return setup.measure.outcome(engine_args, setup, measured, ended)
 
 
@@ -349,7 +350,7 @@ def _replay_outcome(
     judged: Judged,
     late: Mapping[str, float],
     crashed: bool,
-    log_path: Path,
+    crash_tail: str,
 ) -> TrialOutcome:
     """A replayed window's outcome: its figures scored against the SLOs, and why it is
     infeasible or not to be trusted (tuner's client behind, vLLM gone, requests failed)."""
@@ -364,7 +365,7 @@ def _replay_outcome(
     log_tail = ""
     if crashed:
         reason = "vLLM exited during the window; " + (reason or "")
-        log_tail = tail(log_path)
+        log_tail = crash_tail
     if judged.errors:
         reason = f"{reason or 'some requests failed'}; first error: {judged.errors[0]}"
     return TrialOutcome(engine_args, trial_score, metrics, {}, reason, log_tail)
@@ -405,5 +406,5 @@ class WindowReplay(Measure):
             stopped = _stopped_early(engine_args, setup, judged, ended.timings)
             metrics = {**stopped.metrics, **ended.late}
             return replace(stopped, metrics=metrics, compile_cache=ended.compiled)
-        outcome = _replay_outcome(engine_args, judged, ended.late, ended.crashed, ended.log_path)
+        outcome = _replay_outcome(engine_args, judged, ended.late, ended.crashed, ended.log_tail)
         return replace(outcome, timings=ended.timings, compile_cache=ended.compiled)

@@ -33,6 +33,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from tuner.engine import environment
+from tuner.engine.handle import ServerHandle
 from tuner.engine.launchers import Launcher
 from tuner.errors import InputError, TunerError
 from tuner.study.measure import calibrate as calibration
@@ -66,7 +67,7 @@ class Teller(Protocol):
 
     def trial_started(self, number: int, engine_args: Mapping[str, Any]) -> None: ...
 
-    def engine_started(self, pid: int) -> None: ...
+    def engine_started(self, server: ServerHandle) -> None: ...
 
     def trial_finished(self, trial: FrozenTrial) -> None: ...
 
@@ -82,8 +83,8 @@ class LogTeller:
     def trial_started(self, number: int, engine_args: Mapping[str, Any]) -> None:
         logger.info("trial %d: %s", number, dict(engine_args))
 
-    def engine_started(self, pid: int) -> None:
-        logger.info("vLLM started (pid %d)", pid)
+    def engine_started(self, server: ServerHandle) -> None:
+        logger.info("%s started (%s)", server.name, server.where)
 
     def trial_finished(self, trial: FrozenTrial) -> None:
         logger.info("trial %d: %s, value %s", trial.number, trial.state.name, trial.value)
@@ -327,11 +328,12 @@ class Run:
         )  # fmt: skip
 
     def measure(self, engine_args: Mapping[str, Any]) -> FrozenTrial:
-        """One configuration measured as given, on a fresh engine, as a trial of the study of its
-        own: not drawn by the search, never pruned nor held to the best capacity so far (an
-        arm of an A/B, which ``benchmarks/ab.py`` measures in turns). The trial is told as it
-        starts and ends; an engine that fails is an infeasible trial, as in ``add_trials``.
-        Only for a run with a launcher."""
+        """One configuration measured as given, on the server the launcher hands back (a fresh
+        engine; ``tuner run --server-url``: the server at that URL, ``engine_args`` empty), as a
+        trial of the study of its own: not drawn by the search, never pruned nor held to the
+        best capacity so far (an arm of an A/B, which ``benchmarks/ab.py`` measures in turns).
+        The trial is told as it starts and ends; an engine that fails is an infeasible trial,
+        as in ``add_trials``. Only for a run with a launcher."""
         how = self._measuring()
         trial = self.study.ask()
         frozen = search.measure(self.study, trial, dict(engine_args), how, prunable=False)
