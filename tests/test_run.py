@@ -22,12 +22,13 @@ from test_confirm import Scripted, spec_dict
 from tuner.engine.launchers import ProcessLauncher
 from tuner.errors import InputError
 from tuner.study.measure.prepare import Workload, model_of, open_loop_replay
+from tuner.study.measure.scoring import Criteria
 from tuner.study.measure.trial import OnProgress
 from tuner.study.plan.spec import StudySpec, parse_spec
 from tuner.study.result.choice import DEFAULTS, TUNED
 from tuner.study.result.run import Run
 from tuner.study.result.run_config import resolve
-from tuner.study.trials.search import open_study
+from tuner.study.trials.search import TrialRunner, open_study
 from tuner.traces.formats import load_trace
 
 
@@ -66,7 +67,7 @@ def a_run(
     study: optuna.Study,
     spec: StudySpec,
     tmp_path: Path,
-    scripted: Scripted,
+    scripted: TrialRunner,
     teller: Heard | None = None,
     **given: Any,
 ) -> Run:
@@ -117,6 +118,24 @@ def test_a_run_adds_trials_confirms_and_writes_the_winner(tmp_path, cpu_model):
     assert any(
         line.startswith("beats vLLM's defaults on fresh engines: ") for line in written.lines
     )
+
+
+def test_every_measurement_is_given_the_specs_criteria_whole(tmp_path, cpu_model):
+    """The search's trials and the confirmation's fresh measurements are each handed the spec's
+    SLOs, weights and ``max_error_rate`` together, as the run's configuration holds them."""
+    scripted = Scripted({None: [0.9, 0.95, 0.92, 0.97], 4: [0.5, 0.6, 0.55, 0.58], 8: [0.7]})
+    raw = spec_dict(cpu_model, n_trials=3, confirm_top_k=1, confirm_repeats=3)
+    spec = parse_spec({**raw, "max_error_rate": 0.2})
+    seen: list[Criteria] = []
+
+    def runner(args: Any, setup: Any, workdir: Path, should_stop: Any = None) -> Any:
+        seen.append(setup.criteria)
+        return scripted(args, setup, workdir, should_stop)
+
+    run = a_run(open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0), spec, tmp_path, runner)
+    assert run.add_trials() == 3 and run.confirm() == 6
+    assert len(seen) == 9 and all(criteria == Criteria.of(spec) for criteria in seen)
+    assert seen[-1].max_error_rate == 0.2 and run.config.criteria == Criteria.of(spec)
 
 
 def test_a_finalist_that_is_vllms_defaults_is_announced_so(tmp_path, cpu_model):

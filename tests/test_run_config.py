@@ -14,7 +14,8 @@ from conftest import write_small_trace, write_spec
 from tuner.cli.parser import build_parser
 from tuner.cli.run import run_config
 from tuner.cli.spec import load_study_spec
-from tuner.study.measure.objective import LATENCY_OBJECTIVE, of_spec
+from tuner.study.measure.calibrate import Calibration, TimeScale
+from tuner.study.measure.objective import CAPACITY_OBJECTIVE, LATENCY_OBJECTIVE, of_spec
 from tuner.study.plan.spec import AUTO, DEFAULT_SPEC, StudySpec
 from tuner.study.result.run_config import RunConfig
 
@@ -109,3 +110,14 @@ def test_confirm_only_adds_no_trial_and_still_measures(tmp_path, cpu_model, n_tr
     assert config.n_trials == 0 and config.confirm_only and config.measures
     config, _ = resolved(tmp_path, spec, "--n-trials", "0")
     assert config.n_trials == 0 and not config.measures
+
+
+def test_the_time_scale_says_whether_a_run_calibrates_and_the_factor_after():
+    # The window's 4 req/s replayed at half the 10 req/s the defaults carried: time scale 0.8.
+    found = Calibration(10.0, 5.0, 0.5, 4.0, 3.0, 3, 20.0)
+    auto, given = TimeScale(AUTO), TimeScale(2.0)
+    assert auto.factor() == 1.0 and auto.factor(found) == pytest.approx(0.8)
+    assert given.factor() == given.factor(found) == 2.0
+    assert auto.calibrates(LATENCY_OBJECTIVE, request_trace=True)
+    assert not auto.calibrates(CAPACITY_OBJECTIVE, request_trace=True)
+    assert not given.calibrates(LATENCY_OBJECTIVE, request_trace=True)

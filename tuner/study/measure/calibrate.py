@@ -10,7 +10,8 @@ rate, for at most ``replay_s`` seconds (longer where that would hold fewer than
 fast, where configurations that serve worse than the defaults are seen to queue.
 
 The calibration is kept in the study (``CALIBRATION_ATTR``), so a resumed study replays what
-its first trials replayed; the time scale it sets is part of the study's fingerprint.
+its first trials replayed; the time scale it sets is part of the study's fingerprint. Whether a
+run calibrates, and the factor its trials replay at before and after, is ``TimeScale``'s to say.
 """
 
 from __future__ import annotations
