@@ -64,7 +64,8 @@ from tuner.study.measure.rates import CapacityFound, RatePoint, search_capacity
 from tuner.study.measure.trial import Ended, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import StudySpec, parse_spec
 from tuner.study.result.choice import TUNED, choose
-from tuner.study.result.run import Run, RunSettings
+from tuner.study.result.run import Run
+from tuner.study.result.run_config import resolve
 from tuner.study.trials.search import open_study
 from tuner.traces.formats import load_trace
 
@@ -138,12 +139,14 @@ class NoisyScores:
     """A latency study's trial runner: each call a fresh engine whose TTFT p95 is drawn around
     the configuration's own (log SD ``sd``), the baseline's placed so that its engines miss the
     TTFT SLO with probability ``miss``; the first searched configuration's is ``gain`` times
-    lower (1: every configuration the baseline's equal)."""
+    lower (1: every configuration the baseline's equal). Every engine fails ``error_rate`` of
+    its requests."""
 
     rng: random.Random
     miss: float
     sd: float = CPU_SD
     gain: float = 1.0
+    error_rate: float = 0.0
     better: dict[str, Any] | None = None
     baseline: dict[str, Any] | None = None
 
@@ -163,9 +166,8 @@ class NoisyScores:
     ) -> TrialOutcome:
         ttft = self.ttft_of(args) * math.exp(self.rng.gauss(0.0, self.sd))
         metrics = {"ttft_p95_s": ttft, "tpot_p95_s": 0.01, "e2e_p99_s": ttft + 2.0,
-                   "error_rate": 0.0, "throughput_req_per_s": 5.0}  # fmt: skip
-        criteria = setup.criteria
-        outcome = scoring.score(metrics, criteria.slos, criteria.weights)
+                   "error_rate": self.error_rate, "throughput_req_per_s": 5.0}  # fmt: skip
+        outcome = scoring.score(metrics, setup.criteria)
         reason = None if outcome.feasible else f"SLO missed: ttft_p95_s {ttft * 1000:.0f} ms"
         return TrialOutcome(args, outcome, metrics, TIMINGS, reason)
 
@@ -234,13 +236,8 @@ def one_study(
     """One study run through: whether it wrote a searched configuration, whether that was the
     better one, and how many fresh measurements the confirmation took."""
     study = open_study(f"aa-{seed}", optuna.storages.InMemoryStorage(), seed, objective=objective)
-    settings = RunSettings(
-        run_dir=work / "runs",
-        config_path=work / "configs" / "aa.yaml",
-        launcher=ProcessLauncher(),
-        runner=engines,
-    )
-    run = Run(study, spec, workload, settings)
+    config = resolve(spec, study.study_name, work / "runs", work / "configs" / "aa.yaml")
+    run = Run(study, spec, workload, config, launcher=ProcessLauncher(), runner=engines)
     run.calibrate()
     searched = run.add_trials()
     confirming = run.confirm()

@@ -47,11 +47,13 @@ from tuner.engine import environment
 from tuner.engine.environment import HostMemory
 from tuner.engine.launchers import LAUNCHERS, auto_launcher
 from tuner.report import data
+from tuner.study.measure.calibrate import TimeScale
 from tuner.study.measure.objective import of_spec, of_study
 from tuner.study.measure.prepare import Workload, model_of, open_loop_replay, write_dummy_model
 from tuner.study.plan.space import KV_ARGUMENTS, runnable_baseline
-from tuner.study.plan.spec import AUTO, StudySpec, load_spec
-from tuner.study.result.run import Run, RunSettings
+from tuner.study.plan.spec import StudySpec, load_spec
+from tuner.study.result.run import Run
+from tuner.study.result.run_config import resolve
 from tuner.study.trials.search import open_study
 from tuner.traces.formats import load_trace
 
@@ -246,7 +248,7 @@ def workload_of(spec: StudySpec, trace_path: Path) -> Workload:
     write_dummy_model(spec)
     model = model_of(spec)
     trace = load_trace(trace_path)
-    time_scale = 1.0 if spec.time_scale == AUTO else float(spec.time_scale)
+    time_scale = TimeScale(spec.time_scale).factor()
     replay = open_loop_replay(
         trace,
         spec.window_s,
@@ -340,8 +342,8 @@ def measure(
     runs.mkdir(parents=True, exist_ok=True)
     launcher = LAUNCHERS[kind](runs / "launcher.log")
     # An A/B writes no configuration: Run.result is never asked.
-    settings = RunSettings(run_dir=runs, config_path=runs / "chosen.yaml", launcher=launcher)
-    run = Run(study, spec, workload_of(spec, args.trace), settings)
+    config = resolve(spec, args.study, runs, runs / "chosen.yaml", storage=storage)
+    run = Run(study, spec, workload_of(spec, args.trace), config, launcher=launcher)
     try:
         run_arms(run, arms, args.repeats, part=args.part, others=[load(u) for u in others])
     finally:

@@ -50,10 +50,11 @@ from tuner.engine.dummy_model import write_model
 from tuner.engine.process import Engine
 from tuner.load.http import ReplaySettings
 from tuner.load.open_loop import replay_in_process
+from tuner.study.measure.calibrate import TimeScale
 from tuner.study.measure.capacity import CapacitySettings, StartHint, measure_capacity, measure_rate
 from tuner.study.measure.judge import Criteria
 from tuner.study.measure.rates import CapacityFound, RatePoint
-from tuner.study.plan.spec import AUTO, StudySpec, load_spec
+from tuner.study.plan.spec import StudySpec, load_spec
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload, model_info
 
@@ -100,7 +101,7 @@ def inversions(points: Sequence[RatePoint]) -> list[tuple[float, float]]:
 
 def time_scale_of(spec: StudySpec) -> float:
     """The spec's time scale; 1 where it is ``auto``: this benchmark calibrates nothing."""
-    return 1.0 if spec.time_scale == AUTO else float(spec.time_scale)
+    return TimeScale(spec.time_scale).factor()
 
 
 def within(ratio: float, resolution: float) -> bool:
@@ -130,7 +131,7 @@ def search_vs_scan(spec: StudySpec, options: argparse.Namespace, work: Path) -> 
         f"engine: {args}; capacity window {settings.rate_window_s:g} s, resolution "
         f"{settings.resolution:g}, at most {settings.max_rates} windows a search"
     )
-    criteria = Criteria(spec.slos, spec.weights, spec.max_error_rate)
+    criteria = Criteria.of(spec)
     engine = Engine(model, args, work / "engine", env={"VLLM_SERVER_DEV_MODE": "1"})
     found: list[tuple[CapacityFound, float]] = []
     scan: list[RatePoint] = []

@@ -80,7 +80,7 @@ def main() -> None:
         model=model,
         requests=workload.trace.requests(),
         replay=ReplaySettings(model=model, vocab_size=info.vocab_size, seed=spec.seed),
-        criteria=Criteria(spec.slos, spec.weights, spec.max_error_rate),
+        criteria=Criteria.of(spec),
         launcher=ProcessLauncher(),
     )
     work = Path(tempfile.mkdtemp(prefix="landscape-runs-"))

@@ -123,7 +123,7 @@ def measure(options: argparse.Namespace) -> None:
         }
         print(f"window: {workload.describe()}; SLOs {dict(spec.slos)}", flush=True)
         hint = None
-        criteria = Criteria(spec.slos, spec.weights, spec.max_error_rate)
+        criteria = Criteria.of(spec)
         for params in grid():
             name = key({**DEFAULTS, **params}) if params else "defaults"
             if name in table["configurations"]:

@@ -15,6 +15,7 @@ them for more studies, with their intervals (benchmarks/results/aa/).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sys
 from pathlib import Path
@@ -56,3 +57,16 @@ def test_the_stand_in_reads_one_engine_in_six_low(tmp_path):
     draws = [engines.engine({"x": 0}) / aa.CAPACITY_REQ_PER_S for _ in range(3000)]
     low = sum(d < 0.75 for d in draws) / len(draws)
     assert 0.13 < low < 0.21
+
+
+def test_a_latency_study_judges_each_measurement_by_the_specs_max_error_rate(tmp_path):
+    """Engines that fail 5 % of requests meet a spec that lets 10 % fail: the search's
+    measurements meet the SLOs, so the confirmation runs (none would, judged at 0 %)."""
+    model = aa.write_model(tmp_path / "model", "cpu-demo", weights=False)
+    spec = dataclasses.replace(aa.latency_spec_for(model, 1), max_error_rate=0.1)
+    engines = aa.NoisyScores(random.Random(0), 0.01, gain=2.0, error_rate=0.05)
+    workload = aa.workload_for(spec, tmp_path)
+    _, _, confirming = aa.one_study(
+        spec, workload, engines, tmp_path, 0, objective=aa.LATENCY_OBJECTIVE
+    )
+    assert confirming > 0

@@ -1,7 +1,7 @@
 """The A/B harness (``benchmarks/ab.py``): arms read from a file, measured through ``Run.measure``
 in turns until each has its repeats, resumed from the study, and reported per arm.
 
-The fast tests measure with a scripted runner (``RunSettings.runner``, values per configuration,
+The fast tests measure with a scripted runner (``Run``'s ``runner``, values per configuration,
 no engine) in a real Optuna study in SQLite; one test runs the harness as a user does, on vLLM's
 CPU build with the tiny model, two arms, one measurement each.
 """
@@ -22,10 +22,11 @@ from conftest import REPO, cpu_spec, write_small_trace, write_spec
 from tuner.engine.environment import HostMemory
 from tuner.engine.launchers import ProcessLauncher
 from tuner.report import data
-from tuner.study.measure.scoring import score
+from tuner.study.measure.scoring import Criteria, score
 from tuner.study.measure.trial import TrialOutcome, TrialSetup
 from tuner.study.plan.spec import StudySpec, parse_spec
-from tuner.study.result.run import Run, RunSettings
+from tuner.study.result.run import Run
+from tuner.study.result.run_config import resolve
 from tuner.study.trials.search import open_study
 
 # A script of benchmarks/, not a package: imported from its folder.
@@ -54,7 +55,7 @@ class ByArm:
         self.order.append(seqs)
         value = self.scores[seqs].pop(0)
         metrics = {"ttft_p95_s": value * SLO_S, "error_rate": 0.0}
-        scored = score(metrics, {"ttft_p95_s": SLO_S}, {"ttft_p95_s": 1.0})
+        scored = score(metrics, Criteria({"ttft_p95_s": SLO_S}, {"ttft_p95_s": 1.0}))
         return TrialOutcome(args, scored, metrics, {})
 
 
@@ -80,13 +81,9 @@ def arms_file(tmp_path: Path, arms: dict[str, Any]) -> Path:
 
 def a_run(tmp_path: Path, spec: StudySpec, runner: ByArm, db: str = "ab.db") -> Run:
     study = open_study("ab", f"sqlite:///{tmp_path / db}", 0)
-    settings = RunSettings(
-        run_dir=tmp_path / "runs",
-        config_path=tmp_path / "written.yaml",
-        launcher=ProcessLauncher(),
-        runner=runner,
-    )
-    return Run(study, spec, ab.workload_of(spec, write_small_trace(tmp_path / "t.csv")), settings)
+    config = resolve(spec, "ab", tmp_path / "runs", tmp_path / "written.yaml")
+    workload = ab.workload_of(spec, write_small_trace(tmp_path / "t.csv"))
+    return Run(study, spec, workload, config, launcher=ProcessLauncher(), runner=runner)
 
 
 def test_the_arms_are_measured_in_turns_and_reported_per_arm(tmp_path, cpu_model):

@@ -148,7 +148,7 @@ def test_searched_trials_carry_the_pin_and_the_baseline_and_candidates_do_not(tm
         ran.append(dict(args))
         metrics = {"e2e_p99_s": 1.0, "error_rate": 0.0}
         facts: dict[str, str | bool] = {"compile_key": "k", "compile_cache_hit": len(ran) > 2}
-        result = score(metrics, {"e2e_p99_s": 10.0}, {"e2e_p99_s": 1.0})
+        result = score(metrics, Criteria({"e2e_p99_s": 10.0}, {"e2e_p99_s": 1.0}))
         return TrialOutcome(args, result, metrics, {}, compile_cache=facts)
 
     storage = f"sqlite:///{tmp_path / 's.db'}"

@@ -79,7 +79,7 @@ class Scripted:
         if math.isnan(value):  # an engine that did not start
             return TrialOutcome(args, FAILED, {}, {}, "vLLM exited with status 1")
         metrics = {"ttft_p95_s": value * SLO_S, "error_rate": 0.0}
-        scored = score(metrics, {"ttft_p95_s": SLO_S}, {"ttft_p95_s": 1.0})
+        scored = score(metrics, Criteria({"ttft_p95_s": SLO_S}, {"ttft_p95_s": 1.0}))
         if (again and seqs in self.behind) or at in self.behind_at:
             metrics[CLIENT_BEHIND] = 1.0
             scored = Score(scored.value, {**scored.constraints, CLIENT_BEHIND: 1.0})

@@ -12,7 +12,7 @@ from tuner.engine.environment import command_to_serve
 from tuner.engine.launchers import ProcessLauncher
 from tuner.engine.process import Engine
 from tuner.flags import config_yaml, flag_name, normalize
-from tuner.study.measure.scoring import Verdict, score, verdict
+from tuner.study.measure.scoring import Criteria, Verdict, score, verdict
 from tuner.study.result.emit import Provenance, render, served_config
 
 PROVENANCE = Provenance(
@@ -179,7 +179,7 @@ def test_header_starts_with_the_verdict():
 def test_header_of_a_configuration_that_misses_names_each_slo_missed():
     slos = {"ttft_p95_s": 2.0, "tpot_p95_s": 0.05, "e2e_p99_s": 30.0}
     measured = {"ttft_p95_s": 4.561, "tpot_p95_s": 0.0634, "e2e_p99_s": 12.0, "error_rate": 0.125}
-    judged = score(measured, slos, {"ttft_p95_s": 1.0}, max_error_rate=0.0)
+    judged = score(measured, Criteria(slos, {"ttft_p95_s": 1.0}, 0.0))
     text = render("m", ARGS, PROVENANCE, verdict(judged.constraints, measured), measured, None)
     lines = text.splitlines()
     assert lines[:5] == [

@@ -83,7 +83,7 @@ class Folder:
 
         def runner(args, setup, workdir, should_stop=None) -> TrialOutcome:
             metrics = {"ttft_p95_s": 0.5, "e2e_p99_s": 8.0, "error_rate": 0.0}
-            return TrialOutcome(args, score(metrics, spec.slos, spec.weights), metrics, {})
+            return TrialOutcome(args, score(metrics, Criteria.of(spec)), metrics, {})
 
         setup = TrialSetup(
             model=spec.model,

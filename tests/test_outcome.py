@@ -88,7 +88,7 @@ class Study:
                 assert should_stop is not None
                 should_stop(1, 0.5)  # reported: Optuna keeps it as the pruned trial's value
                 metrics = {"ttft_p95_s": 0.002, "e2e_p99_s": 1.0}
-                judged = score(metrics, criteria.slos, criteria.weights)
+                judged = score(metrics, criteria)
                 return TrialOutcome(args, judged, metrics, {}, "stopped early", pruned=True)
             assert isinstance(scripted, TrialOutcome)
             return TrialOutcome(args, scripted.score, scripted.metrics, {}, scripted.reason)
@@ -103,7 +103,7 @@ class Study:
         run_study(study, self.spec, setup, self.folder / "runs", len(outcomes), runner=runner)
 
     def served(self, metrics: dict[str, float]) -> TrialOutcome:
-        judged = score(metrics, self.spec.slos, self.spec.weights, self.spec.max_error_rate)
+        judged = score(metrics, Criteria.of(self.spec))
         return TrialOutcome({}, judged, metrics, {})
 
     def report(self) -> int:

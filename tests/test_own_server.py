@@ -324,7 +324,7 @@ def test_the_server_values_are_measured_after_the_apps_own_and_searched_from(
         ran.append(dict(args))
         metrics = {"e2e_p99_s": 1.0 if args.get("max-num-seqs") == 1024 else 5.0}
         metrics["error_rate"] = 0.0
-        result = score(metrics, {"e2e_p99_s": 9.0}, {"e2e_p99_s": 1.0})
+        result = score(metrics, Criteria({"e2e_p99_s": 9.0}, {"e2e_p99_s": 1.0}))
         return TrialOutcome(args, result, metrics, {})
 
     setup = TrialSetup(

@@ -83,7 +83,7 @@ def scripted(kind: str, args, should_stop) -> TrialOutcome:
     spec = parse_spec(SPEC)
 
     def judged(metrics: dict[str, float]) -> scoring.Score:
-        return scoring.score(metrics, spec.slos, spec.weights)
+        return scoring.score(metrics, Criteria.of(spec))
 
     if kind == "failed":
         timings = {"engine_stop_s": 0.2, "trial_s": 5.0}

@@ -59,10 +59,10 @@ def latency_outcome(
     if kind == "pruned":
         should_stop(1, 3.5)
         reached = {"ttft_p95_s": 5.0, "e2e_p99_s": 8.0}
-        score = scoring.score(reached, spec.slos, spec.weights)
+        score = scoring.score(reached, Criteria.of(spec))
         return TrialOutcome(args, score, reached, TIMINGS, "stopped early", pruned=True)
     figures = SERVED if kind == "feasible" else MISSED
-    score = scoring.score(figures, spec.slos, spec.weights)
+    score = scoring.score(figures, Criteria.of(spec))
     return TrialOutcome(args, score, figures, TIMINGS, None if score.feasible else "SLO missed")
 
 

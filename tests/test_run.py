@@ -2,8 +2,8 @@
 them, each telling what it does.
 
 The study is a real Optuna study in SQLite; the trials are measured by the scripted runner of
-``test_confirm.py`` (scores per configuration and measurement, no engine), passed through
-``RunSettings.runner``. What ``tuner run`` prints of the same steps is checked against the
+``test_confirm.py`` (scores per configuration and measurement, no engine), passed as ``Run``'s
+``runner``. What ``tuner run`` prints of the same steps is checked against the
 stand-in server in ``test_run_e2e.py``.
 """
 
@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 from conftest import write_small_trace
 from optuna.trial import FrozenTrial
@@ -22,11 +23,13 @@ from tuner.engine.handle import ServerHandle
 from tuner.engine.launchers import ProcessLauncher
 from tuner.errors import InputError
 from tuner.study.measure.prepare import Workload, model_of, open_loop_replay
+from tuner.study.measure.scoring import Criteria
 from tuner.study.measure.trial import OnProgress
 from tuner.study.plan.spec import StudySpec, parse_spec
 from tuner.study.result.choice import DEFAULTS, TUNED
-from tuner.study.result.run import Run, RunSettings
-from tuner.study.trials.search import open_study
+from tuner.study.result.run import Run
+from tuner.study.result.run_config import resolve
+from tuner.study.trials.search import TrialRunner, open_study
 from tuner.traces.formats import load_trace
 
 
@@ -61,14 +64,18 @@ def workload(tmp_path: Path, spec: StudySpec) -> Workload:
     return Workload(path, "0" * 64, trace, replay, spec.window_s, 1.0, model)
 
 
-def settings(tmp_path: Path, scripted: Scripted, **overrides: Any) -> RunSettings:
-    return RunSettings(
-        run_dir=tmp_path / "runs",
-        config_path=tmp_path / "configs" / "s.yaml",
-        launcher=ProcessLauncher(),
-        runner=scripted,
-        **overrides,
-    )
+def a_run(
+    study: optuna.Study,
+    spec: StudySpec,
+    tmp_path: Path,
+    scripted: TrialRunner,
+    teller: Heard | None = None,
+    **given: Any,
+) -> Run:
+    """A run of ``spec`` measured by ``scripted``, ``given`` over the spec (``resolve``)."""
+    config = resolve(spec, "s", tmp_path / "runs", tmp_path / "configs" / "s.yaml", **given)
+    wl = workload(tmp_path, spec)
+    return Run(study, spec, wl, config, teller, launcher=ProcessLauncher(), runner=scripted)
 
 
 CONFIRMING = (
@@ -84,7 +91,7 @@ def test_a_run_adds_trials_confirms_and_writes_the_winner(tmp_path, cpu_model):
     spec = parse_spec(spec_dict(cpu_model, n_trials=3, confirm_top_k=1, confirm_repeats=3))
     study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
     heard = Heard()
-    run = Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), heard)
+    run = a_run(study, spec, tmp_path, scripted, heard)
 
     assert run.calibrate().time_scale == 1.0  # no time_scale: auto, nothing measured
     assert run.add_trials() == spec.n_trials == 3
@@ -114,6 +121,24 @@ def test_a_run_adds_trials_confirms_and_writes_the_winner(tmp_path, cpu_model):
     )
 
 
+def test_every_measurement_is_given_the_specs_criteria_whole(tmp_path, cpu_model):
+    """The search's trials and the confirmation's fresh measurements are each handed the spec's
+    SLOs, weights and ``max_error_rate`` together, as the run's configuration holds them."""
+    scripted = Scripted({None: [0.9, 0.95, 0.92, 0.97], 4: [0.5, 0.6, 0.55, 0.58], 8: [0.7]})
+    raw = spec_dict(cpu_model, n_trials=3, confirm_top_k=1, confirm_repeats=3)
+    spec = parse_spec({**raw, "max_error_rate": 0.2})
+    seen: list[Criteria] = []
+
+    def runner(args: Any, setup: Any, workdir: Path, should_stop: Any = None) -> Any:
+        seen.append(setup.criteria)
+        return scripted(args, setup, workdir, should_stop)
+
+    run = a_run(open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0), spec, tmp_path, runner)
+    assert run.add_trials() == 3 and run.confirm() == 6
+    assert len(seen) == 9 and all(criteria == Criteria.of(spec) for criteria in seen)
+    assert seen[-1].max_error_rate == 0.2 and run.config.criteria == Criteria.of(spec)
+
+
 def test_a_finalist_that_is_vllms_defaults_is_announced_so(tmp_path, cpu_model):
     # Your configuration as the baseline, vLLM's defaults (``{}``) a candidate that leads.
     scripted = Scripted({2: [0.9, 0.95, 0.92, 0.93], None: [0.5, 0.5, 0.52, 0.51], 8: [0.8]})
@@ -122,7 +147,7 @@ def test_a_finalist_that_is_vllms_defaults_is_announced_so(tmp_path, cpu_model):
     spec = parse_spec(raw)
     study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
     heard = Heard()
-    run = Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), heard)
+    run = a_run(study, spec, tmp_path, scripted, heard)
     run.add_trials()
     assert run.confirm() == 6
     assert any(
@@ -138,11 +163,10 @@ def test_a_continued_study_holds_back_only_what_its_confirmation_still_needs(tmp
     scripted = Scripted({None: [0.9, 0.95, 0.92, 0.97], 4: [0.5, 0.6, 0.55, 0.58], 8: [0.7]})
     spec = parse_spec(spec_dict(cpu_model, n_trials=3, confirm_top_k=1, confirm_repeats=1))
     study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
-    first = Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), Heard())
+    first = a_run(study, spec, tmp_path, scripted, Heard())
     assert first.add_trials() == 3 and first.confirm() == 2
     spec = parse_spec(spec_dict(cpu_model, n_trials=3, confirm_top_k=1, confirm_repeats=3))
-    budgeted = settings(tmp_path, scripted, time_budget_s=3600.0)
-    again = Run(study, spec, workload(tmp_path, spec), budgeted, Heard())
+    again = a_run(study, spec, tmp_path, scripted, Heard(), time_budget_s=3600.0)
     assert again.budget is not None and again.budget.confirm_trials == 4
     assert again.confirm() == 4
     assert scripted.order == [None, 4, 8, 4, None, None, 4, 4, None]
@@ -157,7 +181,7 @@ def test_where_only_the_defaults_served_they_are_measured_again(tmp_path, cpu_mo
     spec = parse_spec(spec_dict(cpu_model, n_trials=1, confirm_top_k=1, confirm_repeats=2))
     study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
     heard = Heard()
-    run = Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), heard)
+    run = a_run(study, spec, tmp_path, scripted, heard)
     assert run.add_trials() == 1 and run.confirm() == 2
     assert scripted.order == [None, None, None]
     assert heard.lines[0].startswith("no time budget: 1 more trial and the confirmation")
@@ -178,8 +202,7 @@ def test_the_defaults_are_not_measured_again_past_the_budget(tmp_path, cpu_model
     spec = parse_spec(spec_dict(cpu_model, n_trials=1, confirm_top_k=1, confirm_repeats=1))
     study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
     heard = Heard()
-    budgeted = settings(tmp_path, scripted, time_budget_s=0.001)
-    run = Run(study, spec, workload(tmp_path, spec), budgeted, heard)
+    run = a_run(study, spec, tmp_path, scripted, heard, time_budget_s=0.001)
     assert run.add_trials() == 1 and run.confirm() == 0 and scripted.order == [None]
     assert heard.lines[-1].startswith(
         "not confirming: only vLLM's defaults served, and the 0 s left hold no measurement of "
@@ -194,11 +217,10 @@ def test_a_confirmation_the_budget_stops_says_so(tmp_path, cpu_model):
     scripted = Scripted({None: [1.0] * 4, 4: [0.5] * 4})
     spec = parse_spec(spec_dict(cpu_model, n_trials=2, confirm_top_k=1, confirm_repeats=3))
     study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
-    first = Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), Heard())
+    first = a_run(study, spec, tmp_path, scripted, Heard())
     assert first.add_trials() == 2
     heard = Heard()
-    budgeted = settings(tmp_path, scripted, time_budget_s=0.001)
-    later = Run(study, spec, workload(tmp_path, spec), budgeted, heard)
+    later = a_run(study, spec, tmp_path, scripted, heard, time_budget_s=0.001)
     assert later.confirm() == 0 and len(scripted.order) == 2
     assert heard.lines[0] == CONFIRMING
     assert heard.lines[-1].startswith(
@@ -213,7 +235,7 @@ def test_a_confirmation_the_budget_stops_says_so(tmp_path, cpu_model):
     assert written is not None and written.choice.outcome == DEFAULTS
     # With the time to finish, nothing of the kind is said, and the round confirms.
     done = Heard()
-    run = Run(study, spec, workload(tmp_path, spec), settings(tmp_path, scripted), done)
+    run = a_run(study, spec, tmp_path, scripted, done)
     assert run.confirm() == 6
     assert not any(line.startswith("time budget") for line in done.lines)
     written = run.result()
@@ -225,13 +247,7 @@ def test_a_budget_is_planned_and_told_before_the_first_trial(tmp_path, cpu_model
     spec = parse_spec(spec_dict(cpu_model, confirm_top_k=0, n_trials=2))
     study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
     heard = Heard()
-    run = Run(
-        study,
-        spec,
-        workload(tmp_path, spec),
-        settings(tmp_path, scripted, time_budget_s=3600.0),
-        heard,
-    )
+    run = a_run(study, spec, tmp_path, scripted, heard, time_budget_s=3600.0)
     assert run.budget is not None and run.budget_s == 3600.0
     run.calibrate()
     assert run.add_trials() == 2
@@ -249,7 +265,7 @@ def test_a_run_without_a_launcher_measures_nothing(tmp_path, cpu_model):
     raw = spec_dict(cpu_model, time_scale="auto")
     spec = parse_spec(raw)
     study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
-    only_result = RunSettings(run_dir=tmp_path / "runs", config_path=tmp_path / "s.yaml")
+    only_result = resolve(spec, "s", tmp_path / "runs", tmp_path / "s.yaml")
     run = Run(study, spec, workload(tmp_path, spec), only_result)
     assert run.calibrates and run.budget is None and run.machine == {}
     # The calibration would start vLLM's defaults: refused, as the study has none to reuse.

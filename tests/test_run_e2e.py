@@ -613,7 +613,9 @@ def by_seqs(args, setup, workdir, should_stop=None) -> TrialOutcome:
     """The more sequences the lower the score, but above 16 requests fail: infeasible."""
     seqs = args.get("max-num-seqs", 8)
     metrics = {"e2e_p99_s": (33 - seqs) / 10, "error_rate": 0.0 if seqs <= 16 else 0.5}
-    return TrialOutcome(args, score(metrics, {"e2e_p99_s": 10.0}, {"e2e_p99_s": 1.0}), metrics, {})
+    return TrialOutcome(
+        args, score(metrics, Criteria({"e2e_p99_s": 10.0}, {"e2e_p99_s": 1.0})), metrics, {}
+    )
 
 
 def test_study_loop_records_failures_and_never_picks_one(tmp_path: Path) -> None:

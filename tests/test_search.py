@@ -141,11 +141,11 @@ class Reporting:
             if should_stop is not None and should_stop(step, ratio):
                 self.told_stop.append(True)
                 metrics = {"e2e_p99_s": ratio * 10.0, "stopped_at_s": float(step)}
-                judged = score(metrics, SLOS, WEIGHTS)
+                judged = score(metrics, Criteria(SLOS, WEIGHTS))
                 return TrialOutcome(args, judged, metrics, {}, "far off", pruned=True)
         self.told_stop.append(False)
         metrics = {"e2e_p99_s": ratio * 10.0, "error_rate": 0.0}
-        return TrialOutcome(args, score(metrics, SLOS, WEIGHTS), metrics, {})
+        return TrialOutcome(args, score(metrics, Criteria(SLOS, WEIGHTS)), metrics, {})
 
 
 def test_baseline_and_candidates_report_and_a_later_hopeless_trial_is_pruned(
@@ -365,7 +365,7 @@ def landscape_runner(seen: list[dict]):
         tokens = args.get("max-num-batched-tokens", 2048)
         ratio = 0.2 + 0.1 * abs(math.log2(seqs / 8)) + (0.0 if tokens == 8192 else 0.2)
         metrics = {"e2e_p99_s": ratio * 10.0, "error_rate": 0.0}
-        return TrialOutcome(args, score(metrics, SLOS, WEIGHTS), metrics, {})
+        return TrialOutcome(args, score(metrics, Criteria(SLOS, WEIGHTS)), metrics, {})
 
     return runner
 

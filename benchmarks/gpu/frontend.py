@@ -51,7 +51,7 @@ from tuner.load.spread import replay
 from tuner.study.measure.capacity import reset_prefix_cache, wait_idle
 from tuner.study.measure.prepare import prepare
 from tuner.study.measure.rate_search import RateSearch
-from tuner.study.measure.scoring import score
+from tuner.study.measure.scoring import Criteria, score
 from tuner.study.measure.trial import TrialSetup
 from tuner.study.plan.spec import StudySpec, load_spec
 from tuner.study.trials import fingerprint
@@ -233,7 +233,7 @@ def pct(values: Sequence[float], q: float) -> float | None:
 
 def judged(results: Sequence[RequestResult], duration_s: float, spec: StudySpec) -> dict[str, Any]:
     figures = summarize_client(results, duration_s)
-    verdict = score(figures, spec.slos, spec.weights, spec.max_error_rate)
+    verdict = score(figures, Criteria.of(spec))
     keep = ("requests", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s",
             "e2e_p99_s", "send_lag_p99_s")  # fmt: skip
     out: dict[str, Any] = {k: figures[k] for k in keep if k in figures}

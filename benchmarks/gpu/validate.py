@@ -31,8 +31,9 @@ from tuner.flags import SERVER_ONLY, normalize
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import replay_figures
 from tuner.load.open_loop import replay_in_process
+from tuner.study.measure.calibrate import TimeScale
 from tuner.study.measure.prepare import model_of, write_dummy_model
-from tuner.study.plan.spec import AUTO, load_spec
+from tuner.study.plan.spec import load_spec
 from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload
 
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     workload = build_workload(
         load_trace(args.trace),
         spec.window_s,
-        1.0 if spec.time_scale == AUTO else float(spec.time_scale),
+        TimeScale(spec.time_scale).factor(),
         info.max_model_len,
     )
     requests = workload.trace.requests()

@@ -18,6 +18,7 @@ from tuner.study.measure.prepare import (
     replay_lines,
 )
 from tuner.study.plan.spec import StudySpec
+from tuner.study.result.run_config import RunConfig
 from tuner.traces.concurrency import ConcurrencyTrace, LengthSource, load_concurrency
 from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
 from tuner.traces.model import Trace
@@ -88,16 +89,16 @@ def read_trace(args: argparse.Namespace) -> TraceRead:
 
 def workload_of(
     args: argparse.Namespace,
+    config: RunConfig,
     spec: StudySpec,
     read: TraceRead,
-    time_scale: float,
     model: ModelInfo,
 ) -> Workload:
     """The window replayed, open-loop from a request trace or closed-loop from a concurrency
-    one, ``--window-s`` seconds long (else the spec's), and how (said, with the capacity search
-    where the objective is capacity)."""
-    # The parser took only positive numbers: an option given is never dropped for the spec's.
-    window_s = spec.window_s if args.window_s is None else args.window_s
+    one, the run's ``window_s`` long at its time scale (``auto``: the trace's speed, until the
+    run calibrates it), and how (said, with the capacity search where the objective is
+    capacity)."""
+    window_s, time_scale = config.window_s, config.time_scale.factor()
     if read.trace is None:
         assert read.schedule is not None and read.lengths is not None
         replay = closed_loop_replay(

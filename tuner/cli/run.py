@@ -1,8 +1,9 @@
 """``tuner run``: measure configurations against the replayed trace, write the best.
 
-The command line reads the trace and the spec, opens the study and builds one
-``tuner.study.result.run.Run``, drives its steps (calibrate, add trials, confirm, result),
-prints what they tell and maps the outcome to the exit status.
+The command line reads the trace and the spec, resolves the run's configuration once from both
+(``run_config``: a ``RunConfig``), opens the study and builds one
+``tuner.study.result.run.Run`` of that configuration, drives its steps (calibrate, add trials,
+confirm, result), prints what they tell and maps the outcome to the exit status.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from tuner.errors import InputError
 from tuner.study.measure.objective import of_spec
 from tuner.study.measure.prepare import model_of
 from tuner.study.plan.own_server import OwnServer
-from tuner.study.plan.spec import AUTO, StudySpec
-from tuner.study.result.run import Run, RunSettings
+from tuner.study.plan.spec import StudySpec
+from tuner.study.result.run import Run
+from tuner.study.result.run_config import RunConfig, default_storage, resolve
 from tuner.study.trials import search
 from tuner.study.trials.workers import fail_orphans
 from tuner.urls import shown_url
@@ -74,6 +76,28 @@ def server_launcher(choice: str, log: Path, spec: StudySpec) -> Launcher:
     return CommandLauncher()
 
 
+def run_config(
+    args: argparse.Namespace, name: str, spec: StudySpec, began: float | None = None
+) -> RunConfig:
+    """The run's configuration: the command line's values over the spec's (``resolve``), the
+    study ``name``'s engine logs under ``--runs`` and its configuration written in
+    ``--configs``."""
+    return resolve(
+        spec,
+        name,
+        args.runs / name,
+        args.configs / f"{name}.yaml",
+        storage=args.storage,
+        n_trials=args.n_trials,
+        confirm_only=args.confirm_only,
+        time_budget_s=args.time_budget_s,
+        window_s=args.window_s,
+        time_scale=args.time_scale,
+        launcher=args.launcher,
+        began=began,
+    )
+
+
 def _say_budget(budget_s: float, flag: bool, spec: StudySpec) -> None:
     """The time budget's line, before the first trial (``flag``: given on the command line)."""
     where = "--time-budget-s" if flag else "the spec's time_budget_s"
@@ -95,35 +119,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     read = read_trace(args)
     command = server_command_of(args)
     spec = load_study_spec(args, name, read.trace)
-    n_trials = 0 if args.confirm_only else spec.n_trials if args.n_trials is None else args.n_trials
-    # Whether this run starts engines: to add trials, or to finish a confirmation.
-    measures = bool(n_trials or args.confirm_only)
+    config = run_config(args, name, spec, began)
     spec = with_server_command(spec, command)
-    spec = checked_spec(args, name, spec, read.trace is not None, measures)
-    # "auto": a latency study of a request trace replays at a rate calibrated on this machine,
-    # once its study is open (the calibration is kept there); anything else at the trace's speed.
-    if args.time_scale is not None:
-        time_scale = args.time_scale
-    else:
-        time_scale = 1.0 if spec.time_scale == AUTO else float(spec.time_scale)
-    workload = workload_of(args, spec, read, time_scale, model_of(spec))
-    study, storage = _open_study(args, spec, name)
-    log = args.runs / name / "launcher.log"
-    launcher = server_launcher(args.launcher, log, spec) if measures else None
-    settings = RunSettings(
-        run_dir=args.runs / name,
-        config_path=args.configs / f"{name}.yaml",
-        n_trials=n_trials,
-        launcher=launcher,
-        time_budget_s=args.time_budget_s,
-        began=began,
-        calibrate=args.time_scale is None,
-    )
+    spec = checked_spec(args, name, spec, read.trace is not None, config.measures)
+    workload = workload_of(args, config, spec, read, model_of(spec))
+    study = _open_study(config, spec)
+    storage, n_trials = config.storage, config.n_trials
+    log = config.run_dir / "launcher.log"
+    launcher = server_launcher(config.launcher, log, spec) if config.measures else None
     lines = RunLines(spec)
     try:
-        run = Run(study, spec, workload, settings, lines)
+        run = Run(study, spec, workload, config, lines, launcher=launcher)
         if run.budget_s is not None:
-            _say_budget(run.budget_s, bool(args.time_budget_s), spec)
+            _say_budget(run.budget_s, config.budget_given, spec)
         run.calibrate()
         print(
             f"study {name!r} in {shown_url(storage)}: {len(study.trials)} trials so far, "
@@ -142,18 +150,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     return after_run(args, name, storage, said_result(args, name, study, run.result()))
 
 
-def _open_study(args: argparse.Namespace, spec: StudySpec, name: str) -> tuple[optuna.Study, str]:
-    """The study and its storage URL; trials whose tuner is gone are marked failed (said)."""
-    storage = args.storage
-    if storage is None:
+def _open_study(config: RunConfig, spec: StudySpec) -> optuna.Study:
+    """The study; trials whose tuner is gone are marked failed (said)."""
+    name, storage = config.study, config.storage
+    if storage == default_storage(name):
         # The default storage's folder, made here as the default spec's is: a spec given
         # elsewhere leaves it missing. A URL given is used as given; a folder missing there is
         # more likely a slip, and the error names it.
         Path("studies").mkdir(exist_ok=True)
-        storage = f"sqlite:///studies/{name}.db"
     study = search.open_study(
-        name, storage, spec.seed, search.pruner_for(spec), objective=of_spec(spec)
+        name, storage, config.seed, search.pruner_for(spec), objective=of_spec(spec)
     )
     for orphan in fail_orphans(study):
         print(f"trial {orphan.number}: its tuner is gone (killed or crashed); marked failed")
-    return study, storage
+    return study

@@ -10,7 +10,8 @@ rate, for at most ``replay_s`` seconds (longer where that would hold fewer than
 fast, where configurations that serve worse than the defaults are seen to queue.
 
 The calibration is kept in the study (``CALIBRATION_ATTR``), so a resumed study replays what
-its first trials replayed; the time scale it sets is part of the study's fingerprint.
+its first trials replayed; the time scale it sets is part of the study's fingerprint. Whether a
+run calibrates, and the factor its trials replay at before and after, is ``TimeScale``'s to say.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from tuner.study.measure.capacity import CapacitySettings
+from tuner.study.measure.objective import StudyObjective
 from tuner.study.measure.rate_search import RateSearch
 from tuner.study.measure.trial import TrialOutcome, TrialSetup, run_trial
-from tuner.study.plan.spec import StudySpec
+from tuner.study.plan.spec import AUTO, StudySpec
 from tuner.traces.model import Request
 
 # The study user attribute that holds the calibration.
@@ -106,6 +108,29 @@ class Calibration:
             f"replays the window at {self.load:g} x that, {self.rate_req_per_s:.3g} req/s "
             f"(time scale {self.time_scale:.3g}), for at most {self.replay_s:.3g} s"
         )
+
+
+@dataclass(frozen=True)
+class TimeScale:
+    """A run's ``time_scale`` as given (the command line's, else the spec's): a factor on the
+    trace's arrival times, or ``auto``. What says whether the run calibrates, and the factor
+    every trial replays the window at; nothing else reads ``auto``."""
+
+    given: float | str
+
+    def calibrates(self, objective: StudyObjective, request_trace: bool) -> bool:
+        """Whether the run measures the rate it replays at on this machine: ``auto``, of a
+        request trace (a closed loop has no rate to set), in a study whose objective calibrates
+        (a latency study's)."""
+        return self.given == AUTO and request_trace and objective.calibrates
+
+    def factor(self, found: Calibration | None = None) -> float:
+        """The factor on the window's arrival times: the number given; for ``auto``, the
+        calibration's (``found``), else 1, the trace's own speed (before a calibration, and in
+        a run that does not calibrate)."""
+        if self.given != AUTO:
+            return float(self.given)
+        return 1.0 if found is None else found.time_scale
 
 
 def settings(

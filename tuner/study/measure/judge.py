@@ -13,22 +13,11 @@ wait so far) and the client's own. Either is scored against the SLOs and the err
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tuner.load.health import CLIENT_TOLERANCE_S, client_behind, client_to_blame
 from tuner.load.metrics import ReplayResult, client_figures, provisional, replay_figures
-from tuner.study.measure.scoring import Score, score
-
-
-@dataclass(frozen=True)
-class Criteria:
-    """What a window is judged by: SLOs in seconds, each SLO's weight in the score (the spec's
-    ``weights``), and the share of requests that may fail."""
-
-    slos: Mapping[str, float]
-    weights: Mapping[str, float]
-    max_error_rate: float = 0.0
+from tuner.study.measure.scoring import Criteria, Score, score
 
 
 @dataclass(frozen=True)
@@ -65,7 +54,7 @@ def judge(
         figures = provisional(stopped_at_s, result.live)
         figures["stopped_at_s"] = stopped_at_s
         figures |= client_figures(result)
-    judged = score(figures, criteria.slos, criteria.weights, criteria.max_error_rate)
+    judged = score(figures, criteria)
     passed = stopped_at_s is None and judged.feasible
     return Judged(
         figures,

@@ -19,9 +19,10 @@ from tuner.load.http import Exchange, OpenAICompletions, ReplaySettings
 from tuner.load.priming import PRIMING
 from tuner.load.prompts import prompt_words
 from tuner.load.template import TEXT
-from tuner.study.measure.judge import Criteria
+from tuner.study.measure.calibrate import TimeScale
 from tuner.study.measure.objective import of_spec
 from tuner.study.measure.outcome import Offered
+from tuner.study.measure.scoring import Criteria
 from tuner.study.measure.trial import OnProgress, TrialSetup
 from tuner.study.plan.spec import AUTO, StudySpec
 from tuner.traces import concurrency
@@ -196,13 +197,14 @@ def closed_loop_replay(
 
 def trial_setup(
     spec: StudySpec,
+    criteria: Criteria,
     replay: Replay,
     vocab_size: int,
     launcher: Launcher,
     progress: OnProgress | None = None,
 ) -> TrialSetup:
-    """What every trial of this run shares: the window, the client, the SLOs, the launcher, and
-    how a trial measures (the spec's objective's)."""
+    """What every trial of this run shares: the window, the client, the SLO ``criteria`` it is
+    judged by, the launcher, and how a trial measures (the spec's objective's)."""
     return TrialSetup(
         model=spec.model,
         requests=replay.requests,
@@ -217,7 +219,7 @@ def trial_setup(
             cached_ids=replay.cached_ids,
             history_seed=spec.seed,
         ),
-        criteria=Criteria(spec.slos, spec.weights, spec.max_error_rate),
+        criteria=criteria,
         health_timeout_s=spec.health_timeout_s,
         warmup_requests=warmup_of(replay.requests, spec.warmup_requests),
         launcher=launcher,
@@ -265,12 +267,12 @@ def prepare(spec: StudySpec, trace: Trace, launcher: Launcher) -> Prepared:
     trials' setup."""
     write_dummy_model(spec)
     info = model_of(spec)
-    time_scale = 1.0 if spec.time_scale == AUTO else float(spec.time_scale)
     replay = open_loop_replay(
         trace,
         spec.window_s,
-        time_scale,
+        TimeScale(spec.time_scale).factor(),
         info.max_model_len,
         warm_prefix_cache=spec.warm_prefix_cache,
     )
-    return Prepared(info, replay, trial_setup(spec, replay, info.vocab_size, launcher))
+    setup = trial_setup(spec, Criteria.of(spec), replay, info.vocab_size, launcher)
+    return Prepared(info, replay, setup)

@@ -9,10 +9,28 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tuner.study.plan.spec import StudySpec
+
 # Score of a trial that measured nothing usable (the engine failed, or every request did). It
 # is only a placeholder for Optuna's value: such a trial is also infeasible, and infeasible
 # trials never win.
 FAILED_SCORE = 1000.0
+
+
+@dataclass(frozen=True)
+class Criteria:
+    """What a window is judged by: SLOs in seconds, each SLO's weight in the score (the spec's
+    ``weights``), and the share of requests that may fail (none, unless given). Passed whole
+    from the spec to every judge (``of``), so that no judge is left with SLOs alone."""
+
+    slos: Mapping[str, float]
+    weights: Mapping[str, float]
+    max_error_rate: float = 0.0
+
+    @classmethod
+    def of(cls, spec: StudySpec) -> Criteria:
+        """The spec's SLOs, weights and ``max_error_rate``."""
+        return cls(spec.slos, spec.weights, spec.max_error_rate)
 
 
 @dataclass(frozen=True)
@@ -34,19 +52,16 @@ class Score:
         return [name for name, v in self.constraints.items() if v > 0]
 
 
-def score(
-    metrics: Mapping[str, float],
-    slos: Mapping[str, float],
-    weights: Mapping[str, float],
-    max_error_rate: float = 0.0,
-) -> Score:
-    """Score a trial's metrics. A metric an SLO names but the trial lacks counts as a miss."""
+def score(metrics: Mapping[str, float], criteria: Criteria) -> Score:
+    """Score a trial's metrics by ``criteria``. A metric an SLO names but the trial lacks counts
+    as a miss."""
+    slos, weights = criteria.slos, criteria.weights
     constraints: dict[str, float] = {}
     for metric, limit in slos.items():
         value = metrics.get(metric)
         constraints[f"slo_{metric}"] = 1.0 if value is None else (value - limit) / limit
     error_rate = metrics.get("error_rate", 1.0)
-    constraints["error_rate"] = error_rate - max_error_rate
+    constraints["error_rate"] = error_rate - criteria.max_error_rate
     parts = [w * metrics[m] / slos[m] for m, w in weights.items() if m in metrics]
     if len(parts) < len(weights):
         return Score(FAILED_SCORE, constraints)

@@ -1,9 +1,10 @@
 """A run: trials added to a study and the configuration it answers written, step by step.
 
 ``Run`` takes an open study, the spec, the ``Workload`` every trial replays and the run's
-``RunSettings``, and is driven in four steps, each telling a ``Teller`` what it does as it goes:
+``RunConfig`` (``tuner.study.result.run_config``: resolved once, read here as it is), and is
+driven in four steps, each telling a ``Teller`` what it does as it goes:
 
-- ``calibrate``: where the spec asks (``time_scale: auto``), the rate the window is replayed at,
+- ``calibrate``: where the run's time scale is ``auto``, the rate the window is replayed at,
   measured once on vLLM's defaults and kept in the study; then the study's fingerprint checked
   against this run's (``tuner.study.trials.fingerprint``);
 - ``add_trials``: the search, within the run's time budget, with the CUDA-graph capture range
@@ -23,10 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import optuna
@@ -42,7 +40,8 @@ from tuner.study.measure.prepare import Workload, open_loop_replay, replay_lines
 from tuner.study.measure.record import TrialRecord
 from tuner.study.measure.trial import OnProgress, TrialSetup, run_trial
 from tuner.study.plan.space import capture_pin
-from tuner.study.plan.spec import AUTO, StudySpec
+from tuner.study.plan.spec import StudySpec
+from tuner.study.result.run_config import RunConfig
 from tuner.study.result.written import Written, write_configuration
 from tuner.study.trials import confirm, fingerprint, search
 from tuner.study.trials.budget import (
@@ -90,48 +89,35 @@ class LogTeller:
         logger.info("trial %d: %s, value %s", trial.number, trial.state.name, trial.value)
 
 
-@dataclass(frozen=True)
-class RunSettings:
-    """What a run does beside its spec: where its logs and its configuration go, how many trials
-    it adds (None: the spec's ``n_trials``), the ``launcher`` that starts vLLM (None: the run
-    starts no engine, it only writes the result of the trials there), its time budget in seconds
-    from ``began`` (``time.monotonic()``; None: the spec's ``time_budget_s``), whether a spec's
-    ``time_scale: auto`` is calibrated (False where the caller set the time scale), and what
-    measures a trial (``runner``: ``run_trial``, which starts vLLM)."""
-
-    run_dir: Path
-    config_path: Path
-    n_trials: int | None = None
-    launcher: Launcher | None = None
-    time_budget_s: float | None = None
-    began: float = field(default_factory=time.monotonic)
-    calibrate: bool = True
-    runner: search.TrialRunner = run_trial
-
-
 class Run:
     """One run over ``study``: ``calibrate``, ``add_trials``, ``confirm`` and ``result``, in that
-    order (``add_trials`` and ``confirm`` only with a launcher)."""
+    order (``add_trials`` and ``confirm`` only with a ``launcher``, which starts vLLM: without
+    one the run starts no engine, it only writes the result of the trials there). ``runner``
+    measures a trial (``run_trial``, which starts vLLM)."""
 
     def __init__(
         self,
         study: optuna.Study,
         spec: StudySpec,
         workload: Workload,
-        settings: RunSettings,
+        config: RunConfig,
         teller: Teller | None = None,
+        *,
+        launcher: Launcher | None = None,
+        runner: search.TrialRunner = run_trial,
     ) -> None:
         self.study = study
         self.spec = spec
         self.workload = workload
-        self.settings = settings
+        self.config = config
+        self.launcher = launcher
+        self.runner = runner
         self.tell: Teller = teller if teller is not None else LogTeller()
-        self.n_trials = spec.n_trials if settings.n_trials is None else settings.n_trials
-        measures = settings.launcher is not None
+        self.n_trials = config.n_trials
+        measures = launcher is not None
         # Asked once a run, and only to add trials: a report may be written on another machine.
         self.machine = fingerprint.measured_on() if measures else {}
-        budget_s = spec.time_budget_s if settings.time_budget_s is None else settings.time_budget_s
-        self.budget_s = budget_s if measures else None
+        self.budget_s = config.time_budget_s if measures else None
         self.budget = self._budget(self.budget_s)
         # Without a budget, the same plan with no end: what the run will take, told as it goes.
         self._eta = self._budget(math.inf) if measures and self.budget is None else None
@@ -139,14 +125,9 @@ class Run:
 
     @property
     def calibrates(self) -> bool:
-        """Whether this run replays at a calibrated rate: ``time_scale: auto``, not set by the
-        caller, of a request trace, in a study whose objective calibrates (a latency study)."""
-        return (
-            self.settings.calibrate
-            and self.spec.time_scale == AUTO
-            and self.workload.trace is not None
-            and of_spec(self.spec).calibrates
-        )
+        """Whether this run replays at a calibrated rate (``TimeScale.calibrates``)."""
+        request_trace = self.workload.trace is not None
+        return self.config.time_scale.calibrates(of_spec(self.spec), request_trace)
 
     def calibrate(self) -> Workload:
         """The workload every trial replays, once the study is checked to have been measured
@@ -158,19 +139,18 @@ class Run:
             assert trace is not None
             found = self._calibration()
             self.tell.say(found.describe())
+            time_scale = self.config.time_scale.factor(found)
             replay = open_loop_replay(
                 trace,
                 workload.window_s,
-                found.time_scale,
+                time_scale,
                 workload.model.max_model_len,
                 found.replay_s,
                 self.spec.warm_prefix_cache,
             )
             for line in replay_lines(replay):
                 self.tell.say(line)
-            self.workload = dataclasses.replace(
-                workload, replay=replay, time_scale=found.time_scale
-            )
+            self.workload = dataclasses.replace(workload, replay=replay, time_scale=time_scale)
         measured = fingerprint.of_study(self.spec, self.workload.fingerprint(), self.machine)
         note = fingerprint.check_workload(self.study, measured)
         if note is not None:
@@ -202,10 +182,10 @@ class Run:
             self.study,
             spec,
             self.trial_setup(),
-            self.settings.run_dir,
+            self.config.run_dir,
             self.n_trials,
             on_trial=finished,
-            runner=self.settings.runner,
+            runner=self.runner,
             on_start=self.tell.trial_started,
             budget=budget,
             pinned=pinned,
@@ -262,7 +242,7 @@ class Run:
 
     def _measuring(self) -> search.Measuring:
         return search.Measuring(
-            self.trial_setup(), self.settings.run_dir, self.settings.runner, self.machine,
+            self.trial_setup(), self.config.run_dir, self.runner, self.machine,
             self.tell.trial_started,
         )  # fmt: skip
 
@@ -341,25 +321,26 @@ class Run:
         return frozen
 
     def result(self) -> Written | None:
-        """The configuration the study answers, written to ``settings.config_path``
+        """The configuration the study answers, written to ``config.config_path``
         (``write_configuration``); None where no trial served (nothing written)."""
-        return write_configuration(self.study, self.spec, self.workload, self.settings.config_path)
+        return write_configuration(self.study, self.spec, self.workload, self.config.config_path)
 
     def trial_setup(self) -> TrialSetup:
         """What every trial of this run shares; made once, and only for a run with a launcher."""
         if self._setup is None:
-            launcher = self.settings.launcher
+            launcher = self.launcher
             if launcher is None:
                 raise ValueError("a run without a launcher measures nothing")
-            model = self.workload.model
+            vocab_size = self.workload.model.vocab_size
             setup = trial_setup(
-                self.spec, self.workload.replay, model.vocab_size, launcher, self.tell.progress
-            )
+                self.spec, self.config.criteria, self.workload.replay, vocab_size, launcher,
+                self.tell.progress,
+            )  # fmt: skip
             self._setup = dataclasses.replace(setup, on_engine_start=self.tell.engine_started)
         return self._setup
 
     def _budget(self, budget_s: float | None) -> Budget | None:
-        """The run's time budget, counted from ``settings.began``, with the confirm step's
+        """The run's time budget, counted from ``config.began``, with the confirm step's
         measurements held back from the start; None without one."""
         if budget_s is None:
             return None
@@ -371,7 +352,7 @@ class Run:
         held = max(0, held - self._fresh_taken()) if held else 0
         share = 1.0 if environment.is_cpu_build() else GPU_CONFIRM_SHARE
         return Budget(
-            self.settings.began + budget_s,
+            self.config.began + budget_s,
             confirm_trials=held,
             estimate_s=estimate_s,
             confirm_share=share,
@@ -401,7 +382,7 @@ class Run:
         held = calibration.stored(study.user_attrs)
         if held is not None:
             return held
-        if self.settings.launcher is None:
+        if self.launcher is None:
             raise InputError(
                 f"study {study.study_name!r} has no calibration yet (time_scale: auto): run it "
                 "with trials to measure one"
@@ -416,10 +397,11 @@ class Run:
             f"within the SLOs on this machine, from {search_at.window_req_per_s:.3g} req/s, "
             f"{search_at.rate_window_s:g} s a rate, to within {search_at.resolution:.0%}"
         )
-        setup = trial_setup(spec, replay, self.workload.model.vocab_size, self.settings.launcher)
+        vocab_size = self.workload.model.vocab_size
+        setup = trial_setup(spec, self.config.criteria, replay, vocab_size, self.launcher)
         try:
             measured = calibration.measure(
-                setup, search_at, spec, self.settings.run_dir / "calibration"
+                setup, search_at, spec, self.config.run_dir / "calibration"
             )
         except calibration.CalibrationFailed as exc:
             tail = f"\n{exc.log_tail}" if exc.log_tail else ""
