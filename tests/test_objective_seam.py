@@ -11,6 +11,7 @@ the classes, not listed here.
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -86,7 +87,7 @@ TREES = {
 }
 
 
-def objective_modules(trees: dict[str, ast.AST]) -> set[str]:
+def objective_modules(trees: Mapping[str, ast.AST]) -> set[str]:
     """The modules that define ``StudyObjective`` or a class derived from it, at any depth."""
     classes = {
         (module, node.name, tuple(filter(None, map(name_of, node.bases))))
