@@ -127,7 +127,7 @@ def comparison_table(
     rows = [f"{'':<16} {mine:>16} {theirs:>16}"]
     rows += [f"{name:<16} {a:>16} {b:>16}" for name, a, b in capacity_rows]
     if capacity_rows:
-        rows.append("at each one's capacity (else at the lowest rate it tried):")
+        rows.append(f"at each one's {capacity_rows[0][0]} (else at the lowest rate it tried):")
     for name, key, scale, unit in HEADLINE:
         base = format_figure(other, key, scale, unit) if other else "n/a"
         rows.append(f"{name:<16} {format_figure(chosen, key, scale, unit):>16} {base:>16}")
