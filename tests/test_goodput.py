@@ -159,8 +159,8 @@ def test_the_search_finds_a_stand_in_s_known_goodput(partly_slow):
     settings = CapacitySettings(
         WINDOW,
         period_s=1.0,
-        rate_window_s=2.5,
-        resolution=0.1,
+        rate_window_s=2.0,
+        resolution=0.25,
         max_rates=8,
         min_requests=0,
         goodput_share=0.75,
