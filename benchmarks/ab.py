@@ -54,6 +54,7 @@ from tuner.study.plan.space import KV_ARGUMENTS, runnable_baseline
 from tuner.study.plan.spec import StudySpec, load_spec
 from tuner.study.result.run import Run
 from tuner.study.result.run_config import resolve
+from tuner.study.result.words import words_of
 from tuner.study.trials.search import open_study
 from tuner.traces.formats import load_trace
 
@@ -188,9 +189,10 @@ def report(studies: Sequence[optuna.Study], arms: Sequence[Arm]) -> list[str]:
         starts.update((id(r), at[r.number]) for r in its if r.number in at)
         rows.extend(its)
     by_arm = measured(rows, arms)
-    unit = objective.value_unit.strip() or "lower is better"
+    said = words_of(objective)
+    unit = said.unit.strip() or "lower is better"
     head = [
-        "arm", "n", "met SLOs", f"{objective.value_name} median ({unit})", "lowest", "highest",
+        "arm", "n", "met SLOs", f"{said.name} median ({unit})", "lowest", "highest",
         *(f"{name[:-2]} median ms" for name in FIGURES), "engine start median s",
     ]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]

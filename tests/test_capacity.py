@@ -57,6 +57,7 @@ from tuner.study.measure.rates import RatePoint, hinted_step, search_capacity
 from tuner.study.measure.record import ARGS_ATTR, CAPACITY_ATTR, CONFIRMS_ATTR, POINTS_ATTR
 from tuner.study.measure.trial import Criteria, Ended, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
+from tuner.study.result.words import words_of
 from tuner.study.trials.confirm import confirm
 from tuner.study.trials.search import Measuring, open_study, run_study
 from tuner.traces.formats import load_trace
@@ -880,12 +881,12 @@ def test_the_baseline_at_one_rate_says_where_its_windows_there_disagree():
         return made
 
     mixed = [trial(0, None), trial(4, False), trial(5, True), trial(8, False)]
-    (line,) = CAPACITY_OBJECTIVE.at_one_rate(mixed)
+    (line,) = words_of(CAPACITY_OBJECTIVE).at_one_rate(mixed)
     assert line.startswith("at 24.8 req/s, the finalist's capacity in the search, vLLM's defaults")
     assert line.endswith(
         "they miss the SLOs (stopped); of 3 windows there, 1 met them (trial 5), "
         "2 missed (trials 4, 8)"
     )
-    (alike,) = CAPACITY_OBJECTIVE.at_one_rate([trial(4, False), trial(8, False)])
+    (alike,) = words_of(CAPACITY_OBJECTIVE).at_one_rate([trial(4, False), trial(8, False)])
     assert alike.endswith("they miss the SLOs (stopped)")
-    assert CAPACITY_OBJECTIVE.at_one_rate([trial(0, None)]) == []
+    assert words_of(CAPACITY_OBJECTIVE).at_one_rate([trial(0, None)]) == []

@@ -113,6 +113,7 @@ SPECS = {
         gpu=True,
         device=Gpu(0, "GPU-1", "NVIDIA H100 80GB HBM3", 81559),
         overrides={"objective_mode": "capacity"},
+        searches_rates=True,
     ),
     **{f"studies/{p.name}": p.read_text() for p in sorted((REPO / "studies").glob("*.yaml"))},
 }

@@ -1,31 +1,26 @@
 """What a study optimises is asked of its objective (``tuner.study.measure.objective``), never
-tested: no module outside the objectives, and the places where the mode is read from the user,
-compares anything with a mode or an objective's metric, or branches on the direction.
+tested: no module but those that define an objective compares anything with a mode or an
+objective's metric, tests which objective it has, or branches on the direction; and the report
+asks its presenter (``tuner.report.presenters``) what to show, never the objective's flags.
 
-Read from the code itself, as ``test_layout.py`` reads the imports: a third objective is then a
-subclass and an entry in ``OBJECTIVES``, with nothing to find elsewhere.
+Read from the code itself, as ``test_layout.py`` reads the imports: a module defines an
+objective where it holds a subclass of ``StudyObjective`` (or of one of those), found by reading
+the classes, not listed here.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tuner"
+BASE = "StudyObjective"
 
-# Where an objective is defined and worded, and where the mode is read from the user (the spec,
-# the default spec written for the command line's --objective, the option itself).
-OBJECTIVE_MODULES = {
-    "study/measure/objective.py",
-    "study/measure/capacity_text.py",
-    "study/plan/spec.py",
-    "study/plan/space.py",
-    "cli/parser.py",
-}
 # The modes as words, and the names the modes, the objectives and their metrics go by.
-MODE_WORDS = {"latency", "capacity"}
+MODE_WORDS = {"latency", "capacity", "goodput"}
 MODE_NAMES = {
     "LATENCY",
     "CAPACITY",
@@ -34,8 +29,11 @@ MODE_NAMES = {
     "CAPACITY_OBJECTIVE",
     "LATENCY_GOAL",
     "CAPACITY_GOAL",
+    "GOODPUT",
+    "GOODPUT_OBJECTIVE",
     "Latency",
     "Capacity",
+    "Goodput",
 }
 DIRECTION_NAMES = {"maximize", "maximise", "minimize", "minimise", "MAXIMIZE", "MINIMIZE"}
 
@@ -83,16 +81,56 @@ def mode_checks(tree: ast.AST) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-MODULES = sorted(
-    path.relative_to(PACKAGE).as_posix()
+TREES = {
+    path.relative_to(PACKAGE).as_posix(): ast.parse(path.read_text())
     for path in PACKAGE.rglob("*.py")
-    if path.relative_to(PACKAGE).as_posix() not in OBJECTIVE_MODULES
-)
+}
+
+
+def objective_modules(trees: Mapping[str, ast.AST]) -> set[str]:
+    """The modules that define ``StudyObjective`` or a class derived from it, at any depth."""
+    classes = {
+        (module, node.name, tuple(filter(None, map(name_of, node.bases))))
+        for module, tree in trees.items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+    }
+    objectives = {BASE}
+    while True:
+        found = {name for _, name, bases in classes if objectives & set(bases)} - objectives
+        if not found:
+            break
+        objectives |= found
+    return {module for module, name, _ in classes if name in objectives}
+
+
+DEFINING = objective_modules(TREES)
+MODULES = sorted(set(TREES) - DEFINING)
+
+
+def test_the_modules_that_define_objectives_are_found_by_their_classes() -> None:
+    assert "study/measure/objective.py" in DEFINING
+    trees = {
+        "a.py": ast.parse("class Base(StudyObjective): pass"),
+        "b.py": ast.parse("class Third(Base): pass\nclass Words: pass"),
+        "c.py": ast.parse("class Words(ValueWords): pass"),
+    }
+    assert objective_modules(trees) == {"a.py", "b.py"}
+
+
+@pytest.mark.parametrize("module", sorted(m for m in TREES if m.startswith("report/")))
+def test_the_report_asks_its_presenter_not_the_objectives_flags(module: str) -> None:
+    read = [
+        node.lineno
+        for node in ast.walk(TREES[module])
+        if isinstance(node, ast.Attribute) and node.attr == "searches_rates"
+    ]
+    assert not read, f"tuner/{module}: lines {read} read searches_rates: ask presenter_of"
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_no_module_tests_which_objective_it_is(module: str) -> None:
-    found = mode_checks(ast.parse((PACKAGE / module).read_text()))
+    found = mode_checks(TREES[module])
     said = "; ".join(f"line {line}: {what}" for line, what in found)
     assert not found, f"tuner/{module}: ask the objective instead: {said}"
 

@@ -226,7 +226,8 @@ def outcomes_of(page: str) -> list[str]:
     return [re.findall(r"<td[^>]*>([^<]*)</td>", row)[column] for row in rows]
 
 
-@pytest.mark.parametrize("mode", list(OBJECTIVES))
+# A goodput study's page is tests/test_goodput.py's: its windows are judged otherwise.
+@pytest.mark.parametrize("mode", ["latency", "capacity"])
 @pytest.mark.parametrize("name", list(STUDIES))
 def test_every_kind_of_study_has_a_page(name: str, mode: str, tmp_path: Path, capsys) -> None:
     kind = STUDIES[name]

@@ -98,14 +98,16 @@ def test_the_cpu_default_space_stays_1_to_32():
 
 
 def test_a_gpu_capacity_spec_warms_every_engine_up_and_says_why():
-    capacity = default_spec_text("m", gpu=True, overrides={"objective_mode": "capacity"})
+    capacity = default_spec_text(
+        "m", gpu=True, overrides={"objective_mode": "capacity"}, searches_rates=True
+    )
     header = capacity.split("\nmodel:")[0]
     assert parse_spec(yaml.safe_load(capacity)).warmup_requests == GPU_CAPACITY_WARMUP_REQUESTS
     assert "judged cold (benchmarks/results/h100-gate-warm/)" in header
     # A latency study on a GPU, and any study on vLLM's CPU build, start measuring at once.
     for text in (
         default_spec_text("m", gpu=True),
-        default_spec_text("m", overrides={"objective_mode": "capacity"}),
+        default_spec_text("m", overrides={"objective_mode": "capacity"}, searches_rates=True),
     ):
         assert parse_spec(yaml.safe_load(text)).warmup_requests == 0
         assert "warmup_requests: 200" not in text

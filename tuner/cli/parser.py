@@ -12,7 +12,8 @@ import tuner
 from tuner import build
 from tuner.engine.launchers import AUTO as AUTO_LAUNCHER
 from tuner.engine.launchers import LAUNCHERS
-from tuner.study.plan.spec import LEAST_SCALE, MOST_SCALE, OBJECTIVE_MODES, SCORED_METRICS
+from tuner.study.measure.objective import OBJECTIVES
+from tuner.study.plan.spec import LEAST_SCALE, MOST_SCALE, SCORED_METRICS
 from tuner.traces.formats import FORMATS, parse_column_mapping
 from tuner.traces.parsers import TIME_UNITS_PER_S
 from tuner.traces.prometheus_http import parse_header
@@ -170,9 +171,9 @@ def add_study_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--objective",
-        choices=OBJECTIVE_MODES,
-        help="latency: the best score at the window's rate; capacity: the highest rate one "
-        "server carries within the SLOs (default: the spec's objective_mode, else latency)",
+        choices=list(OBJECTIVES),
+        help="what the study optimises, as the spec's objective_mode (docs/spec.md) names it "
+        "(default: the spec's objective_mode, else latency)",
     )
 
 

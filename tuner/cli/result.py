@@ -18,6 +18,7 @@ from tuner.study.measure.record import TrialRecord
 from tuner.study.measure.trial import ENGINE_START_S, TRIAL_S, WINDOW_S
 from tuner.study.result.choice import DEFAULTS, TUNED
 from tuner.study.result.emit import HEADLINE, format_figure, verdict_lines
+from tuner.study.result.words import words_of
 from tuner.study.result.written import Written
 from tuner.study.trials import picks
 
@@ -70,7 +71,7 @@ def trial_line(trial: Any, space_names: Sequence[str]) -> str:
     if shown:
         prefix = ">= " if trial.state.name == "PRUNED" else ""
         parts.append(prefix + ", ".join(shown))
-    if (value := of_trial(trial).value_words(trial)) is not None:
+    if (value := words_of(of_trial(trial)).trial_words(trial)) is not None:
         parts.append(value)
     if recorded.client_behind:
         parts.append("[tuner's client fell behind: not ranked]")
@@ -126,7 +127,7 @@ def comparison_table(
     rows = [f"{'':<16} {mine:>16} {theirs:>16}"]
     rows += [f"{name:<16} {a:>16} {b:>16}" for name, a, b in capacity_rows]
     if capacity_rows:
-        rows.append("at each one's capacity (else at the lowest rate it tried):")
+        rows.append(f"at each one's {capacity_rows[0][0]} (else at the lowest rate it tried):")
     for name, key, scale, unit in HEADLINE:
         base = format_figure(other, key, scale, unit) if other else "n/a"
         rows.append(f"{name:<16} {format_figure(chosen, key, scale, unit):>16} {base:>16}")

@@ -11,20 +11,21 @@ exit status says whether it met the SLOs.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 import optuna
 
 from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
 from tuner.cli.inputs import read_trace, study_of, workload_of
 from tuner.cli.progress import RunLines
+from tuner.cli.run import run_config
 from tuner.cli.spec import checked_spec, load_study_spec
 from tuner.engine.url_server import UrlLauncher
 from tuner.errors import InputError
 from tuner.study.measure.objective import of_spec
 from tuner.study.measure.prepare import model_of
 from tuner.study.measure.record import TrialRecord
-from tuner.study.plan.spec import AUTO
-from tuner.study.result.run import Run, RunSettings
+from tuner.study.result.run import Run
 from tuner.study.trials import search
 from tuner.urls import shown_url
 
@@ -49,26 +50,17 @@ def cmd_server_url(args: argparse.Namespace) -> int:
     read = read_trace(args)
     spec = load_study_spec(args, name, read.trace)
     spec = checked_spec(args, name, spec, read.trace is not None, measures=False)
-    if args.time_scale is not None:
-        time_scale = args.time_scale
-    else:
-        time_scale = 1.0 if spec.time_scale == AUTO else float(spec.time_scale)
-    workload = workload_of(args, spec, read, time_scale, model_of(spec))
+    # One measurement: at the trace's speed where the spec says auto, as no calibration is run.
+    config = replace(run_config(args, name, spec), n_trials=1)
+    workload = workload_of(args, config, spec, read, model_of(spec))
     print(
         f"server: {shown_url(url)}, not started by tuner: measured once as it is, nothing "
         "searched, no configuration written, the server left running"
     )
     storage = optuna.storages.InMemoryStorage()
     study = search.open_study(name, storage, spec.seed, objective=of_spec(spec))
-    settings = RunSettings(
-        run_dir=args.runs / name,
-        config_path=args.configs / f"{name}.yaml",
-        n_trials=1,
-        launcher=UrlLauncher(url),
-        calibrate=False,
-    )
     lines = RunLines(spec)
-    run = Run(study, spec, workload, settings, lines)
+    run = Run(study, spec, workload, config, lines, launcher=UrlLauncher(url))
     with lines.showing():
         trial = run.measure({})
     recorded = TrialRecord.of(trial)

@@ -16,7 +16,7 @@ from tuner.cli.parser import trace_options
 from tuner.engine import arguments, environment, vllm_defaults
 from tuner.errors import InputError
 from tuner.flags import LOAD_FORMAT, RANDOM_WEIGHTS, flag_name, random_weights
-from tuner.study.measure.objective import of_spec
+from tuner.study.measure.objective import OBJECTIVES, of_spec
 from tuner.study.measure.prepare import write_dummy_model
 from tuner.study.plan.current import Current, read_current
 from tuner.study.plan.own_server import SERVER_ONLY_ARGUMENTS
@@ -26,13 +26,16 @@ from tuner.study.plan.space import (
     runnable_baseline,
     table_batch_defaults,
 )
-from tuner.study.plan.spec import StudySpec, load_spec, parse_spec
+from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec, load_spec, parse_spec
 from tuner.study.plan.spec_file import read_spec_document
 from tuner.study.result.written import write_whole
 from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
 from tuner.traces.model import Trace
 from tuner.traces.source import read_source
 from tuner.traces.workload import model_info
+
+# The objective a spec names where it names none.
+DEFAULT_MODE = DEFAULT_SPEC["objective_mode"]
 
 
 def spec_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -83,6 +86,7 @@ def write_default_spec(args: argparse.Namespace, path: Path, trace: Trace | None
         dummy_weights=args.dummy_weights,
         overrides=overrides,
         batch=batch,
+        searches_rates=OBJECTIVES[overrides.get("objective_mode", DEFAULT_MODE)].searches_rates,
     )
     write_whole(path, text)
 
@@ -294,6 +298,11 @@ def checked_spec(
                 print(note)
     if args.client_procs is not None:
         spec = dataclasses.replace(spec, client_procs=args.client_procs)
-    of_spec(spec).check_trace(request_trace)
+    objective = of_spec(spec)
+    if objective.searches_rates and not request_trace:
+        raise InputError(
+            f"a {objective.mode} study replays a request trace at rates of its choosing; a "
+            f"concurrency trace sets its own load (use --objective {DEFAULT_MODE})"
+        )
     ready_model(spec)
     return spec

@@ -25,7 +25,8 @@ from tuner.report.data import (
     slo_limits,
 )
 from tuner.report.page import render
-from tuner.report.rate_curves import curves
+from tuner.report.presenters import presenter_of
+from tuner.report.rate_curves import rate_curves_of, rate_limits
 from tuner.report.rate_plot import plot_rates
 from tuner.study.measure.objective import of_study
 from tuner.study.measure.record import VLLM_DEFAULTS, TrialRecord
@@ -125,11 +126,9 @@ def read_configuration(path: Path, name: str, chosen: FrozenTrial) -> Configurat
 
 
 def _rates(report: StudyReport, path: Path) -> Path | None:
-    """Latency against offered rate, where the study's trials search rates (a capacity
-    study); none elsewhere."""
-    if not report.objective.searches_rates:
-        return None
-    return plot_rates(curves(report.rows, report.parameters, report.slos), report.slos, path)
+    """Latency against offered rate, with the panels the study's presenter draws first."""
+    drawn = rate_curves_of(report, presenter_of(report.objective).rate_panels)
+    return plot_rates(drawn, rate_limits(report), path)
 
 
 FIGURES: tuple[tuple[str, Callable[[StudyReport, Path], Path | None]], ...] = (
@@ -149,8 +148,9 @@ def write_report(name: str, storage: str, out: Path, configs: Path) -> Path:
     report = read_report(name, storage, configs)
     out.mkdir(parents=True, exist_ok=True)
     images: dict[str, bytes] = {}
+    drawn = presenter_of(report.objective).figures
     for file_name, draw in FIGURES:
-        written = draw(report, out / file_name)
+        written = draw(report, out / file_name) if file_name in drawn else None
         if written is not None:
             images[file_name] = written.read_bytes()
         else:

@@ -26,11 +26,21 @@ from tuner.report.data import (
     value_of,
 )
 from tuner.report.plots import label_of
-from tuner.report.rate_curves import MOST_CURVES, CurveSet, curves
+from tuner.report.presenters import (
+    FIGURES,
+    RATE_PRESENTER,
+    RATES,
+    RATES_FIGURE,
+    VALUE,
+    Presenter,
+    presenter_of,
+)
+from tuner.report.rate_curves import MOST_CURVES, CurveSet, rate_curves_of
 from tuner.report.verdict import chosen_is_baseline, confirmation_part, listed, said
 from tuner.study.measure.record import RATES_ATTR, RESOLVED_ATTR
 from tuner.study.measure.trial import ENGINE_START_S, TRIAL_S
 from tuner.study.result.emit import SERVE_WITH, THIS_FILE
+from tuner.study.result.words import words_of
 
 # Figures in the verdict after the SLOs: user attribute, label, scale, digits, unit.
 THROUGHPUT = (
@@ -70,7 +80,7 @@ def fmt(metric: str, value: float | None) -> str:
     if metric == "error_rate":
         return f"{value:.1%}"
     if metric in VALUED_BY:
-        return VALUED_BY[metric].value_text(value)
+        return words_of(VALUED_BY[metric]).text(value)
     for key, _, scale, digits, unit in THROUGHPUT:
         if key == metric:
             return f"{value * scale:.{digits}f}{unit}"
@@ -132,24 +142,27 @@ def verdict_section(report: StudyReport) -> str:
         return f'<section id="verdict"><h2>Verdict</h2><p>No trial served the window. {why}</p>'
     chosen = next(r for r in report.rows if r.number == report.chosen)
     head = "".join(f"<th>{escape(label)}</th>" for _, label in columns)
-    body = []
+    slo_rows = []
     for metric, limit in report.slos.items():
         cells = "".join(_cell(row, metric, limit) for row, _ in columns)
-        body.append(
+        slo_rows.append(
             f"<tr><th>{escape(short_label(metric))}</th><td>{fmt(metric, limit)}</td>{cells}</tr>"
         )
-    objective = report.objective
-    value = "".join(_cell(row, objective.metric, None) for row, _ in columns)
-    value_row = f"<tr><th>{escape(label_of(objective.metric))}</th><td></td>{value}</tr>"
+    metric = report.objective.metric
+    value = "".join(_cell(row, metric, None) for row, _ in columns)
+    windows = "".join(_windows_cell(row) for row, _ in columns)
+    parts = {
+        VALUE: [f"<tr><th>{escape(label_of(metric))}</th><td></td>{value}</tr>"],
+        RATES: [f"<tr><th>rates measured</th><td></td>{windows}</tr>"],
+        FIGURES: slo_rows,
+    }
+    shown = presenter_of(report.objective)
+    body = [row for part in shown.rows for row in parts[part]]
     note = ""
-    if objective.searches_rates:
-        # The value (the rate found) is the headline; the SLO rows are the figures measured at it.
-        windows = "".join(_windows_cell(row) for row, _ in columns)
-        body[:0] = [value_row, f"<tr><th>rates measured</th><td></td>{windows}</tr>"]
-        at = objective.figures_at
-        note = f'<p class="note">Each trial\'s SLO metrics and throughput are {at}.</p>'
-    else:
-        body.append(value_row)
+    if shown.figures_at:
+        note = (
+            f'<p class="note">Each trial\'s SLO metrics and throughput are {shown.figures_at}.</p>'
+        )
     outcomes = "".join(
         f'<td class="{"ok" if row.outcome == FEASIBLE else "miss"}">{row.outcome}</td>'
         for row, _ in columns
@@ -245,11 +258,15 @@ def trials_section(report: StudyReport) -> str:
     rates measured after its outcome, else (a latency study's score) the value after its
     figures."""
     names = [p.name for p in report.parameters]
-    objective = report.objective
-    rates = objective.searches_rates
+    metric = report.objective.metric
+    presenter = presenter_of(report.objective)
+    heads = {
+        VALUE: [words_of(report.objective).name],
+        RATES: ["rates measured"],
+        FIGURES: [*map(short_label, TABLE_FIGURES)],
+    }
     head = ["trial", "kind", *names, "outcome"]
-    head += [objective.value_name, "rates measured"] if rates else []
-    head += [*map(short_label, TABLE_FIGURES)] + ([] if rates else [objective.value_name])
+    head += [h for part in presenter.rows for h in heads[part]]
     head += ["engine start s", "trial s", "why it failed or was pruned"]
     rows = []
     for row in report.rows:
@@ -257,10 +274,12 @@ def trials_section(report: StudyReport) -> str:
         cells = [f'<td class="text">{row.kind}</td>']
         cells += [f"<td>{'default' if v is None else escape(str(v))}</td>" for v in shown]
         cells.append(f'<td class="text">{row.outcome}</td>')
-        if rates:
-            cells += [_cell(row, objective.metric, None), _windows_cell(row)]
-        figures = TABLE_FIGURES if rates else (*TABLE_FIGURES, objective.metric)
-        cells += [_cell(row, m, report.slos.get(m)) for m in figures]
+        parts = {
+            VALUE: [_cell(row, metric, None)],
+            RATES: [_windows_cell(row)],
+            FIGURES: [_cell(row, m, report.slos.get(m)) for m in TABLE_FIGURES],
+        }
+        cells += [cell for part in presenter.rows for cell in parts[part]]
         for phase in (ENGINE_START_S, TRIAL_S):
             seconds = row.seconds(phase)
             cells.append(f"<td>{'' if seconds is None else f'{seconds:.1f}'}</td>")
@@ -269,10 +288,10 @@ def trials_section(report: StudyReport) -> str:
         rows.append(f"<tr{mark}><td>{row.number}</td>{''.join(cells)}</tr>")
     header = "".join(f"<th>{escape(h)}</th>" for h in head)
     note = (
-        f'<p class="note">Each trial\'s latency and throughput are {objective.figures_at}; '
+        f'<p class="note">Each trial\'s latency and throughput are {presenter.figures_at}; '
         "unresolved: its search stopped (at its window limit, floor or ceiling) before its "
         "passing and failing rates were within the resolution.</p>"
-        if rates
+        if RATES in presenter.rows
         else ""
     )
     return (
@@ -288,14 +307,14 @@ def _img(images: Mapping[str, bytes], name: str, alt: str) -> str:
     return f'<img src="data:image/png;base64,{data}" alt="{escape(alt)}" title="{name}">'
 
 
-def rates_caption(drawn: CurveSet) -> str:
-    """What the capacity figure shows, and which configurations it leaves out."""
+def rates_caption(drawn: CurveSet, shown: Presenter = RATE_PRESENTER) -> str:
+    """What the rate figure shows (its star as ``shown`` says), and which configurations it
+    leaves out."""
     panels = listed([short_label(m) for m in drawn.metrics])
     said = (
         f"{panels} of each configuration at each rate it replayed: a filled dot met every SLO, "
         "a cross missed one, a hollow triangle was stopped early once an SLO was lost for "
-        "certain (its figures are lower bounds); the star is the configuration's capacity, the "
-        "highest rate at which it met every SLO; dashed: the SLO."
+        f"certain (its figures are lower bounds); the star is {shown.star}; dashed: the SLO."
     )
     if drawn.left_out:
         added = len(drawn.curves) > MOST_CURVES
@@ -310,14 +329,15 @@ def rates_caption(drawn: CurveSet) -> str:
 
 
 def rates_section(report: StudyReport, images: Mapping[str, bytes]) -> str:
-    """Latency against offered rate, where the study's trials search rates (a capacity study);
-    nothing elsewhere."""
-    if not report.objective.searches_rates:
+    """Latency against offered rate, where the study's presenter draws it (a study whose trials
+    search rates); nothing elsewhere."""
+    shown = presenter_of(report.objective)
+    if RATES_FIGURE not in shown.figures:
         return ""
-    drawn = curves(report.rows, report.parameters, report.slos)
+    drawn = rate_curves_of(report, shown.rate_panels)
     return (
         '<section id="rates"><h2>Latency against offered rate</h2>'
-        f'<p class="note">{rates_caption(drawn)}</p>'
+        f'<p class="note">{rates_caption(drawn, shown)}</p>'
         f"{_img(images, 'rates.png', 'latency against offered rate')}</section>"
     )
 
@@ -330,8 +350,8 @@ def figures_section(report: StudyReport, images: Mapping[str, bytes]) -> str:
         if share is not None
         else ""
     )
-    value = report.objective.value_name
-    at = f" (at each trial's {value})" if report.objective.searches_rates else ""
+    value = words_of(report.objective).name
+    at = f" (at each trial's {value})" if presenter_of(report.objective).figures_at else ""
     parts: Sequence[str] = (
         rates_section(report, images),
         '<section id="landscape"><h2>Landscape</h2><p class="note">Each searched parameter '

@@ -32,6 +32,8 @@ from tuner.report.data import (
     landscape,
     not_measurement_share,
 )
+from tuner.report.presenters import presenter_of
+from tuner.study.measure.judge import SHARE_MET
 from tuner.study.measure.objective import LATENCY_OBJECTIVE, StudyObjective
 
 # The metrics the landscape draws each parameter against, after the study's value.
@@ -52,7 +54,8 @@ DPI = 100
 # An SLO's dashed line in a legend.
 SLO_LABEL = "SLO"
 LABELS = {
-    **{metric: objective.value_label for metric, objective in VALUED_BY.items()},
+    **{metric: presenter_of(objective).value_label for metric, objective in VALUED_BY.items()},
+    SHARE_MET: "requests within every SLO (share)",
     "error_rate": "error rate",
     "throughput_req_per_s": "throughput (req/s)",
     "throughput_output_tokens_per_s": "output tokens (tok/s)",

@@ -14,10 +14,11 @@ the order measured) and builds one curve per configuration, its points in rate o
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from tuner.report.data import SLO_ORDER, Parameter, TrialRow, value_of
+from tuner.report.data import SLO_ORDER, Parameter, StudyReport, TrialRow, value_of
+from tuner.study.measure.judge import GOODPUT_SHARE, SHARE_MET
 
 PASSED, MISSED, STOPPED = "passed", "missed", "stopped"
 # The kinds of point, in drawing order.
@@ -158,3 +159,21 @@ def curves(
     drawn = {c.trial for c in kept}
     left_out = sorted(c.trial for c in ranked if c.trial not in drawn)
     return CurveSet(tuple(kept), tuple(left_out), rate_metrics(slos))
+
+
+def rate_curves_of(report: StudyReport, panels: Sequence[str] = ()) -> CurveSet:
+    """The study's curves (``curves``), the ``panels`` its presenter draws first
+    (``Presenter.rate_panels``) before the latencies."""
+    drawn = curves(report.rows, report.parameters, report.slos)
+    return replace(drawn, metrics=(*panels, *drawn.metrics))
+
+
+def rate_limits(report: StudyReport) -> dict[str, float]:
+    """Each panel's dashed limit: the study's SLOs, and where its rates were held to a share of
+    requests within every SLO (``GOODPUT_SHARE``, recorded on its trials), that share."""
+    limits = dict(report.slos)
+    for row in report.rows:
+        share = row.figures.get(GOODPUT_SHARE)
+        if isinstance(share, int | float):
+            limits[SHARE_MET] = float(share)
+    return limits

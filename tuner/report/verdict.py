@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from html import escape
 
 from tuner.report.data import FEASIBLE, StudyReport, TrialRow
+from tuner.report.presenters import presenter_of
 from tuner.study.measure.record import VLLM_DEFAULTS
 from tuner.study.measure.scoring import verdict
 from tuner.study.result.emit import verdict_lines
@@ -40,14 +41,14 @@ def median_of(report: StudyReport) -> str:
 
 
 def among(report: StudyReport) -> str:
-    """What the chosen trial is best among, in the objective's words (``among_words``): the
+    """What the chosen trial is best among, in its presenter's words (``Presenter.among``): the
     feasible trials, or where the study was confirmed, the feasible configurations by their
     medians."""
     if report.confirmation:
         count = report.feasible_configurations
     else:
         count = sum(r.outcome == FEASIBLE for r in report.rows)
-    return report.objective.among_words(count, bool(report.confirmation))
+    return presenter_of(report.objective).among(count, bool(report.confirmation))
 
 
 def said(report: StudyReport, chosen: TrialRow) -> str:
@@ -58,8 +59,8 @@ def said(report: StudyReport, chosen: TrialRow) -> str:
         return f"No trial met the SLOs. The closest, trial {chosen.number}{measured}: " + "; ".join(
             escape(line.strip()) for line in verdict_lines(misses)[1:]
         )
-    objective = report.objective
-    meets = f"Trial {chosen.number} {objective.meets_words(chosen.value or 0.0)}{measured}"
+    shown = presenter_of(report.objective)
+    meets = f"Trial {chosen.number} {shown.meets(chosen.value or 0.0, chosen.figures)}{measured}"
     if report.kept_because:
         # vLLM's defaults were chosen (``choice.DEFAULTS``: the only way they are): why.
         mine = report.baseline_name != VLLM_DEFAULTS
@@ -69,7 +70,7 @@ def said(report: StudyReport, chosen: TrialRow) -> str:
     baseline = next((r for r in report.rows if r.number == report.baseline), None)
     if baseline is not None and baseline.value is not None and not report.confirmation:
         # Confirmed, the baseline's median is in the confirmation's lines instead.
-        text += objective.defaults_words(baseline.number, baseline.value)
+        text += shown.defaults(baseline.number, baseline.value)
     return text
 
 

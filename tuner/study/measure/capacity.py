@@ -38,7 +38,16 @@ from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, ReplayResult, parse_scrape, summarize_client
 from tuner.load.priming import Primed, prime
 from tuner.load.spread import replay
-from tuner.study.measure.judge import Criteria, Judged, judge
+from tuner.study.measure.judge import (
+    GOODPUT,
+    GOODPUT_SHARE,
+    SHARE_MET,
+    Criteria,
+    Judged,
+    judge,
+    judge_goodput,
+    request_limits,
+)
 from tuner.study.measure.rates import GROWTH, CapacityFound, RatePoint, hinted_step, search_capacity
 from tuner.study.measure.scoring import Score
 from tuner.study.plan.spec import CAPACITY_MIN_REQUESTS, CAPACITY_WINDOW_S
@@ -106,6 +115,34 @@ class CapacitySettings:
     # the load the rate puts on it.
     min_requests: int = CAPACITY_MIN_REQUESTS
     steady: bool = True
+    # Where set (a goodput study's ``goodput_share``), a rate passes where at least this share
+    # of its requests met every SLO on their own figures (``judge_goodput``), not the
+    # percentiles.
+    goodput_share: float | None = None
+
+    def judged(self, result: ReplayResult, criteria: Criteria) -> Judged:
+        """A rate's replay judged: by its percentiles, or by ``goodput_share``."""
+        if self.goodput_share is None:
+            return judge(result, criteria, self.client_tolerance_s)
+        return judge_goodput(result, criteria, self.goodput_share, self.client_tolerance_s)
+
+    def lost(
+        self,
+        now_s: float,
+        live: Sequence[LiveRequest],
+        total: int,
+        criteria: Criteria,
+        decoding: int,
+    ) -> list[str]:
+        """What the window can no longer meet (``lost_slos``, or ``lost_goodput``)."""
+        if self.goodput_share is None:
+            return lost_slos(now_s, live, total, criteria.slos, decoding)
+        return lost_goodput(now_s, live, total, criteria.slos, self.goodput_share)
+
+    @property
+    def marks(self) -> dict[str, float]:
+        """What a trial records of how its rates were judged: the goodput share, if any."""
+        return {} if self.goodput_share is None else {GOODPUT_SHARE: self.goodput_share}
 
     def span_s(self, rate_req_per_s: float) -> float:
         """How long a rate's judged requests arrive over: ``rate_window_s``, or long enough for
@@ -194,6 +231,27 @@ def lost_slos(
         if among > 0 and over >= needed:
             lost.append(metric)
     return lost
+
+
+def lost_goodput(
+    now_s: float,
+    live: Sequence[LiveRequest],
+    total: int,
+    slos: Mapping[str, float],
+    share: float,
+) -> list[str]:
+    """``[GOODPUT]`` once more of the window's ``total`` requests are past a limit for good
+    (``tuner.study.measure.judge.request_limits``: a request still waiting counts with its wait
+    so far) than ``share`` lets miss; else nothing. Only requests already sent count, as in
+    ``lost_slos``."""
+    limits = request_limits(slos)
+    over = sum(
+        1
+        for r in live
+        if r.sent and any(_past(r, figure, now_s, limit) for figure, limit in limits.items())
+    )
+    may_miss = total - math.ceil(share * total - 1e-9)
+    return [GOODPUT] if total > 0 and over > may_miss else []
 
 
 def _past(request: LiveRequest, prefix: str, now_s: float, limit_s: float) -> bool:
@@ -286,11 +344,11 @@ def measure_rate(
             return False
         checked_s = elapsed_s
         after_lead = [r for r in live if r.scheduled_s >= lead_s]
-        lost.extend(lost_slos(elapsed_s, after_lead, judged_total, criteria.slos, decoding))
+        lost.extend(settings.lost(elapsed_s, after_lead, judged_total, criteria, decoding))
         return bool(lost)
 
     result = replay(base_url, window, seeded, monitor=monitor)
-    judged = judge(after_lead_in(result, lead_s), criteria, settings.client_tolerance_s)
+    judged = settings.judged(after_lead_in(result, lead_s), criteria)
     point_figures = _point_figures(judged.figures, judged_total, idle, reset, primed)
     point_figures |= _sent_figures(result, lead_s)
     reason = _why_failed(judged, lost)
@@ -314,6 +372,9 @@ def _why_failed(judged: Judged, lost: Sequence[str]) -> str | None:
         return f"stopped {judged.stopped_at_s:.0f} s in: {', '.join(lost)} lost"
     missed = judged.score.violations
     reasons = [f"missed {', '.join(missed)}"] if missed else []
+    if missed and SHARE_MET in judged.figures:
+        met, share = judged.figures[SHARE_MET], judged.figures[GOODPUT_SHARE]
+        reasons = [f"{met:.0%} of requests met every SLO, short of {share:.0%}"]
     if judged.errors:
         reasons.append(f"{len(judged.errors)} requests failed")
     return "; ".join(reasons) or None

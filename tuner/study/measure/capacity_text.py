@@ -1,6 +1,6 @@
 """What a capacity study says in the user's terms: req/s per server, as a multiple of the
 trace's peak rate, and the servers that peak needs. Pure: builds text from rates (a capacity
-study's lines from a trial's attributes are ``tuner.study.measure.objective``'s)."""
+study's lines from a trial's attributes are ``tuner.study.result.words``')."""
 
 from __future__ import annotations
 
@@ -63,9 +63,10 @@ def headline(
     other: Mapping[str, Any] | None,
     peak_req_per_s: float | None,
     other_label: str = "defaults",
+    what: str = "capacity",
 ) -> str:
     """``capacity: X req/s (Yx the trace's peak rate; defaults Z req/s)``: the median
-    measurements' capacities."""
+    measurements' capacities (``what``: the rate's name)."""
     capacity = capacity_of(chosen) or 0.0
     parts = []
     if peak_req_per_s:
@@ -73,15 +74,17 @@ def headline(
     if other is not None:
         parts.append(f"{other_label} {_req(capacity_of(other))}")
     suffix = f" ({'; '.join(parts)})" if parts else ""
-    return f"capacity: {_req(capacity)}{suffix}"
+    return f"{what}: {_req(capacity)}{suffix}"
 
 
 def table_rows(
     chosen: Mapping[str, Any],
     baseline: Mapping[str, Any] | None,
     peak_req_per_s: float | None,
+    what: str = "capacity",
 ) -> list[tuple[str, str, str]]:
-    """``(row, chosen, baseline)`` for the end table: capacity, multiple of peak, servers."""
+    """``(row, chosen, baseline)`` for the end table: the rate (named ``what``), multiple of
+    peak, servers."""
 
     def multiple(attrs: Mapping[str, Any] | None) -> str:
         capacity = capacity_of(attrs)
@@ -100,7 +103,7 @@ def table_rows(
         return show(baseline) if baseline is not None else "n/a"
 
     return [
-        ("capacity", _req(capacity_of(chosen)), base(lambda a: _req(capacity_of(a)))),
+        (what, _req(capacity_of(chosen)), base(lambda a: _req(capacity_of(a)))),
         ("x trace peak", multiple(chosen), base(multiple)),
         ("servers for peak", servers(chosen), base(servers)),
     ]

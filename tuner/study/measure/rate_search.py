@@ -61,13 +61,19 @@ class RateSearch(Measure):
 
     def describe(self) -> str:
         settings = self.settings
+        judged = ""
+        if settings.goodput_share is not None:
+            judged = (
+                f"; a rate passes where at least {settings.goodput_share:.0%} of its requests "
+                "meet every SLO"
+            )
         return (
             f"capacity search: from {settings.window_req_per_s:.3g} req/s (the window's rate; "
             "a later trial from the capacity of the same or the nearest configuration), "
             f"{settings.rate_window_s:g} s a rate (longer where that holds fewer than "
             f"{settings.min_requests} requests, after a lead-in of about a request's end-to-end "
             f"time), to within {settings.resolution:.0%}, at most {settings.max_rates} rates a "
-            "trial"
+            "trial" + judged
         )
 
     def for_trial(
@@ -148,7 +154,12 @@ class RateSearch(Measure):
     def failed(self, engine_args: Mapping[str, Any], exc: EngineFailed) -> TrialOutcome:
         """Infeasible, with a capacity of 0."""
         return TrialOutcome(
-            engine_args, CAPACITY_FAILED, {CAPACITY_ATTR: 0.0}, {}, exc.reason, exc.log_tail
+            engine_args,
+            CAPACITY_FAILED,
+            {CAPACITY_ATTR: 0.0, **self.settings.marks},
+            {},
+            exc.reason,
+            exc.log_tail,
         )
 
 

@@ -342,12 +342,14 @@ SPEC_HEADER = (
     "#   configuration written never carries it.\n"
     "# time_scale: a factor on the trace's arrival times, or auto: replay at calibrate_load\n"
     "#   times what vLLM's defaults carry within the SLOs on this machine (measured once).\n"
-    "# objective_mode: latency (the best score at the window's rate) or capacity (the\n"
+    "# objective_mode: latency (the best score at the window's rate), capacity (the\n"
     "#   highest rate one server carries within the SLOs: each trial starts vLLM once and\n"
     "#   replays the window time-scaled to each rate, capacity_window_s seconds a rate,\n"
     "#   until a passing and a failing rate are within capacity_resolution; at most\n"
     "#   capacity_max_windows rates a trial; each rate judged on capacity_min_requests at\n"
-    "#   least, after a lead-in). Pruning applies to latency studies only.\n"
+    "#   least, after a lead-in) or goodput (searched as capacity is: the highest rate at\n"
+    "#   which goodput_share of the requests meet every SLO, each on its own TTFT, TPOT and\n"
+    "#   end-to-end time). Pruning applies to latency studies only.\n"
     "# confirm_top_k, confirm_repeats: before naming a winner, the search's finalist and the\n"
     "#   baseline are measured on confirm_repeats fresh engines each, in turns (ABBA); the\n"
     "#   finalist is written only where each of its fresh measurements beats each of the\n"
@@ -407,13 +409,16 @@ def default_spec_text(
     dummy_weights: bool = False,
     overrides: Mapping[str, Any] | None = None,
     batch: BatchDefaults | None = None,
+    searches_rates: bool = False,
 ) -> str:
     """The spec ``tuner run`` writes when there is none. With ``gpu`` (not vLLM's CPU build),
     max-num-seqs reaches vLLM's default on ``device`` (the GPU vLLM will open first; None where
     unknown), the search space adds the CUDA-graph capture range, its values from the trace's
     ``prompt_tokens``, and offers max-num-batched-tokens as a few levels. ``batch``: vLLM's
     defaults as the vLLM installed gives them, used where it runs on the platform the spec is
-    for (its GPU build for ``gpu``, else its CPU build)."""
+    for (its GPU build for ``gpu``, else its CPU build). ``searches_rates``: the objective
+    ``overrides`` names searches rates (``StudyObjective.searches_rates``); on a GPU each
+    engine is then warmed up before its first rate."""
     spec = dict(DEFAULT_SPEC)
     if model is not None:
         # The user's model, with no engine argument (max-model-len included) that the user
@@ -429,7 +434,7 @@ def default_spec_text(
         spec["search_space"] = batch.over(spec["search_space"])
     if gpu:
         spec["search_space"] = gpu_search_space(prompt_tokens, device, batch)
-        if spec.get("objective_mode") == "capacity":
+        if searches_rates:
             spec["warmup_requests"] = GPU_CAPACITY_WARMUP_REQUESTS
     elif cpu_memory is not None:
         # vLLM's CPU build: shares up to what trial 0 takes here, not shares that cannot start.
@@ -442,6 +447,5 @@ def default_spec_text(
         spec["client_tolerance_s"] = CPU_CLIENT_TOLERANCE_S
     header = SPEC_HEADER
     if gpu:
-        capacity = spec.get("objective_mode") == "capacity"
-        header += _gpu_header(device, capacity, prompt_tokens)
+        header += _gpu_header(device, searches_rates, prompt_tokens)
     return header + yaml.safe_dump(spec, sort_keys=False)

@@ -27,7 +27,9 @@ from tuner.study.plan.spec_file import read_spec_document
 
 LATENCY = "latency"
 CAPACITY = "capacity"
-OBJECTIVE_MODES = (LATENCY, CAPACITY)
+GOODPUT = "goodput"
+# The names ``objective_mode`` takes; each an objective of ``tuner.study.measure.objective``.
+OBJECTIVE_MODES = (LATENCY, CAPACITY, GOODPUT)
 
 # Metrics a spec may name in SLOs and weights: client-side tails, in seconds.
 SCORED_METRICS = (
@@ -114,13 +116,17 @@ class StudySpec:
     dummy_model: str | None = None
     prune_factor: float = 3.0
     prune_after_s: float = 10.0
-    # "latency" (minimize the score at the window's rate) or "capacity" (maximize the highest
-    # rate that meets every SLO; tuner.study.measure.capacity), and how the capacity search runs.
+    # "latency" (minimize the score at the window's rate), "capacity" (maximize the highest
+    # rate that meets every SLO; tuner.study.measure.capacity) or "goodput" (the highest rate at
+    # which ``goodput_share`` of the requests meet every SLO), and how the rate search runs.
     objective_mode: str = LATENCY
     capacity_window_s: float = CAPACITY_WINDOW_S
     capacity_resolution: float = 0.1
     capacity_max_windows: int = 10
     capacity_min_requests: int = CAPACITY_MIN_REQUESTS
+    # "goodput": the share of a rate's requests that must meet every SLO, each on its own
+    # TTFT, TPOT and end-to-end time (tuner.study.measure.judge.met_share), above 0, at most 1.
+    goodput_share: float = 0.9
     # Before a winner is named: the search's finalist and the baseline measured on this many
     # fresh engines each, in ABBA order (tuner.study.trials.confirm; 3 is the fewest for a
     # verdict at 1/20); 0 for either turns the confirmation off (then nothing searched is
@@ -418,6 +424,7 @@ def _settings(path: str, merged: Mapping[str, Any]) -> dict[str, Any]:
         "capacity_max_windows": _whole(
             path, "capacity_max_windows", merged["capacity_max_windows"], 2, 1000
         ),
+        "goodput_share": _share(path, "goodput_share", merged["goodput_share"]),
         "capacity_min_requests": _whole(
             path, "capacity_min_requests", merged["capacity_min_requests"], 1, 10**6
         ),

@@ -36,6 +36,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.study.measure.objective import StudyObjective, of_trial
 from tuner.study.measure.record import VLLM_DEFAULTS, TrialRecord
+from tuner.study.result.words import words_of
 from tuner.study.trials import confirm, fingerprint, significance
 from tuner.study.trials.groups import Group, any_confirms, groups, rank
 
@@ -232,7 +233,7 @@ def _not_confirmed(baseline: Group, state: confirm.Round) -> str:
         )
     met = state.defaults_meet()
     if met:
-        rate = objective.value_text(state.finalist_fresh.median)
+        rate = words_of(objective).text(state.finalist_fresh.median)
         return (
             f"{named} was better in every fresh pair, but at {rate}, its confirmed capacity, "
             f"{_name(baseline)} met the SLOs too (trial {met[0].number}): no gain shown"
@@ -268,7 +269,7 @@ def _margin(gain: float) -> str:
 
 def _value(objective: StudyObjective, trial: FrozenTrial) -> str:
     recorded = TrialRecord.of(trial)
-    text = objective.value_text(float(trial.value or 0.0))
+    text = words_of(objective).text(float(trial.value or 0.0))
     return text if recorded.feasible else f"{text}, missed the SLOs"
 
 
@@ -281,7 +282,8 @@ def describe(group: Group, label: str) -> str:
     ``{}`` candidate as ``winner trial 1 (vLLM's defaults): ...``."""
     values = group.values
     numbers = ", ".join(str(t.number) for t in group.trials)
-    what, unit = group.objective.value_name, group.objective.value_unit
+    said = words_of(group.objective)
+    what, unit = said.name, said.unit
     named = f"{label} trial {group.number}"
     if label != VLLM_DEFAULTS:
         named += TrialRecord.of(group.first).defaults_aside
@@ -355,7 +357,7 @@ def summary(choice: Choice, vllm_defaults: Mapping[str, Any] | None = None) -> l
         lines.append(choice.why)
     if choice.baseline is not None:
         baseline = choice.baseline
-        lines += of_trial(baseline.first).at_one_rate(baseline.trials, _name(baseline))
+        lines += words_of(of_trial(baseline.first)).at_one_rate(baseline.trials, _name(baseline))
     return lines + _against_candidates(choice)
 
 

@@ -28,6 +28,7 @@ from tuner.study.measure.time_spent import time_lines
 from tuner.study.plan.spec import StudySpec
 from tuner.study.result.choice import Choice, choose, summary
 from tuner.study.result.emit import Provenance, render, serve_command
+from tuner.study.result.words import words_of
 from tuner.study.trials import fingerprint, picks
 
 
@@ -63,8 +64,8 @@ class Written:
         return TrialRecord.of(self.trial).figures
 
     def next_steps(self, spec_path: Path, capacity_command: str) -> list[str]:
-        """What to try where nothing met the SLOs (``StudyObjective.what_next``)."""
-        return self.objective.what_next(
+        """What to try where nothing met the SLOs (``ValueWords.what_next``)."""
+        return words_of(self.objective).what_next(
             self.trial, self.workload.replay.offered, spec_path, self.verdict.misses,
             capacity_command,
         )  # fmt: skip
@@ -86,7 +87,7 @@ def write_configuration(
     labels = _labels(choice)
     objective = of_study(study)
     peak = workload.replay.peak_req_per_s
-    rows, lines, measured = objective.result_lines(chosen, other, peak, labels[1])
+    rows, lines, measured = words_of(objective).result_lines(chosen, other, peak, labels[1])
     server = None if spec.server is None else spec.server.command
     lines += summary(choice, spec.vllm_defaults) + _time_spent(choice, spec.vllm_defaults)
     text = render(
