@@ -262,7 +262,7 @@ class Run:
     def _measuring(self) -> search.Measuring:
         return search.Measuring(
             self.trial_setup(), self.settings.run_dir, self.settings.runner, self.machine,
-            self.tell.trial_started,
+            self.tell.trial_started, self.spec.lease_s,
         )  # fmt: skip
 
     def _candidates_again(self, repeats: int) -> int:
