@@ -2,7 +2,8 @@
 
 The fast tests: which GPUs ``--gpus`` names (nvidia-smi's list given as a parameter), the
 trials dealt over them, the command each worker runs, a move queued by two workers at once
-measured once, and a confirmation's pairs held to one device. The slow one runs ``tuner run
+measured once, a confirmation's pairs held to one device, and the Kubernetes Jobs of
+``docs/workers.md``. The slow one runs ``tuner run
 --gpus all`` under the stand-in server with a stand-in ``nvidia-smi`` that lists two GPUs
 (``tests/test_gpus_run.py``).
 """
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 import optuna
 import pytest
-from conftest import run_tuner, write_small_trace
+import yaml
+from conftest import REPO, run_tuner, write_small_trace
 from optuna.distributions import BaseDistribution, IntDistribution
 
 from tuner.cli.exits import EXIT_BAD_INPUT
 from tuner.cli.gpus import gpus_of, shares, without_gpus
-from tuner.errors import InputError
+from tuner.cli.parser import build_parser
+from tuner.errors import InputError, TunerError
 from tuner.study.measure.record import (
     ARGS_ATTR,
     BASELINE_ATTR,
@@ -31,7 +34,7 @@ from tuner.study.plan.spec import parse_spec
 from tuner.study.trials import references
 from tuner.study.trials.confirm import current as current_round
 from tuner.study.trials.confirm import elsewhere
-from tuner.study.trials.search import open_study, queue_move
+from tuner.study.trials.search import load_existing, open_study, queue_move
 
 TWO_GPUS = "0, GPU-aaaaaaaa-0000, 143771, NVIDIA H200\n1, GPU-bbbbbbbb-1111, 143771, NVIDIA H200\n"
 
@@ -152,3 +155,39 @@ def test_a_confirmation_compares_only_pairs_measured_on_one_device(tmp_path) -> 
     assert elsewhere(state, HERE) is None
     said = elsewhere(state, OTHER_GPU)
     assert said is not None and "is measured on host-a, GPU 0 (GPU-aaaaaaaa-0000)" in said
+
+
+JOBS = REPO / "examples" / "container"
+
+
+def test_the_kubernetes_jobs_run_a_worker_a_gpu_then_one_confirmation() -> None:
+    """``workers-job.yaml``: an Indexed Job of pods of one GPU each, every pod a worker with
+    ``--no-confirm`` on the PostgreSQL study its Secret names; ``confirm-job.yaml``: one pod of
+    one GPU that confirms it. Parsed here; not applied to a cluster."""
+    workers = yaml.safe_load((JOBS / "workers-job.yaml").read_text())
+    confirm = yaml.safe_load((JOBS / "confirm-job.yaml").read_text())
+    assert workers["spec"]["completionMode"] == "Indexed"
+    assert workers["spec"]["parallelism"] == workers["spec"]["completions"] > 1
+    for job, flag in ((workers, "no_confirm"), (confirm, "confirm_only")):
+        assert job["kind"] == "Job" and job["spec"]["backoffLimit"] == 0
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+        (env,) = container["env"]
+        assert env["valueFrom"]["secretKeyRef"] == {"name": "tuner-storage", "key": "url"}
+        parsed = build_parser().parse_args(container["args"])
+        assert parsed.storage == f"$({env['name']})" and getattr(parsed, flag)
+        assert parsed.study == "prod" and parsed.gpus is None
+
+
+def test_a_journal_file_is_a_storage_that_runs_and_reports_open(tmp_path) -> None:
+    """``journal:PATH``: opened (and made) by a run, read by a report; a report of a file not
+    there, or a run in a folder not there, is one line naming it."""
+    url = f"journal:{tmp_path / 's.log'}"
+    study = open_study("s", url, 0)
+    study.tell(study.ask(), 1.0)
+    assert [t.value for t in load_existing("s", url).trials] == [1.0]
+    assert (tmp_path / "s.log.open-lock").exists()
+    with pytest.raises(InputError, match="no study database at"):
+        load_existing("s", f"journal:{tmp_path / 'other.log'}")
+    with pytest.raises(TunerError, match=r"\(folder .*missing does not exist\)"):
+        open_study("s", f"journal:{tmp_path / 'missing' / 's.log'}", 0)
