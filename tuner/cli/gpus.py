@@ -82,10 +82,11 @@ def run_on_gpus(args: argparse.Namespace) -> int:
     """``tuner run --gpus``: the workers, then the confirmation; the confirmation's exit status
     (a worker's, where none added its trials)."""
     gpus = gpus_of(args.gpus)
-    if args.confirm_only:
+    if args.confirm_only or args.no_confirm:
+        given = "--confirm-only" if args.confirm_only else "--no-confirm"
         raise InputError(
-            "--gpus adds trials on several GPUs; --confirm-only measures on one: run it as "
-            "CUDA_VISIBLE_DEVICES=N tuner run --confirm-only ..."
+            f"--gpus adds trials on several GPUs and then confirms on one; {given} is for one "
+            "worker (CUDA_VISIBLE_DEVICES=N tuner run ..., docs/workers.md)"
         )
     if is_stdin(args.trace):
         raise InputError("--gpus: each GPU's worker reads the trace: give a file, not -")
@@ -100,7 +101,8 @@ def run_on_gpus(args: argparse.Namespace) -> int:
     base = [sys.executable, "-m", "tuner.cli", *without_gpus(args.argv), "--storage", storage]
     dealt = [(gpu, k) for gpu, k in zip(gpus, shares(n_trials, len(gpus)), strict=True) if k]
     print(
-        f"{len(dealt)} workers, one per GPU, {n_trials} trials in all, on study {name!r} in "
+        f"{len(dealt)} worker{'s' if len(dealt) != 1 else ''}, one per GPU, {n_trials} trials "
+        f"in all, on study {name!r} in "
         f"{shown_url(storage)}; then the confirmation on GPU {gpus[0].index}"
     )
     workers = [(gpu, [*base, "--n-trials", str(k), "--no-confirm"], _on(gpu)) for gpu, k in dealt]
@@ -111,7 +113,7 @@ def run_on_gpus(args: argparse.Namespace) -> int:
     failed = [said for said, code in zip(failed, codes, strict=True) if code != EXIT_MEETS_SLOS]
     if EXIT_INTERRUPTED in codes:
         return EXIT_INTERRUPTED
-    if len(failed) == len(workers):
+    if workers and len(failed) == len(workers):
         print(f"no worker added its trials (exit status {', '.join(failed)})")
         return codes[0]
     if failed:

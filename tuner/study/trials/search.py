@@ -298,7 +298,6 @@ def run_study(
         # A searched configuration, not a re-measurement: first at the best capacity so far.
         gated = prunable and queued.confirms is None
         frozen = measure(study, trial, args, how, prunable, gated=gated)
-        _fail_left(study)
         if budget is not None:
             budget.spent(time.monotonic() - began)
             budget.contender = budget.contender or groups.contender(study)
@@ -357,8 +356,25 @@ def measure(
     The trial holds a lease while it is measured (``Lease``); one that another worker failed
     meanwhile (its lease read as past) is left as that worker marked it.
 
+    Once it is told, the trials other workers left are failed (``fail_orphans``).
+
     Any escape (Ctrl-C, a storage error) marks the trial FAIL with the reason first.
     """
+    frozen = _measured(study, trial, args, how, prunable, gated, compare_at)
+    _fail_left(study)
+    return frozen
+
+
+def _measured(
+    study: optuna.Study,
+    trial: Trial,
+    args: Mapping[str, Any],
+    how: Measuring,
+    prunable: bool,
+    gated: bool,
+    compare_at: float | None,
+) -> FrozenTrial:
+    """``measure``'s trial measured, recorded and told."""
     try:
         record.started(trial, this_worker(), args, how.machine)
         record.placed(trial, this_placement())
