@@ -43,7 +43,7 @@ from tuner.study.trials.storage import (
     opening,
     storage_of,
 )
-from tuner.study.trials.workers import fail_orphans, this_placement, this_worker
+from tuner.study.trials.workers import fail_expired, this_placement, this_worker
 from tuner.urls import shown_url
 
 logger = logging.getLogger(__name__)
@@ -308,9 +308,9 @@ def run_study(
 
 
 def _fail_left(study: optuna.Study) -> None:
-    """Fail the trials other workers left (``fail_orphans``: gone, or their lease ran out)."""
+    """Fail the trials other workers left, their lease run out (``fail_expired``)."""
     try:
-        fail_orphans(study)
+        fail_expired(study)
     except STORAGE_ERRORS as exc:
         logger.warning("looking for trials other workers left failed: %s", cause(exc))
 
@@ -356,7 +356,7 @@ def measure(
     The trial holds a lease while it is measured (``Lease``); one that another worker failed
     meanwhile (its lease read as past) is left as that worker marked it.
 
-    Once it is told, the trials other workers left are failed (``fail_orphans``).
+    Once it is told, the trials whose lease ran out are failed (``fail_expired``).
 
     Any escape (Ctrl-C, a storage error) marks the trial FAIL with the reason first.
     """

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -92,9 +93,21 @@ def fail_orphans(study: optuna.Study, now: float | None = None) -> list[FrozenTr
     Workers that open the study together find the same orphans: one that another worker
     finished first is left to it, and not returned.
     """
+    return _fail(study, lambda recorded: _why_orphaned(recorded, now))
+
+
+def fail_expired(study: optuna.Study, now: float | None = None) -> list[FrozenTrial]:
+    """Mark FAIL, with the reason, every RUNNING trial whose lease ran out before ``now``;
+    return them (what a worker does as it finishes a trial: a trial of a dead worker of this
+    machine with a lease still running waits for its lease, or for a run to open the study)."""
+    return _fail(study, lambda recorded: lease.expired(recorded, now))
+
+
+def _fail(study: optuna.Study, why: Callable[[TrialRecord], str | None]) -> list[FrozenTrial]:
+    """Mark FAIL every RUNNING trial ``why`` gives a reason for, with it; return them."""
     marked = []
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        reason = _why_orphaned(TrialRecord.of(frozen), now)
+        reason = why(TrialRecord.of(frozen))
         if reason is None:
             continue
         try:
