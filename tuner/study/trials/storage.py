@@ -27,10 +27,14 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import optuna
 import sqlalchemy
 from optuna.storages.journal import JournalFileBackend
+
+# The lock's base class, which optuna.storages.journal does not re-export.
+from optuna.storages.journal._file import BaseJournalFileLock
 from optuna.trial import Trial, TrialState
 
 from tuner.errors import InputError, TunerError
@@ -105,12 +109,36 @@ def journal_path(url: str) -> Path | None:
     return Path(url.removeprefix(JOURNAL)) if url.startswith(JOURNAL) else None
 
 
+class FlockJournalLock(BaseJournalFileLock):
+    """A journal file's lock: an exclusive ``flock`` of the file ``PATH.lock`` beside it, which
+    the kernel releases when the process holding it dies. Optuna's own locks (a symlink, a file
+    made exclusively) are taken from a dead holder only after a grace period of 30 s: a worker
+    killed while it wrote would hold every other worker of the host up that long."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._held: IO[str] | None = None
+
+    def acquire(self) -> bool:
+        handle = self._path.open("a")
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        self._held = handle
+        return True
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()  # closing the file releases the lock
+
+
 def storage_of(url: str) -> optuna.storages.BaseStorage:
-    """The storage ``url`` names: a journal file (``journal:PATH``) or a database
-    (``rdb_storage``, inside ``opening`` where another tuner may open it at once)."""
+    """The storage ``url`` names: a journal file (``journal:PATH``, under ``FlockJournalLock``)
+    or a database (``rdb_storage``, inside ``opening`` where another tuner may open it at
+    once)."""
     path = journal_path(url)
     if path is not None:
-        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        lock = FlockJournalLock(Path(f"{path}.lock"))
+        return optuna.storages.JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
     return rdb_storage(url)
 
 
