@@ -53,7 +53,8 @@ def main() -> None:
     pids = os.environ.get("STAND_IN_PIDS")
     if pids:
         Path(pids, str(os.getpid())).write_text("server")
-    print(f"stand-in vLLM pid={os.getpid()} config={config}", flush=True)
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
+    print(f"stand-in vLLM pid={os.getpid()} config={config} gpus={gpus}", flush=True)
     jit_at = {int(n) for n in os.environ.get("STAND_IN_JIT_AT", "").split(",") if n}
     if jit_at:
         print(f"(EngineCore pid={os.getpid()}) INFO 11-25 07:40:00 [jit_monitor.py:79] Kernel JIT "

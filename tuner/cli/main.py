@@ -34,6 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``tuner``: parse the command line, run the command, and turn tuner's errors into a line on
     stderr and an exit status."""
     args = build_parser().parse_args(argv)
+    # As given: ``tuner run --gpus`` starts its workers with the same arguments.
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",

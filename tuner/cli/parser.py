@@ -85,7 +85,7 @@ def add_run_command(commands: Any) -> None:
         help="add no trial: only finish re-measuring the winner, the baseline (and the spec's "
         "candidates, with confirm_candidates) where an earlier run's confirmation was cut short",
     )
-    run.add_argument("--storage", help="Optuna storage URL (default: sqlite:///studies/NAME.db)")
+    add_worker_options(run)
     run.add_argument(
         "--time-budget-s",
         type=positive_number,
@@ -141,6 +141,27 @@ def add_server_options(run: argparse.ArgumentParser) -> None:
         help="measure the server already running at URL once, as it is, with the spec's "
         "objective: tuner did not start it, so nothing is searched and no configuration is "
         "written (docs/spec.md)",
+    )
+
+
+def add_worker_options(run: argparse.ArgumentParser) -> None:
+    """Where the study is kept, and how the workers of one study share it (docs/workers.md)."""
+    run.add_argument(
+        "--storage",
+        help="Optuna storage URL, or journal:FILE (default: sqlite:///studies/NAME.db; with "
+        "--gpus, journal:studies/NAME.log)",
+    )
+    run.add_argument(
+        "--gpus",
+        metavar="all|I,J,...",
+        help="one worker per GPU (all, or nvidia-smi indices), on one study, then the "
+        "confirmation on the first (default: one worker on the GPUs CUDA_VISIBLE_DEVICES gives)",
+    )
+    run.add_argument(
+        "--no-confirm",
+        action="store_true",
+        help="add trials, then exit 0 writing nothing: the confirmation and the configuration "
+        "are left to a later --confirm-only run (a worker of several on one study)",
     )
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import optuna
 
+from tuner.cli.exits import EXIT_MEETS_SLOS
+from tuner.cli.gpus import run_on_gpus
 from tuner.cli.inputs import read_trace, study_of, workload_of
 from tuner.cli.progress import RunLines
 from tuner.cli.report import after_run
@@ -32,6 +34,7 @@ from tuner.study.plan.spec import StudySpec
 from tuner.study.result.run import Run
 from tuner.study.result.run_config import RunConfig, default_storage, resolve
 from tuner.study.trials import search
+from tuner.study.trials.storage import dashboard_target
 from tuner.study.trials.workers import fail_orphans
 from tuner.urls import shown_url
 
@@ -113,6 +116,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``tuner run``: read the trace and the spec (writing one if there is none), calibrate where
     asked, add the trials, confirm the winner and write its configuration; the exit status says
     whether it meets the SLOs."""
+    if args.gpus is not None:
+        return run_on_gpus(args)
     began = time.monotonic()
     name = study_of(args)
     # Bad input stops here, before anything is written.
@@ -141,12 +146,22 @@ def cmd_run(args: argparse.Namespace) -> int:
             first_new = len(study.trials)
             with lines.showing():
                 run.add_trials()
-                run.confirm()
+                if not args.no_confirm:
+                    run.confirm()
             print(overhead_summary(study, first_new))
     finally:
         if launcher is not None:
             launcher.close()
-    print(f"\ndashboard: optuna-dashboard {shown_url(storage)}")
+    return _ended(args, name, storage, study, run)
+
+
+def _ended(args: argparse.Namespace, name: str, storage: str, study: optuna.Study, run: Run) -> int:
+    """The run's last lines and exit status: the result written, or, for ``--no-confirm``,
+    nothing written (exit 0: its trials were added)."""
+    print(f"\ndashboard: optuna-dashboard {dashboard_target(storage)}")
+    if args.no_confirm:
+        print("no configuration written: the confirmation is left to a later run, --confirm-only")
+        return EXIT_MEETS_SLOS
     return after_run(args, name, storage, said_result(args, name, study, run.result()))
 
 

@@ -36,6 +36,10 @@ FRESH_ATTR = "fresh_for"
 MOVE_ATTR = "move"
 # Who measured it (``tuner.study.trials.workers``), on what, with which engine arguments.
 WORKER_ATTR = "worker"
+# Until when (Unix seconds) its worker holds it (``tuner.study.trials.lease``), and where it
+# runs: the host and the GPUs (nvidia-smi's indices and UUIDs) it was measured on.
+LEASE_ATTR = "lease_until"
+PLACE_ATTR = "placement"
 VLLM_VERSION = "vllm_version"
 DEVICE = "device"
 # The tuner build that measured the trial (``tuner.build.describe``: version and commit).
@@ -73,7 +77,7 @@ LOG_TAIL_CHARS = 4000
 _OWN = frozenset(
     {
         BASELINE_ATTR, SPEC_BASELINE_ATTR, DEFAULTS_CANDIDATE_ATTR, CANDIDATE_ATTR,
-        CONFIRMS_ATTR, FRESH_ATTR, MOVE_ATTR, WORKER_ATTR, TUNER_ATTR,
+        CONFIRMS_ATTR, FRESH_ATTR, MOVE_ATTR, WORKER_ATTR, LEASE_ATTR, PLACE_ATTR, TUNER_ATTR,
         *MEASURED_ON,
         ARGS_ATTR, FEASIBLE_ATTR, REASON_ATTR, LOG_ATTR, COMPILE_KEY_ATTR, CACHE_HIT_ATTR,
         POINTS_ATTR, COMPARED_ATTR,
@@ -149,6 +153,44 @@ class Queued:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where a trial was measured: the ``host`` (as ``tuner.study.trials.workers`` names it)
+    and the GPUs its server saw, by nvidia-smi's index and UUID (none on a CPU)."""
+
+    host: str
+    gpu_indices: tuple[int, ...] = ()
+    gpu_uuids: tuple[str, ...] = ()
+
+    @classmethod
+    def of_attr(cls, value: Any) -> Placement | None:
+        """The placement a trial recorded; None where it recorded none (or not this shape)."""
+        if not isinstance(value, Mapping) or not isinstance(value.get("host"), str):
+            return None
+        indices = tuple(i for i in value.get("gpu_indices") or () if _int(i) is not None)
+        uuids = tuple(u for u in value.get("gpu_uuids") or () if isinstance(u, str))
+        return cls(value["host"], indices, uuids)
+
+    def as_attr(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "gpu_indices": list(self.gpu_indices),
+            "gpu_uuids": list(self.gpu_uuids),
+        }
+
+    @property
+    def device(self) -> tuple[str, tuple[str, ...]]:
+        """What two measurements must share to be compared as a pair: the host and the GPUs'
+        UUIDs (a GPU's index may name another GPU under another ``CUDA_VISIBLE_DEVICES``)."""
+        return (self.host, self.gpu_uuids)
+
+    def __str__(self) -> str:
+        gpus = ", ".join(
+            f"GPU {i} ({u})" for i, u in zip(self.gpu_indices, self.gpu_uuids, strict=False)
+        )
+        return f"{self.host}, {gpus}" if gpus else self.host
+
+
+@dataclass(frozen=True)
 class TrialRecord:
     """A finished or running trial as tuner recorded it: Optuna's number, state, value and
     constraints (by name, above 0: missed), and tuner's own fields.
@@ -173,6 +215,9 @@ class TrialRecord:
     move: str | None
     fresh: int | None
     worker: str | None
+    # Until when (Unix seconds) its worker holds it; None where it holds no lease.
+    lease_until: float | None
+    placement: Placement | None
     measured_on: Mapping[str, str]
     # The tuner build that measured it (``tuner.build.describe``); None where it recorded none.
     tuner_build: str | None
@@ -205,6 +250,8 @@ class TrialRecord:
             move=queued.move,
             fresh=queued.fresh,
             worker=_str(attrs.get(WORKER_ATTR)),
+            lease_until=_number(attrs.get(LEASE_ATTR)),
+            placement=Placement.of_attr(attrs.get(PLACE_ATTR)),
             measured_on={k: attrs[k] for k in MEASURED_ON if isinstance(attrs.get(k), str)},
             tuner_build=_str(attrs.get(TUNER_ATTR)),
             feasible=bool(attrs.get(FEASIBLE_ATTR)),
@@ -297,6 +344,16 @@ def started(
 def claimed(trial: Writable, worker: str) -> None:
     """Record the worker that asked for ``trial`` (a host, a pid and a start time)."""
     trial.set_user_attr(WORKER_ATTR, worker)
+
+
+def leased(trial: Writable, until: float) -> None:
+    """Record that ``trial``'s worker holds it until ``until`` (Unix seconds)."""
+    trial.set_user_attr(LEASE_ATTR, until)
+
+
+def placed(trial: Writable, placement: Placement) -> None:
+    """Record the host and GPUs ``trial`` is measured on."""
+    trial.set_user_attr(PLACE_ATTR, placement.as_attr())
 
 
 def measured(trial: Writable, outcome: TrialOutcome) -> None:

@@ -150,6 +150,9 @@ class StudySpec:
     # A stream silent this long (no byte from the server) fails its request: a server that
     # stops answering mid-window costs its trial at most this much more.
     stall_timeout_s: float = 300.0
+    # A trial's lease (tuner.study.trials.lease): renewed every third of this while it is
+    # measured; a RUNNING trial whose lease ran out is failed by any worker on any host.
+    lease_s: float = 120.0
     # Seconds the whole run may take, calibration included: no trial or re-measurement starts
     # that would end after it (going by the longest trial so far); the baseline always runs.
     # ``tuner run --time-budget-s`` overrides it; None: no limit.
@@ -303,6 +306,7 @@ _SECONDS = (
     "capacity_window_s",
     "client_tolerance_s",
     "stall_timeout_s",
+    "lease_s",
 )
 
 

@@ -51,6 +51,7 @@ from tuner.study.trials.budget import (
     confirm_trials,
 )
 from tuner.study.trials.groups import Group, contender, groups, rank, ranked
+from tuner.study.trials.workers import this_placement
 
 logger = logging.getLogger(__name__)
 
@@ -219,6 +220,10 @@ class Run:
         if state is None:
             alone = baseline if baseline is not None and baseline.feasible else None
             return self._alone_again(alone, repeats) if alone is not None else 0
+        away = confirm.elsewhere(state, this_placement())
+        if away is not None:
+            say(away)
+            return 0
         if state.next_arm() is None:
             say(f"not confirming again: the confirmation of trial {state.finalist.number} is done")
             ran = 0
@@ -243,7 +248,7 @@ class Run:
     def _measuring(self) -> search.Measuring:
         return search.Measuring(
             self.trial_setup(), self.config.run_dir, self.runner, self.machine,
-            self.tell.trial_started,
+            self.tell.trial_started, self.spec.lease_s,
         )  # fmt: skip
 
     def _candidates_again(self, repeats: int) -> int:

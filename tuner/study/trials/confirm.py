@@ -18,6 +18,11 @@ best of its group 17.5 times in 27 and 11 % above its re-measurements). So:
   (``tuner.study.trials.significance.beats``: at 3 against 3, p = 1/20). One fresh pair the other
   way decides against it, and nothing more is measured (about 3 measurements, not 6, where the
   finalist is no better).
+- **On one device**: each fresh measurement records its host and GPUs
+  (``tuner.study.measure.record.Placement``); a round's pairs are those measured on the host and
+  GPUs of its first fresh measurement, and one measured elsewhere is set aside (counted toward
+  ``Round.limit``, never compared), since two GPUs of one model differ by more than some gains.
+  A worker on another device does not continue the round (``elsewhere``).
 - **At one rate**: each fresh measurement of the baseline in a capacity study also replays one
   window at the finalist's capacity in the search, where that is above its own; where the
   baseline met the SLOs at the finalist's confirmed capacity, the finalist is not written
@@ -47,7 +52,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
-from tuner.study.measure.record import Queued, TrialRecord
+from tuner.study.measure.record import Placement, Queued, TrialRecord
 from tuner.study.trials import significance
 from tuner.study.trials.budget import Budget
 from tuner.study.trials.groups import Group, groups, rank
@@ -95,16 +100,34 @@ class Round:
     # finalist (their trial numbers) decide against it, as a pair in the baseline's favour.
     dropped: int = 0
     failed: tuple[int, ...] = ()
+    # Where its pairs are measured: the host and GPUs of its first fresh measurement (None
+    # before it, or where that recorded none); fresh measurements elsewhere, set aside.
+    device: Placement | None = None
+
+    def here(self, trial: FrozenTrial) -> bool:
+        """Whether ``trial`` was measured on the round's device (or either recorded none)."""
+        placement = TrialRecord.of(trial).placement
+        if self.device is None or placement is None:
+            return True
+        return placement.device == self.device.device
 
     def _fresh(self, group: Group) -> tuple[FrozenTrial, ...]:
         number = self.finalist.number
         return tuple(
-            t for t in group.trials if TrialRecord.of(t).fresh == number and t is not group.first
+            t
+            for t in group.trials
+            if TrialRecord.of(t).fresh == number and t is not group.first and self.here(t)
         )
 
     def _behind(self, group: Group) -> int:
         number = self.finalist.number
         return sum(1 for t in group.left_out if TrialRecord.of(t).fresh == number)
+
+    def _elsewhere(self, group: Group) -> int:
+        number = self.finalist.number
+        return sum(
+            1 for t in group.trials if TrialRecord.of(t).fresh == number and not self.here(t)
+        )
 
     @property
     def finalist_fresh(self) -> Group:
@@ -122,15 +145,18 @@ class Round:
         """Fresh measurements taken, client-behind ones included."""
         mine, theirs = self.finalist_fresh.trials, self.baseline_fresh.trials
         behind = self._behind(self.finalist) + self._behind(self.baseline)
-        return len(mine) + len(theirs) + behind + self.dropped
+        elsewhere = self._elsewhere(self.finalist) + self._elsewhere(self.baseline)
+        return len(mine) + len(theirs) + behind + elsewhere + self.dropped
 
     def after(self, trial: FrozenTrial) -> Round:
         """The round once ``trial``, a fresh measurement of it just taken, is added: to the
         finalist's or the baseline's measurements (those whose client fell behind apart), or
         counted as dropped where it served nothing."""
         recorded = TrialRecord.of(trial)
+        if self.device is None and recorded.placement is not None:
+            return replace(self, device=recorded.placement).after(trial)
         if not served(trial):
-            mine = recorded.confirms == self.finalist.number
+            mine = recorded.confirms == self.finalist.number and self.here(trial)
             failed = (*self.failed, trial.number) if mine else self.failed
             return replace(self, dropped=self.dropped + 1, failed=failed)
         group = self.finalist if recorded.confirms == self.finalist.number else self.baseline
@@ -231,7 +257,26 @@ def round_of(all_groups: Sequence[Group], repeats: int) -> Round | None:
     baseline = rank(list(all_groups))[1]
     if chosen is None or baseline is None:
         return None
-    return Round(chosen, baseline, repeats)
+    fresh = sorted(
+        (t for g in (chosen, baseline) for t in (*g.trials, *g.left_out)
+         if TrialRecord.of(t).fresh == chosen.number),
+        key=lambda t: t.number,
+    )  # fmt: skip
+    placed = (TrialRecord.of(t).placement for t in fresh)
+    device = next((p for p in placed if p is not None), None)
+    return Round(chosen, baseline, repeats, device=device)
+
+
+def elsewhere(state: Round, placement: Placement) -> str | None:
+    """Why a worker at ``placement`` does not continue ``state``'s round: its pairs are
+    measured on another device; None where it may."""
+    device = state.device
+    if device is None or device.device == placement.device or state.next_arm() is None:
+        return None
+    return (
+        f"not confirming here ({placement}): the confirmation of trial {state.finalist.number} "
+        f"is measured on {device}, each pair on one device; run tuner run --confirm-only there"
+    )
 
 
 OnTrial = Callable[[FrozenTrial], None]

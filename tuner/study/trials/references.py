@@ -3,7 +3,9 @@
 Several workers may run one study (one per GPU, on a shared PostgreSQL storage). The next
 reference point not yet taken is queued (Optuna's ``enqueue_trial``) and taken by ``ask``, which
 hands a queued trial to one worker only. Two workers that queue the same point at the same
-moment both get a trial; the later one is a duplicate, marked FAIL without being measured.
+moment both get a trial; the later one is a duplicate, marked FAIL without being measured. The
+incumbent search's moves are held to the same rule: a move queued by two workers at once, whose
+values another trial took already (waiting, running or measured), is a duplicate too.
 """
 
 from __future__ import annotations
@@ -65,8 +67,12 @@ def queue_next(study: optuna.Study, spec: StudySpec) -> bool:
 
 
 def duplicate_of(study: optuna.Study, trial: Trial) -> int | None:
-    """The earlier trial that took the same reference point as ``trial``, if one did."""
-    point = _point(Queued.of(trial))
+    """The earlier trial that took the same reference point as ``trial``, or the same values of
+    an incumbent search's move, if one did."""
+    queued = Queued.of(trial)
+    if queued.move is not None:
+        return _same_move(study, trial)
+    point = _point(queued)
     if point is None:
         return None
     earlier = [
@@ -75,6 +81,22 @@ def duplicate_of(study: optuna.Study, trial: Trial) -> int | None:
         if t.number < trial.number and _point(Queued.of(t)) == point
     ]
     return min(earlier, default=None)
+
+
+def _same_move(study: optuna.Study, trial: Trial) -> int | None:
+    """The earliest other trial that took every value ``trial``'s move queued."""
+    taken = study.get_trials(deepcopy=False, states=TAKEN)
+    own = next((t for t in taken if t.number == trial.number), None)
+    values = dict(own.system_attrs.get("fixed_params") or {}) if own is not None else {}
+    if not values:
+        return None
+    for other in taken:
+        if other.number >= trial.number or Queued.of(other).confirms is not None:
+            continue
+        took = {**(other.system_attrs.get("fixed_params") or {}), **other.params}
+        if all(key in took and took[key] == value for key, value in values.items()):
+            return other.number
+    return None
 
 
 def drop_duplicate(study: optuna.Study, trial: Trial, original: int) -> None:

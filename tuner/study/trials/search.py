@@ -29,6 +29,7 @@ from tuner.study.measure.trial import TrialOutcome, TrialSetup, run_trial
 from tuner.study.plan.spec import INCUMBENT, Dimension, StudySpec
 from tuner.study.trials import fingerprint, groups, incumbent, references
 from tuner.study.trials.budget import Budget
+from tuner.study.trials.lease import LEASE_S, Lease
 from tuner.study.trials.picks import best_trial
 from tuner.study.trials.storage import (
     OPEN_ERRORS,
@@ -37,11 +38,12 @@ from tuner.study.trials.storage import (
     abandon,
     cause,
     check_database_file,
+    journal_path,
     open_failure,
     opening,
-    rdb_storage,
+    storage_of,
 )
-from tuner.study.trials.workers import this_worker
+from tuner.study.trials.workers import fail_expired, this_placement, this_worker
 from tuner.urls import shown_url
 
 logger = logging.getLogger(__name__)
@@ -114,7 +116,7 @@ def open_study(
     try:
         with turn:
             if isinstance(storage, str):
-                storage = rdb_storage(storage)
+                storage = storage_of(storage)
             with contextlib.suppress(KeyError):
                 loaded = optuna.load_study(study_name=name, storage=storage)
                 existing = len(loaded.trials)
@@ -124,7 +126,11 @@ def open_study(
                         f"study {name!r} is a {made_for.mode} study (--objective "
                         f"{made_for.mode}); use --study NEWNAME to start a new one"
                     )
-            sampler = optuna.samplers.TPESampler(seed=seed + existing, multivariate=True)
+            # constant_liar: where TPE draws for several workers at once, trials still running
+            # count as bad, so that two workers do not draw the same region.
+            sampler = optuna.samplers.TPESampler(
+                seed=seed + existing, multivariate=True, constant_liar=True
+            )
             study = optuna.create_study(
                 study_name=name,
                 storage=storage,
@@ -145,16 +151,18 @@ def open_study(
 def load_existing(name: str, storage: str) -> optuna.Study:
     """A study that is already there, to read; creates nothing (not even a SQLite file)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    path = storage.removeprefix("sqlite:///")
+    journal = journal_path(storage)
+    path = str(journal) if journal is not None else storage.removeprefix("sqlite:///")
     if path != storage and not Path(path).exists():
         raise InputError(f"no study database at {path}")
     check_database_file(storage)
     try:
-        return optuna.load_study(study_name=name, storage=storage)
+        opened = storage_of(storage) if journal is not None else storage
+        return optuna.load_study(study_name=name, storage=opened)
     except OPEN_ERRORS as exc:
         raise TunerError(open_failure(storage, exc)) from None
     except KeyError:
-        there = ", ".join(optuna.get_all_study_names(storage)) or "none"
+        there = ", ".join(optuna.get_all_study_names(opened)) or "none"
         raise InputError(
             f"no study {name!r} in {shown_url(storage)} (studies there: {there})"
         ) from None
@@ -286,7 +294,7 @@ def run_study(
         # ratios are reported too, for the pruner to compare with when one is best.
         queued = Queued.of(trial)
         prunable = not queued.reference
-        how = Measuring(setup, run_dir, runner, machine, on_start)
+        how = Measuring(setup, run_dir, runner, machine, on_start, spec.lease_s)
         # A searched configuration, not a re-measurement: first at the best capacity so far.
         gated = prunable and queued.confirms is None
         frozen = measure(study, trial, args, how, prunable, gated=gated)
@@ -299,16 +307,26 @@ def run_study(
     return n_trials
 
 
+def _fail_left(study: optuna.Study) -> None:
+    """Fail the trials other workers left, their lease run out (``fail_expired``)."""
+    try:
+        fail_expired(study)
+    except STORAGE_ERRORS as exc:
+        logger.warning("looking for trials other workers left failed: %s", cause(exc))
+
+
 @dataclass(frozen=True)
 class Measuring:
     """What measuring a trial takes besides its arguments: the setup, where its logs go, the
-    runner, the machine recorded on it, and who is told it starts."""
+    runner, the machine recorded on it, who is told it starts, and the seconds of its lease
+    (``tuner.study.trials.lease``)."""
 
     setup: TrialSetup
     run_dir: Path
     runner: TrialRunner = run_trial
     machine: Mapping[str, str] = field(default_factory=dict)
     on_start: OnStart | None = None
+    lease_s: float = LEASE_S
 
 
 def _gate(study: optuna.Study) -> float | None:
@@ -335,10 +353,31 @@ def measure(
     measured again in a confirmation, which a capacity trial also measures once at the
     finalist's capacity, where that is above its own (``Measure.for_trial``'s ``compare``).
 
+    The trial holds a lease while it is measured (``Lease``); one that another worker failed
+    meanwhile (its lease read as past) is left as that worker marked it.
+
+    Once it is told, the trials whose lease ran out are failed (``fail_expired``).
+
     Any escape (Ctrl-C, a storage error) marks the trial FAIL with the reason first.
     """
+    frozen = _measured(study, trial, args, how, prunable, gated, compare_at)
+    _fail_left(study)
+    return frozen
+
+
+def _measured(
+    study: optuna.Study,
+    trial: Trial,
+    args: Mapping[str, Any],
+    how: Measuring,
+    prunable: bool,
+    gated: bool,
+    compare_at: float | None,
+) -> FrozenTrial:
+    """``measure``'s trial measured, recorded and told."""
     try:
         record.started(trial, this_worker(), args, how.machine)
+        record.placed(trial, this_placement())
         if how.on_start is not None:
             how.on_start(trial.number, args)
         setup = how.setup
@@ -350,12 +389,15 @@ def measure(
             compare=lambda: compare_at,
         )
         setup = replace(setup, measure=measure)
-        outcome = how.runner(
-            args,
-            setup,
-            how.run_dir / f"trial-{trial.number:04d}",
-            should_stop=_should_stop(trial, prunable),
-        )
+        with Lease(study, trial, how.lease_s) as lease:
+            outcome = how.runner(
+                args,
+                setup,
+                how.run_dir / f"trial-{trial.number:04d}",
+                should_stop=_should_stop(trial, prunable),
+            )
+        if lease.lost:
+            return study.get_trials(deepcopy=False)[trial.number]
         record.measured(trial, outcome)
         if outcome.pruned:
             return study.tell(trial, state=TrialState.PRUNED)

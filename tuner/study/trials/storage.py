@@ -11,6 +11,11 @@ together). Opening creates Optuna's tables on a new database, stamps its schema 
 the study and names its objective, each a check followed by a write that a second process can
 slip between. ``opening`` makes the processes take turns: on PostgreSQL a session-level advisory
 lock of the database, on SQLite an exclusive lock of a file beside the database.
+
+Besides SQLAlchemy's URLs, ``journal:PATH`` names Optuna's journal storage in the file PATH
+(``JournalStorage`` over a ``JournalFileBackend``): an append-only log that many processes of
+one host write at once, each under the file's own lock; ``tuner run --gpus`` keeps its study
+there unless ``--storage`` says otherwise.
 """
 
 from __future__ import annotations
@@ -22,9 +27,14 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import optuna
 import sqlalchemy
+from optuna.storages.journal import JournalFileBackend
+
+# The lock's base class, which optuna.storages.journal does not re-export.
+from optuna.storages.journal._file import BaseJournalFileLock
 from optuna.trial import Trial, TrialState
 
 from tuner.errors import InputError, TunerError
@@ -43,8 +53,14 @@ STORAGE_ERRORS: tuple[type[Exception], ...] = (
     sqlalchemy.exc.SQLAlchemyError,
     optuna.exceptions.StorageInternalError,
 )
-# Opening also imports the database's driver, which may not be installed.
-OPEN_ERRORS: tuple[type[Exception], ...] = (*STORAGE_ERRORS, ImportError, OpeningTimeout)
+# Opening also imports the database's driver, which may not be installed, and opens a journal
+# file, which may be in a folder that is missing or not writable.
+OPEN_ERRORS: tuple[type[Exception], ...] = (
+    *STORAGE_ERRORS, ImportError, OpeningTimeout, OSError,
+)  # fmt: skip
+
+# The prefix of a journal storage's URL: ``journal:PATH``.
+JOURNAL = "journal:"
 
 # Seconds a PostgreSQL server may take to accept a connection: one that takes it and never
 # answers (a firewall's black hole, a server stuck in recovery) would otherwise hold tuner.
@@ -88,6 +104,51 @@ def _engine_kwargs(url: str) -> dict[str, object]:
     return {}
 
 
+def journal_path(url: str) -> Path | None:
+    """The file of a ``journal:PATH`` storage; None for any other URL."""
+    return Path(url.removeprefix(JOURNAL)) if url.startswith(JOURNAL) else None
+
+
+class FlockJournalLock(BaseJournalFileLock):
+    """A journal file's lock: an exclusive ``flock`` of the file ``PATH.lock`` beside it, which
+    the kernel releases when the process holding it dies. Optuna's own locks (a symlink, a file
+    made exclusively) are taken from a dead holder only after a grace period of 30 s: a worker
+    killed while it wrote would hold every other worker of the host up that long."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._held: IO[str] | None = None
+
+    def acquire(self) -> bool:
+        handle = self._path.open("a")
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        self._held = handle
+        return True
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()  # closing the file releases the lock
+
+
+def storage_of(url: str) -> optuna.storages.BaseStorage:
+    """The storage ``url`` names: a journal file (``journal:PATH``, under ``FlockJournalLock``)
+    or a database (``rdb_storage``, inside ``opening`` where another tuner may open it at
+    once)."""
+    path = journal_path(url)
+    if path is not None:
+        lock = FlockJournalLock(Path(f"{path}.lock"))
+        return optuna.storages.JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
+    return rdb_storage(url)
+
+
+def dashboard_target(url: str) -> str:
+    """What ``optuna-dashboard`` is given to show the study: a journal's file, else the URL
+    (its password masked)."""
+    path = journal_path(url)
+    return str(path) if path is not None else shown_url(url)
+
+
 def rdb_storage(url: str) -> optuna.storages.RDBStorage:
     """The storage at ``url``, its tables created if the database has none.
 
@@ -106,9 +167,16 @@ def opening(url: str, wait_s: float = OPEN_WAIT_S) -> Iterator[None]:
     ``DATABASE.open-lock`` beside it (made if missing, never removed: another process may be
     waiting on it), released by the kernel likewise. Other databases are opened without a turn.
 
+    A journal file takes turns likewise, under ``PATH.open-lock``.
+
     Raises ``OpeningTimeout`` after ``wait_s`` seconds of waiting, and SQLAlchemy's errors (or
     ``ImportError``) where the PostgreSQL server cannot be reached (or its driver is missing).
     """
+    journal = journal_path(url)
+    if journal is not None:
+        with _file_turn(Path(str(journal) + SQLITE_LOCK_SUFFIX), wait_s):
+            yield
+        return
     parsed = sqlalchemy.make_url(url)
     backend = parsed.get_backend_name()
     if backend == "postgresql":
@@ -209,7 +277,10 @@ def check_database_file(url: str) -> None:
 
 
 def missing_folder(url: str) -> Path | None:
-    """The folder of a SQLite file URL, if that folder does not exist."""
+    """The folder of a SQLite file URL or a journal file, if that folder does not exist."""
+    journal = journal_path(url)
+    if journal is not None:
+        return None if journal.parent.is_dir() else journal.parent
     try:
         parsed = sqlalchemy.make_url(url)
     except sqlalchemy.exc.ArgumentError:
