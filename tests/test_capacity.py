@@ -86,7 +86,7 @@ def threshold(true_req_per_s: float, calls: list[float]):
 @pytest.mark.parametrize("resolution", [0.05, 0.1, 0.25])
 def test_the_search_lands_within_the_resolution(true_req_per_s, resolution):
     calls: list[float] = []
-    found = search_capacity(threshold(true_req_per_s, calls), 3.0, resolution, max_rates=20)
+    found = search_capacity(threshold(true_req_per_s, calls), 3.0, resolution, max_probes=20)
     assert found.resolved
     assert found.capacity_req_per_s <= true_req_per_s
     assert found.capacity_req_per_s * (1 + resolution) >= true_req_per_s
@@ -101,10 +101,10 @@ def test_the_search_lands_within_the_resolution(true_req_per_s, resolution):
 
 def test_the_search_stops_at_its_window_limit_and_floor():
     calls: list[float] = []
-    found = search_capacity(threshold(100.0, calls), 1.0, 0.1, max_rates=4)
+    found = search_capacity(threshold(100.0, calls), 1.0, 0.1, max_probes=4)
     assert not found.resolved and len(calls) == 4
     assert found.capacity_req_per_s == 8.0  # 1, 2, 4, 8 passed
-    assert "window limit" in found.why_stopped
+    assert "probe limit" in found.why_stopped
 
     calls = []
     found = search_capacity(threshold(0.01, calls), 1.0, 0.1, floor_req_per_s=0.2)
@@ -356,7 +356,7 @@ def test_the_search_finds_a_known_capacity(stand_in, caplog):
     # client bunches a few arrivals, so the boundary measured may sit a little below 10.
     window = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
     settings = CapacitySettings(
-        window, period_s=1.0, rate_window_s=4.0, resolution=0.1, max_rates=8, min_requests=0
+        window, period_s=1.0, probe_s=4.0, resolution=0.1, max_probes=8, min_requests=0
     )
     replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
     slos = {"ttft_p95_s": 0.5}
@@ -369,7 +369,7 @@ def test_the_search_finds_a_known_capacity(stand_in, caplog):
     # Within the resolution below the boundary, itself at most 5 % below the known rate.
     low = CAPACITY_REQ_PER_S * 0.95 / (1 + settings.resolution)
     assert low <= found.capacity_req_per_s <= CAPACITY_REQ_PER_S * 1.01, rates
-    assert len(found.points) <= settings.max_rates
+    assert len(found.points) <= settings.max_probes
     assert len([r for r in caplog.records if "req/s:" in r.getMessage()]) == len(found.points)
     best = found.best_point
     assert best is not None and best.figures["ttft_p95_s"] <= slos["ttft_p95_s"]
@@ -385,7 +385,7 @@ def test_a_gate_above_the_capacity_costs_one_window(stand_in):
     window = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
     gate = 2 * CAPACITY_REQ_PER_S
     settings = CapacitySettings(
-        window, period_s=1.0, rate_window_s=4.0, gate_req_per_s=gate, min_requests=0
+        window, period_s=1.0, probe_s=4.0, gate_req_per_s=gate, min_requests=0
     )
     replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
     found = measure_capacity(stand_in.url, settings, replay, Criteria({"ttft_p95_s": 0.5}, {}))
@@ -403,7 +403,7 @@ def test_the_defaults_are_measured_once_more_at_the_finalist_s_capacity(stand_in
     slos = {"ttft_p95_s": 0.5}
     leader = 4 * CAPACITY_REQ_PER_S
     settings = CapacitySettings(
-        window, period_s=1.0, rate_window_s=3.0, compare_req_per_s=leader, min_requests=0
+        window, period_s=1.0, probe_s=3.0, compare_req_per_s=leader, min_requests=0
     )
     found = measure_capacity(stand_in.url, settings, replay, Criteria(slos, {}))
     assert found.capacity_req_per_s > 0 and found.compared is not None
@@ -417,7 +417,7 @@ def test_one_rate_is_measured_alone_as_the_search_would(stand_in):
     # What a caller that picks its own rates gets (benchmarks/capacity.py's scan): the same
     # point the search would record for that rate, told to ``on_rate`` under its index.
     window = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
-    settings = CapacitySettings(window, period_s=1.0, rate_window_s=3.0, min_requests=0)
+    settings = CapacitySettings(window, period_s=1.0, probe_s=3.0, min_requests=0)
     replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
     slos = {"ttft_p95_s": 0.5}
     told: set[tuple[int, float]] = set()
@@ -433,14 +433,14 @@ def test_one_rate_is_measured_alone_as_the_search_would(stand_in):
     far_above = CAPACITY_REQ_PER_S * 4
     point = measure_rate(stand_in.url, settings, replay, Criteria(slos, {}), far_above)
     assert not point.passed and "lost" in (point.reason or ""), point
-    assert point.figures["stopped_at_s"] < settings.rate_window_s
+    assert point.figures["stopped_at_s"] < settings.probe_s
 
 
 def test_a_rate_is_judged_on_enough_requests_after_its_lead_in(stand_in):
     """A rate too sparse for ``min_requests`` in its seconds is replayed longer (at most
     ``MAX_SPAN`` times), and the requests of its lead-in are sent but not judged."""
     window = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
-    settings = CapacitySettings(window, period_s=1.0, rate_window_s=1.0, min_requests=10)
+    settings = CapacitySettings(window, period_s=1.0, probe_s=1.0, min_requests=10)
     assert settings.span_s(5.0) == 2.0 and settings.span_s(10.0) == 1.0
     assert settings.span_s(0.5) == MAX_SPAN  # 20 s wanted; 4 times 1 s at most
     replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
@@ -466,7 +466,7 @@ def test_the_lead_in_is_the_last_median_end_to_end_time(monkeypatch):
     monkeypatch.setattr(capacity, "measure_rate", fake)
     hint = StartHint(10.0, repeat=True, e2e_s=0.5)
     settings = CapacitySettings(
-        [Request(0.0, 8, 2)], period_s=1.0, rate_window_s=4.0, hint=hint, max_rates=3
+        [Request(0.0, 8, 2)], period_s=1.0, probe_s=4.0, hint=hint, max_probes=3
     )
     measure_capacity("http://x", settings, ReplaySettings("m", 1000), Criteria({}, {}))
     assert leads == [0.5, 0.7, 4.0]
@@ -548,7 +548,7 @@ def calibrated(alone: Alone, peak_req_per_s: float, window: Trace) -> dict[str, 
             "tpot_p95_s": 10 * s / float(outputs.mean()) + 2 * lag / int(outputs.min()),
             "e2e_p99_s": 10 * s + 2 * lag,
         },
-        "capacity_window_s": max(MIN_WINDOW_REQUESTS * s, 2 * ttft_s),
+        "capacity_probe_s": max(MIN_WINDOW_REQUESTS * s, 2 * ttft_s),
     }
 
 
@@ -584,7 +584,7 @@ def test_a_capacity_study_ranks_configurations_by_the_load_they_carry(tmp_path):
         # its window's requests, not lengthened to 100 (the search's floor, 10, holds).
         "capacity_resolution": 0.5,
         "capacity_min_requests": MIN_WINDOW_REQUESTS,
-        "capacity_max_windows": 6,
+        "capacity_max_probes": 6,
         # The finalist and the baseline on one fresh engine each (where a searched configuration
         # met the SLOs; else the baseline once more): too few for a verdict, the pipeline runs.
         "confirm_top_k": 1,
@@ -593,7 +593,7 @@ def test_a_capacity_study_ranks_configurations_by_the_load_they_carry(tmp_path):
     spec_file = write_spec(tmp_path / "cap.yaml", spec)
     # Five engine starts at most, each searching six windows at most (a lead-in of at most
     # their seconds each), each drained.
-    drained_s = 2 * load["capacity_window_s"] + load["slos"]["e2e_p99_s"]
+    drained_s = 2 * load["capacity_probe_s"] + load["slos"]["e2e_p99_s"]
     budget_s = 5 * (2 * alone.healthy_s + 6 * drained_s) + 120
     done = run_tuner(
         "run", "--trace", trace, "--study", "cap", "--spec", spec_file, cwd=tmp_path,

@@ -159,9 +159,9 @@ def test_the_search_finds_a_stand_in_s_known_goodput(partly_slow):
     settings = CapacitySettings(
         WINDOW,
         period_s=1.0,
-        rate_window_s=2.0,
+        probe_s=2.0,
         resolution=0.25,
-        max_rates=8,
+        max_probes=8,
         min_requests=0,
         goodput_share=0.75,
     )
@@ -184,7 +184,7 @@ def test_one_rate_above_the_capacity_passes_at_a_low_share_only(partly_slow):
     """At 15 req/s a fifth of the requests are slow: 90 % is not met, 75 % is."""
     criteria = Criteria({"ttft_p95_s": 0.5}, {})
     rate = 1.5 * CAPACITY_REQ_PER_S
-    settings = CapacitySettings(WINDOW, period_s=1.0, rate_window_s=2.0, min_requests=0)
+    settings = CapacitySettings(WINDOW, period_s=1.0, probe_s=2.0, min_requests=0)
     for share, passed in ((0.9, False), (0.75, True)):
         point = measure_rate(
             partly_slow.url, dataclasses.replace(settings, goodput_share=share), REPLAY, criteria,
@@ -327,11 +327,11 @@ def test_a_goodput_study_on_vllm_finds_a_rate_and_writes_it(tmp_path):
         "window_s": CAP_WINDOW_S,
         "capacity_resolution": 0.5,
         "capacity_min_requests": 10,
-        "capacity_max_windows": 4,
+        "capacity_max_probes": 4,
         "confirm_repeats": 0,
     }
     spec_file = write_spec(tmp_path / "gp.yaml", spec)
-    drained_s = 2 * load["capacity_window_s"] + load["slos"]["e2e_p99_s"]
+    drained_s = 2 * load["capacity_probe_s"] + load["slos"]["e2e_p99_s"]
     budget_s = 2 * (2 * alone.healthy_s + 4 * drained_s) + 120
     done = run_tuner(
         "run", "--trace", trace, "--study", "gp", "--spec", spec_file, cwd=tmp_path,

@@ -171,7 +171,7 @@ def test_a_capacity_window_primes_the_cache_or_resets_it_before_its_requests(
     monkeypatch.setattr(capacity, "prime", prime)
     monkeypatch.setattr(capacity, "replay", replay)
     window = [Request(0.5 * i, 1024, 2, (i,)) for i in range(4)]
-    settings = CapacitySettings(window, period_s=2.0, rate_window_s=2.0)
+    settings = CapacitySettings(window, period_s=2.0, probe_s=2.0)
     replay_settings = ReplaySettings("m", vocab_size=1000, block_tokens=512, cached_ids=cached)
     with pytest.raises(_Stop):
         measure_rate("http://x", settings, replay_settings, Criteria({}, {}), 2.0, index=1)

@@ -47,7 +47,7 @@ def test_a_primed_window_finds_its_earlier_blocks_in_vllm_s_prefix_cache(
         for i in range(4)
     ]
     before = frozenset(h for r in window for h in r.hash_ids[:3])
-    settings = CapacitySettings(window, period_s=1.0, rate_window_s=1.0, min_requests=0)
+    settings = CapacitySettings(window, period_s=1.0, probe_s=1.0, min_requests=0)
     vocab = model_info(str(tiny_model), 2048).vocab_size
     cold = ReplaySettings(str(tiny_model), vocab, BLOCK, request_timeout_s=120, drain_timeout_s=120)
     primed = replace(cold, cached_ids=before, history_seed=5)

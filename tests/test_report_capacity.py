@@ -261,7 +261,7 @@ def measured(knee: float, slos: Mapping[str, float]):
 
 def outcome(args: Mapping[str, Any], slos: Mapping[str, float]) -> TrialOutcome:
     measure = measured(knee_of(args), slos)
-    found = search_capacity(measure, 2.0, 0.1, max_rates=7, floor_req_per_s=0.5)
+    found = search_capacity(measure, 2.0, 0.1, max_probes=7, floor_req_per_s=0.5)
     shown = found.best_point or found.lowest_point
     assert shown is not None
     metrics = dict(shown.figures) | {

@@ -94,7 +94,7 @@ def fill(storage: str, mode: str, script: tuple[str, ...], repeats: int = 0) -> 
     """A study of ``mode`` whose trials end as ``script`` says, its fingerprint recorded as
     ``tuner run`` records it; ``repeats``: the confirm step, as a no-spec run does it."""
     spec = parse_spec(DEFAULT_SPEC | {"objective_mode": mode})
-    settings = CapacitySettings(requests=(), period_s=1.0, rate_window_s=5.0)
+    settings = CapacitySettings(requests=(), period_s=1.0, probe_s=5.0)
     setup = TrialSetup(
         model="m",
         requests=(),

@@ -467,7 +467,7 @@ def test_a_gated_capacity_trial_is_pruned_and_says_so(tmp_path: Path) -> None:
         metrics = {BELOW_ATTR: gate, "ttft_p95_s": 3.0}
         return TrialOutcome(args, capacity_score(0.0), metrics, {}, "failed at 6", pruned=True)
 
-    settings = CapacitySettings(requests=(), period_s=1.0, rate_window_s=5.0)
+    settings = CapacitySettings(requests=(), period_s=1.0, probe_s=5.0)
     setup = replace(stand_in_setup(), measure=RateSearch(settings))
     study = open_study("s", storage, 0, objective=CAPACITY_OBJECTIVE)
     run_study(study, spec, setup, tmp_path, 2, runner=runner)

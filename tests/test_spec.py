@@ -197,6 +197,16 @@ def test_the_weights_earlier_key_is_read_and_not_beside_them():
     assert EARLIER_WEIGHTS in str(caught.value) and "weights" in str(caught.value)
 
 
+def test_a_probes_settings_are_read_under_their_earlier_names_and_not_beside_them():
+    earlier = {"capacity_window_s": 12, "capacity_max_windows": 4}
+    parsed = parse_spec(earlier)
+    assert (parsed.capacity_probe_s, parsed.capacity_max_probes) == (12.0, 4)
+    assert "capacity_window_s" not in default_spec_text(searches_rates=True)
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"capacity_window_s": 12, "capacity_probe_s": 10})
+    assert "capacity_window_s" in str(caught.value) and "capacity_probe_s" in str(caught.value)
+
+
 def test_the_default_spec_takes_every_setting_from_studyspec():
     """One source for each default: what a spec that names nothing gets is StudySpec's own."""
     parsed = parse_spec({"model": "m"})

@@ -126,7 +126,7 @@ def _cell(row: TrialRow, metric: str, limit: float | None) -> str:
 
 def _windows_cell(row: TrialRow) -> str:
     """How many rates a capacity trial measured; ``unresolved`` where its search stopped (at
-    its window limit, floor or ceiling) before its passing and failing rates were close."""
+    its probe limit, floor or ceiling) before its passing and failing rates were close."""
     windows = row.figure(RATES_ATTR)
     if windows is None:
         return "<td></td>"
@@ -289,7 +289,7 @@ def trials_section(report: StudyReport) -> str:
     header = "".join(f"<th>{escape(h)}</th>" for h in head)
     note = (
         f'<p class="note">Each trial\'s latency and throughput are {presenter.figures_at}; '
-        "unresolved: its search stopped (at its window limit, floor or ceiling) before its "
+        "unresolved: its search stopped (at its probe limit, floor or ceiling) before its "
         "passing and failing rates were within the resolution.</p>"
         if RATES in presenter.rows
         else ""

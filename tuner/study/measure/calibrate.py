@@ -141,9 +141,9 @@ def settings(
     return CapacitySettings(
         requests=requests,
         period_s=period_s,
-        rate_window_s=replay_s,
+        probe_s=replay_s,
         resolution=RESOLUTION,
-        max_rates=MAX_RATES,
+        max_probes=MAX_RATES,
         client_tolerance_s=client_tolerance_s,
         # A latency study's calibration sets a load, not a verdict: its rates keep their
         # seconds and judge every request (a capacity study's lengthen to be judged on more).
@@ -154,7 +154,7 @@ def settings(
 
 def from_outcome(outcome: TrialOutcome, search: CapacitySettings, load: float) -> Calibration:
     """The calibration that ``search`` (``settings``) found on vLLM's defaults; a trial replays
-    for ``search.rate_window_s`` seconds, or long enough for ``MIN_REPLAY_REQUESTS`` at its rate.
+    for ``search.probe_s`` seconds, or long enough for ``MIN_REPLAY_REQUESTS`` at its rate.
     ``CalibrationFailed`` where the engine did not serve (no rate measured)."""
     if not outcome.points:
         raise CalibrationFailed(outcome.reason or "vLLM's defaults did not serve", outcome.log_tail)
@@ -167,7 +167,7 @@ def from_outcome(outcome: TrialOutcome, search: CapacitySettings, load: float) -
         lowest_req_per_s=lowest,
         load=load,
         window_req_per_s=search.window_req_per_s,
-        replay_s=max(search.rate_window_s, MIN_REPLAY_REQUESTS / rate),
+        replay_s=max(search.probe_s, MIN_REPLAY_REQUESTS / rate),
         windows=len(rates),
         seconds=float(outcome.timings.get("trial_s", 0.0)),
         points=tuple(outcome.points),

@@ -6,7 +6,7 @@ carries within every SLO, with no more requests failing than the spec's ``max_er
 (``tuner.study.measure.rates``), it waits for the server to be idle, primes vLLM's prefix cache
 with the shared blocks the trace sent before the window (``tuner.load.priming``: what a server
 that had served the trace would hold), and replays the window time-scaled to that rate for
-``CapacitySettings.rate_window_s`` seconds. Each window draws its prompts from its own seed, so
+``CapacitySettings.probe_s`` seconds. Each window draws its prompts from its own seed, so
 no window reuses another's prompts from the prefix cache; only the primed blocks, drawn from the
 study's seed, are the same in every window, so a later window's priming finds most of them in
 the cache already (on Mooncake's trace, about 2 million tokens to prefill for every window
@@ -50,7 +50,7 @@ from tuner.study.measure.judge import (
 )
 from tuner.study.measure.rates import GROWTH, CapacityFound, RatePoint, hinted_step, search_capacity
 from tuner.study.measure.scoring import Score
-from tuner.study.plan.spec import CAPACITY_MIN_REQUESTS, CAPACITY_WINDOW_S
+from tuner.study.plan.spec import CAPACITY_MIN_REQUESTS, CAPACITY_PROBE_S
 from tuner.traces.model import Request
 from tuner.traces.workload import at_rate
 
@@ -89,15 +89,15 @@ class StartHint:
 @dataclass(frozen=True)
 class CapacitySettings:
     """How a capacity trial searches: the window's requests and the seconds they span as
-    replayed (``period_s``), the seconds each rate is replayed for (``rate_window_s``; the
-    spec's ``capacity_window_s``, not its trace window), the relative resolution, and the most
-    rates one trial measures (``max_rates``; the spec's ``capacity_max_windows``)."""
+    replayed (``period_s``), the seconds each rate is replayed for (``probe_s``; the
+    spec's ``capacity_probe_s``, not its trace window), the relative resolution, and the most
+    rates one trial measures (``max_probes``; the spec's ``capacity_max_probes``)."""
 
     requests: Sequence[Request]
     period_s: float
-    rate_window_s: float = CAPACITY_WINDOW_S
+    probe_s: float = CAPACITY_PROBE_S
     resolution: float = 0.1
-    max_rates: int = 10
+    max_probes: int = 10
     client_tolerance_s: float = CLIENT_TOLERANCE_S
     # A capacity already measured in the study (``rate_search.start_hint``): where the search starts
     # instead of the window's rate.
@@ -145,18 +145,18 @@ class CapacitySettings:
         return {} if self.goodput_share is None else {GOODPUT_SHARE: self.goodput_share}
 
     def span_s(self, rate_req_per_s: float) -> float:
-        """How long a rate's judged requests arrive over: ``rate_window_s``, or long enough for
-        ``min_requests`` at that rate, at most ``MAX_SPAN`` times ``rate_window_s``."""
+        """How long a rate's judged requests arrive over: ``probe_s``, or long enough for
+        ``min_requests`` at that rate, at most ``MAX_SPAN`` times ``probe_s``."""
         wanted_s = self.min_requests / rate_req_per_s
-        return min(max(self.rate_window_s, wanted_s), MAX_SPAN * self.rate_window_s)
+        return min(max(self.probe_s, wanted_s), MAX_SPAN * self.probe_s)
 
     def lead_s(self, e2e_s: float | None) -> float:
         """A rate's lead-in: the median end-to-end time measured last on this engine, else at
-        the hint's capacity (``StartHint.e2e_s``), at most ``rate_window_s``; none where
+        the hint's capacity (``StartHint.e2e_s``), at most ``probe_s``; none where
         nothing has been measured yet or ``steady`` is off."""
         if not self.steady or e2e_s is None or not math.isfinite(e2e_s):
             return 0.0
-        return min(max(e2e_s, 0.0), self.rate_window_s)
+        return min(max(e2e_s, 0.0), self.probe_s)
 
     @property
     def window_req_per_s(self) -> float:
@@ -180,7 +180,7 @@ class CapacitySettings:
 
     @property
     def floor_req_per_s(self) -> float:
-        return MIN_WINDOW_REQUESTS / self.rate_window_s
+        return MIN_WINDOW_REQUESTS / self.probe_s
 
 
 # Told the phase text and the replay's progress: (rate index, rate, elapsed s, live requests).
@@ -416,7 +416,7 @@ def measure_capacity(
         measure,
         settings.start_req_per_s,
         settings.resolution,
-        settings.max_rates,
+        settings.max_probes,
         settings.floor_req_per_s,
         first_step=settings.first_step,
         gate_req_per_s=settings.gate_req_per_s,

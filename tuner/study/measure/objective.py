@@ -160,9 +160,9 @@ class Capacity(StudyObjective):
         return CapacitySettings(
             requests=requests,
             period_s=offered.replay_s,
-            rate_window_s=spec.capacity_window_s,
+            probe_s=spec.capacity_probe_s,
             resolution=spec.capacity_resolution,
-            max_rates=spec.capacity_max_windows,
+            max_probes=spec.capacity_max_probes,
             client_tolerance_s=spec.client_tolerance_s,
             min_requests=spec.capacity_min_requests,
         )
@@ -172,17 +172,18 @@ class Capacity(StudyObjective):
         return RateSearch(self.settings(spec, requests, offered))
 
     def fingerprint(self, spec: StudySpec) -> dict[str, Any]:
+        # Stored under the probe settings' earlier names, so that earlier studies still resume.
         return {
             "objective_mode": spec.objective_mode,
-            "capacity_window_s": spec.capacity_window_s,
+            "capacity_window_s": spec.capacity_probe_s,
             "capacity_resolution": spec.capacity_resolution,
-            "capacity_max_windows": spec.capacity_max_windows,
+            "capacity_max_windows": spec.capacity_max_probes,
             "capacity_min_requests": spec.capacity_min_requests,
         }
 
     def measure_s(self, spec: StudySpec, replay_s: float) -> float:
-        # A search over rates: about half the windows a trial may measure.
-        return spec.capacity_window_s * spec.capacity_max_windows / 2
+        # A search over rates: about half the probes a trial may measure.
+        return spec.capacity_probe_s * spec.capacity_max_probes / 2
 
     def served(self, trial: FrozenTrial) -> bool:
         return bool(TrialRecord.of(trial).points)

@@ -70,9 +70,9 @@ class RateSearch(Measure):
         return (
             f"capacity search: from {settings.window_req_per_s:.3g} req/s (the window's rate; "
             "a later trial from the capacity of the same or the nearest configuration), "
-            f"{settings.rate_window_s:g} s a rate (longer where that holds fewer than "
+            f"{settings.probe_s:g} s a rate (longer where that holds fewer than "
             f"{settings.min_requests} requests, after a lead-in of about a request's end-to-end "
-            f"time), to within {settings.resolution:.0%}, at most {settings.max_rates} rates a "
+            f"time), to within {settings.resolution:.0%}, at most {settings.max_probes} rates a "
             "trial" + judged
         )
 
@@ -100,10 +100,8 @@ class RateSearch(Measure):
         def on_rate(index: int, rate: float, elapsed_s: float, live: Sequence[LiveRequest]) -> None:
             if progress is not None:
                 done, ttft_p95_s = so_far(live)
-                phase = f"{RATE} {index + 1}/{settings.max_rates}: {rate:.3g} req/s"
-                progress(
-                    TrialProgress(phase, elapsed_s, settings.rate_window_s, done, None, ttft_p95_s)
-                )
+                phase = f"{RATE} {index + 1}/{settings.max_probes}: {rate:.3g} req/s"
+                progress(TrialProgress(phase, elapsed_s, settings.probe_s, done, None, ttft_p95_s))
 
         return measure_capacity(base_url, settings, setup.replay, setup.criteria, on_rate)
 

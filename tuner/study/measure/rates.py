@@ -103,14 +103,14 @@ def search_capacity(
     measure: RateMeasure,
     start_req_per_s: float,
     resolution: float = 0.1,
-    max_rates: int = 10,
+    max_probes: int = 10,
     floor_req_per_s: float = 0.0,
     ceiling_req_per_s: float = math.inf,
     first_step: float = GROWTH,
     gate_req_per_s: float | None = None,
 ) -> CapacityFound:
     """Bracket from ``start_req_per_s``, then bisect to ``resolution`` (0.1: the passing and the
-    failing rate within 10 % of each other); at most ``max_rates`` calls of ``measure``.
+    failing rate within 10 % of each other); at most ``max_probes`` calls of ``measure``.
 
     With ``gate_req_per_s`` (the best capacity measured so far), the first window is at that
     rate instead, and a failure there ends the search (``below_req_per_s``): a configuration
@@ -127,12 +127,12 @@ def search_capacity(
     """
     if gate_req_per_s is not None and gate_req_per_s <= 0:
         raise ValueError("search_capacity's gate must be a positive rate")
-    if start_req_per_s <= 0 or resolution <= 0 or max_rates < 1 or first_step <= 1:
+    if start_req_per_s <= 0 or resolution <= 0 or max_probes < 1 or first_step <= 1:
         raise ValueError(
             "search_capacity needs a positive start rate and resolution, 1+ windows and a "
             "first step above 1"
         )
-    search = _Search(measure, max_rates)
+    search = _Search(measure, max_probes)
     try:
         if gate_req_per_s is not None:
             start_req_per_s = gate_req_per_s
@@ -160,9 +160,9 @@ class _Search:
     """One capacity search's windows: ``at`` measures a rate, ``bracket`` and ``bisect`` move
     the passing and failing rates, ``found`` says what the windows so far found."""
 
-    def __init__(self, measure: RateMeasure, max_rates: int) -> None:
+    def __init__(self, measure: RateMeasure, max_probes: int) -> None:
         self.measure = measure
-        self.max_rates = max_rates
+        self.max_probes = max_probes
         self.points: list[RatePoint] = []
 
     def at(self, rate: float) -> RatePoint:
@@ -183,7 +183,7 @@ class _Search:
         return CapacityFound(max(passed, default=0.0), tuple(self.points), resolved, why)
 
     def full(self) -> bool:
-        return len(self.points) >= self.max_rates
+        return len(self.points) >= self.max_probes
 
     def bracket(
         self, lo: float, hi: float, first_step: float, floor: float, ceiling: float
@@ -194,7 +194,7 @@ class _Search:
         while math.isinf(hi) or lo == 0.0:
             if self.full():
                 return self.found(
-                    False, f"window limit ({self.max_rates}) reached while bracketing"
+                    False, f"probe limit ({self.max_probes}) reached while bracketing"
                 )
             if math.isinf(hi):
                 rate = lo * step
@@ -220,7 +220,9 @@ class _Search:
         rates are within ``resolution`` of each other."""
         while hi / lo > 1.0 + resolution:
             if self.full():
-                return self.found(False, f"window limit ({self.max_rates}) reached while bisecting")
+                return self.found(
+                    False, f"probe limit ({self.max_probes}) reached while bisecting"
+                )
             rate = math.sqrt(lo * hi)
             if self.at(rate).passed:
                 lo = rate

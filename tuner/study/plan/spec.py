@@ -64,7 +64,7 @@ class Dimension:
 
 AUTO = "auto"
 # Seconds of replay per rate of a capacity search (tuner.study.measure.capacity).
-CAPACITY_WINDOW_S = 30.0
+CAPACITY_PROBE_S = 30.0
 # The fewest requests a rate of a capacity search is judged on (its window lengthened to hold
 # them, at most 4 times its seconds).
 CAPACITY_MIN_REQUESTS = 100
@@ -120,9 +120,9 @@ class StudySpec:
     # rate that meets every SLO; tuner.study.measure.capacity) or "goodput" (the highest rate at
     # which ``goodput_share`` of the requests meet every SLO), and how the rate search runs.
     objective_mode: str = LATENCY
-    capacity_window_s: float = CAPACITY_WINDOW_S
+    capacity_probe_s: float = CAPACITY_PROBE_S
     capacity_resolution: float = 0.1
-    capacity_max_windows: int = 10
+    capacity_max_probes: int = 10
     capacity_min_requests: int = CAPACITY_MIN_REQUESTS
     # "goodput": the share of a rate's requests that must meet every SLO, each on its own
     # TTFT, TPOT and end-to-end time (tuner.study.measure.judge.met_share), above 0, at most 1.
@@ -200,7 +200,12 @@ DEFAULT_SPEC: dict[str, Any] = {
 # The SLO weights' earlier key, a word that names the study's mode (``objective_mode``,
 # ``--objective``) too: a spec that gives it is read as before.
 EARLIER_WEIGHTS = "objective"
-_TOP_LEVEL = set(DEFAULT_SPEC) | {EARLIER_WEIGHTS}
+# A capacity probe's settings under their earlier names: a spec that gives them is read as before.
+EARLIER_NAMES = {
+    "capacity_window_s": "capacity_probe_s",
+    "capacity_max_windows": "capacity_max_probes",
+}
+_TOP_LEVEL = set(DEFAULT_SPEC) | {EARLIER_WEIGHTS} | set(EARLIER_NAMES)
 
 # Beyond these a value is a slip, not a setting: seconds (a day), a time scale, a count of
 # trials or measurements, a bound of a searched argument (what a float holds exactly).
@@ -303,7 +308,7 @@ _SECONDS = (
     "window_s",
     "calibrate_replay_s",
     "health_timeout_s",
-    "capacity_window_s",
+    "capacity_probe_s",
     "client_tolerance_s",
     "stall_timeout_s",
     "lease_s",
@@ -312,10 +317,12 @@ _SECONDS = (
 
 def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
     """Validate a loaded YAML document; an error names the field."""
-    data = _mapping(path, "<top level>", data)
+    data = _renamed(path, _mapping(path, "<top level>", data))
     unknown = set(data) - _TOP_LEVEL
     if unknown:
-        raise SpecError(path, sorted(unknown)[0], f"unknown field; known: {sorted(_TOP_LEVEL)}")
+        raise SpecError(
+            path, sorted(unknown)[0], f"unknown field; known: {sorted(set(DEFAULT_SPEC))}"
+        )
     merged = {**DEFAULT_SPEC, **data}
     model = merged["model"]
     if not isinstance(model, str) or not model:
@@ -425,8 +432,8 @@ def _settings(path: str, merged: Mapping[str, Any]) -> dict[str, Any]:
         "capacity_resolution": _number(
             path, "capacity_resolution", merged["capacity_resolution"], most=1.0
         ),
-        "capacity_max_windows": _whole(
-            path, "capacity_max_windows", merged["capacity_max_windows"], 2, 1000
+        "capacity_max_probes": _whole(
+            path, "capacity_max_probes", merged["capacity_max_probes"], 2, 1000
         ),
         "goodput_share": _share(path, "goodput_share", merged["goodput_share"]),
         "capacity_min_requests": _whole(
@@ -461,6 +468,18 @@ def _candidates(path: str, value: Any, own_baseline: bool) -> tuple[dict[str, An
             raise SpecError(path, f"candidates[{i}]", f"sets no engine argument: {why} already")
         out.append(candidate)
     return tuple(out)
+
+
+def _renamed(path: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` with each setting given under its earlier name (``EARLIER_NAMES``) under its
+    name; an error where a spec gives both."""
+    out = dict(data)
+    for earlier, name in EARLIER_NAMES.items():
+        if earlier in out:
+            if name in out:
+                raise SpecError(path, earlier, f"the earlier name of {name}: give one of them")
+            out[name] = out.pop(earlier)
+    return out
 
 
 def _weights(path: str, data: Mapping[str, Any], slos: Mapping[str, float]) -> dict[str, float]:

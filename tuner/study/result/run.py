@@ -400,7 +400,7 @@ class Run:
         self.tell.say(
             "calibrating (time_scale: auto): how much of this window vLLM's defaults carry "
             f"within the SLOs on this machine, from {search_at.window_req_per_s:.3g} req/s, "
-            f"{search_at.rate_window_s:g} s a rate, to within {search_at.resolution:.0%}"
+            f"{search_at.probe_s:g} s a rate, to within {search_at.resolution:.0%}"
         )
         vocab_size = self.workload.model.vocab_size
         setup = trial_setup(spec, self.config.criteria, replay, vocab_size, self.launcher)

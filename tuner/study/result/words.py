@@ -101,7 +101,7 @@ class RateWords(ValueWords):
     name = "capacity"
     unit = " req/s"
     # What the search lets a window relax, besides the SLOs, where nothing met them.
-    relax = "or lengthen capacity_window_s"
+    relax = "or lengthen capacity_probe_s"
 
     def text(self, value: float) -> str:
         return f"{num(value)} req/s"
@@ -185,7 +185,7 @@ class GoodputWords(RateWords):
     SLO, said as capacity is, with the share it was held to."""
 
     name = "goodput"
-    relax = "lower goodput_share, or lengthen capacity_window_s"
+    relax = "lower goodput_share, or lengthen capacity_probe_s"
 
     def headline(
         self,
