@@ -33,7 +33,7 @@ from optuna.trial import FrozenTrial
 
 from tuner.study.measure.capacity import CapacitySettings
 from tuner.study.measure.judge import GOODPUT_SHARE
-from tuner.study.measure.outcome import Offered
+from tuner.study.measure.next_steps import Offered
 from tuner.study.measure.rate_search import RateSearch
 from tuner.study.measure.record import CAPACITY_ATTR, TrialRecord
 from tuner.study.measure.scoring import FAILED_SCORE

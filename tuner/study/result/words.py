@@ -33,7 +33,7 @@ from tuner.study.measure.objective import (
     OBJECTIVES,
     StudyObjective,
 )
-from tuner.study.measure.outcome import Offered, next_steps
+from tuner.study.measure.next_steps import Offered, next_steps
 from tuner.study.measure.record import VLLM_DEFAULTS, TrialRecord
 from tuner.study.measure.scoring import Miss
 
