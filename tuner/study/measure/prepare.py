@@ -20,8 +20,8 @@ from tuner.load.priming import PRIMING
 from tuner.load.prompts import prompt_words
 from tuner.load.template import TEXT
 from tuner.study.measure.calibrate import TimeScale
-from tuner.study.measure.objective import of_spec
 from tuner.study.measure.next_steps import Offered
+from tuner.study.measure.objective import of_spec
 from tuner.study.measure.scoring import Criteria
 from tuner.study.measure.trial import OnProgress, TrialSetup
 from tuner.study.plan.spec import AUTO, StudySpec

@@ -220,9 +220,7 @@ class _Search:
         rates are within ``resolution`` of each other."""
         while hi / lo > 1.0 + resolution:
             if self.full():
-                return self.found(
-                    False, f"probe limit ({self.max_probes}) reached while bisecting"
-                )
+                return self.found(False, f"probe limit ({self.max_probes}) reached while bisecting")
             rate = math.sqrt(lo * hi)
             if self.at(rate).passed:
                 lo = rate

@@ -24,6 +24,18 @@ from tuner.load.health import CLIENT_TOLERANCE_S
 from tuner.study.plan.own_server import SECTION as SERVER
 from tuner.study.plan.own_server import OwnServer, check_first_token_metrics, parse_server
 from tuner.study.plan.spec_file import read_spec_document
+from tuner.study.plan.spec_values import (
+    CHOICE_TYPES,
+    LEAST_SCALE,
+    MOST_REPEATS,
+    MOST_S,
+    MOST_SCALE,
+    MOST_TRIALS,
+    checked_mapping,
+    checked_number,
+    checked_share,
+    checked_whole,
+)
 
 LATENCY = "latency"
 CAPACITY = "capacity"
@@ -207,58 +219,11 @@ EARLIER_NAMES = {
 }
 _TOP_LEVEL = set(DEFAULT_SPEC) | {EARLIER_WEIGHTS} | set(EARLIER_NAMES)
 
-# Beyond these a value is a slip, not a setting: seconds (a day), a time scale, a count of
-# trials or measurements, a bound of a searched argument (what a float holds exactly).
-MOST_S = 86400.0
-MOST_SCALE = 1000.0
-LEAST_SCALE = 1 / MOST_SCALE
-MOST_TRIALS = 100_000
-MOST_REPEATS = 1000
-MOST_BOUND = float(2**53)
-# Choices of a categorical dimension: what Optuna stores as a parameter.
-CHOICE_TYPES = (str, int, float, bool, type(None))
-
-
-def _number(
-    path: str, name: str, value: Any, *, positive: bool = True, most: float = MOST_BOUND
-) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise SpecError(path, name, f"must be a number, got {value!r}")
-    if positive and value <= 0:
-        raise SpecError(path, name, f"must be positive, got {value!r}")
-    if abs(value) > most:
-        raise SpecError(path, name, f"{value!r} is beyond any sensible value (at most {most:g})")
-    return float(value)
-
-
-def _share(path: str, name: str, value: Any) -> float:
-    number = _number(path, name, value)
-    if number > 1:
-        raise SpecError(path, name, f"must be a share from 0 to 1, got {value!r}")
-    return number
-
-
-def _whole(path: str, name: str, value: Any, least: int, most: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
-        raise SpecError(path, name, f"must be a whole number from {least} to {most}, got {value!r}")
-    return value
-
-
-def _mapping(path: str, name: str, value: Any) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise SpecError(path, name, f"must be a mapping, got {type(value).__name__}")
-    odd = [k for k in value if not isinstance(k, str) or not k.strip() or not k.isprintable()]
-    if odd:
-        raise SpecError(path, name, f"has a key that is not a name: {odd[0]!r}")
-    return value
-
 
 def _dimension(path: str, raw_name: str, raw: Any) -> Dimension:
     name = flag_name(raw_name)
     where = f"search_space.{raw_name}"
-    raw = _mapping(path, where, raw)
+    raw = checked_mapping(path, where, raw)
     kind = raw.get("type")
     unknown = set(raw) - {"type", "low", "high", "step", "log", "choices", "default"}
     if unknown:
@@ -281,13 +246,13 @@ def _dimension(path: str, raw_name: str, raw: Any) -> Dimension:
         raise SpecError(path, f"{where}.type", f"must be int, float or categorical, got {kind!r}")
     if "low" not in raw or "high" not in raw:
         raise SpecError(path, where, "needs low and high")
-    low = _number(path, f"{where}.low", raw["low"], positive=False)
-    high = _number(path, f"{where}.high", raw["high"], positive=False)
+    low = checked_number(path, f"{where}.low", raw["low"], positive=False)
+    high = checked_number(path, f"{where}.high", raw["high"], positive=False)
     if low > high:
         raise SpecError(path, f"{where}.low", f"{low:g} is above high {high:g}")
     step = raw.get("step")
     if step is not None:
-        step = _number(path, f"{where}.step", step)
+        step = checked_number(path, f"{where}.step", step)
     log = raw.get("log", False)
     if not isinstance(log, bool):
         raise SpecError(path, f"{where}.log", "must be true or false")
@@ -298,7 +263,7 @@ def _dimension(path: str, raw_name: str, raw: Any) -> Dimension:
     if has_default:
         # vLLM's value, which may lie outside the searched range (the search starts at the
         # nearest level).
-        default = _number(path, f"{where}.default", default, positive=False)
+        default = checked_number(path, f"{where}.default", default, positive=False)
         default = int(default) if kind == "int" and default.is_integer() else default
     return Dimension(name, kind, low, high, step, log, default=default, has_default=has_default)
 
@@ -317,7 +282,7 @@ _SECONDS = (
 
 def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
     """Validate a loaded YAML document; an error names the field."""
-    data = _renamed(path, _mapping(path, "<top level>", data))
+    data = _renamed(path, checked_mapping(path, "<top level>", data))
     unknown = set(data) - _TOP_LEVEL
     if unknown:
         raise SpecError(
@@ -339,11 +304,11 @@ def parse_spec(data: Any, path: str = "<spec>") -> StudySpec:
             path, "dummy_model", f"unknown shape {dummy_model!r}; known: {list(SHAPES)}"
         )
     seconds: dict[str, Any] = {
-        key: _number(path, key, merged[key], most=MOST_S) for key in _SECONDS
+        key: checked_number(path, key, merged[key], most=MOST_S) for key in _SECONDS
     }
     budget = merged["time_budget_s"]
     seconds["time_budget_s"] = (
-        None if budget is None else _number(path, "time_budget_s", budget, most=MOST_S)
+        None if budget is None else checked_number(path, "time_budget_s", budget, most=MOST_S)
     )
     return StudySpec(
         model=model,
@@ -368,12 +333,12 @@ def _arguments(
     """The spec's engine arguments, baseline, candidates and search space, checked together: no
     argument tuner sets itself, none both fixed and searched, and each nests as vLLM reads it."""
     try:
-        engine_args = normalize(_mapping(path, "engine_args", merged["engine_args"]))
-        baseline = normalize(_mapping(path, "baseline", merged["baseline"]))
+        engine_args = normalize(checked_mapping(path, "engine_args", merged["engine_args"]))
+        baseline = normalize(checked_mapping(path, "baseline", merged["baseline"]))
     except ValueError as exc:
         raise SpecError(path, "engine_args", str(exc)) from None
     candidates = _candidates(path, merged["candidates"], own_baseline=bool(baseline))
-    space_raw = _mapping(path, "search_space", merged["search_space"])
+    space_raw = checked_mapping(path, "search_space", merged["search_space"])
     space = tuple(_dimension(path, name, raw) for name, raw in space_raw.items())
     names = [d.name for d in space]
     candidate_names = {name for candidate in candidates for name in candidate}
@@ -397,7 +362,9 @@ def _settings(path: str, merged: Mapping[str, Any]) -> dict[str, Any]:
     mode = merged["objective_mode"]
     if mode not in OBJECTIVE_MODES:
         raise SpecError(path, "objective_mode", f"must be one of {OBJECTIVE_MODES}, got {mode!r}")
-    max_error_rate = _number(path, "max_error_rate", merged["max_error_rate"], positive=False)
+    max_error_rate = checked_number(
+        path, "max_error_rate", merged["max_error_rate"], positive=False
+    )
     if not 0 <= max_error_rate <= 1:
         raise SpecError(path, "max_error_rate", "must be between 0 and 1")
     for flag in ("confirm_candidates", "warm_prefix_cache"):
@@ -407,10 +374,10 @@ def _settings(path: str, merged: Mapping[str, Any]) -> dict[str, Any]:
         raise SpecError(path, "search", f"must be one of {SEARCHES}, got {merged['search']!r}")
     client_procs = merged["client_procs"]
     if client_procs != AUTO:
-        client_procs = _whole(path, "client_procs", client_procs, 1, 1024)
+        client_procs = checked_whole(path, "client_procs", client_procs, 1, 1024)
     time_scale = merged["time_scale"]
     if time_scale != AUTO:
-        time_scale = _number(path, "time_scale", time_scale, most=MOST_SCALE)
+        time_scale = checked_number(path, "time_scale", time_scale, most=MOST_SCALE)
         if time_scale < LEAST_SCALE:
             raise SpecError(
                 path,
@@ -420,28 +387,32 @@ def _settings(path: str, merged: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "objective_mode": mode,
         "max_error_rate": max_error_rate,
-        "n_trials": _whole(path, "n_trials", merged["n_trials"], 1, MOST_TRIALS),
-        "warmup_requests": _whole(path, "warmup_requests", merged["warmup_requests"], 0, 10**6),
-        "seed": _whole(path, "seed", merged["seed"], -(2**31), 2**31 - 1),
+        "n_trials": checked_whole(path, "n_trials", merged["n_trials"], 1, MOST_TRIALS),
+        "warmup_requests": checked_whole(
+            path, "warmup_requests", merged["warmup_requests"], 0, 10**6
+        ),
+        "seed": checked_whole(path, "seed", merged["seed"], -(2**31), 2**31 - 1),
         "time_scale": time_scale,
-        "calibrate_load": _share(path, "calibrate_load", merged["calibrate_load"]),
-        "prune_factor": _number(path, "prune_factor", merged["prune_factor"], positive=False),
-        "prune_after_s": _number(
+        "calibrate_load": checked_share(path, "calibrate_load", merged["calibrate_load"]),
+        "prune_factor": checked_number(
+            path, "prune_factor", merged["prune_factor"], positive=False
+        ),
+        "prune_after_s": checked_number(
             path, "prune_after_s", merged["prune_after_s"], positive=False, most=MOST_S
         ),
-        "capacity_resolution": _number(
+        "capacity_resolution": checked_number(
             path, "capacity_resolution", merged["capacity_resolution"], most=1.0
         ),
-        "capacity_max_probes": _whole(
+        "capacity_max_probes": checked_whole(
             path, "capacity_max_probes", merged["capacity_max_probes"], 2, 1000
         ),
-        "goodput_share": _share(path, "goodput_share", merged["goodput_share"]),
-        "capacity_min_requests": _whole(
+        "goodput_share": checked_share(path, "goodput_share", merged["goodput_share"]),
+        "capacity_min_requests": checked_whole(
             path, "capacity_min_requests", merged["capacity_min_requests"], 1, 10**6
         ),
         "client_procs": client_procs,
-        "confirm_top_k": _whole(path, "confirm_top_k", merged["confirm_top_k"], 0, 1),
-        "confirm_repeats": _whole(
+        "confirm_top_k": checked_whole(path, "confirm_top_k", merged["confirm_top_k"], 0, 1),
+        "confirm_repeats": checked_whole(
             path, "confirm_repeats", merged["confirm_repeats"], 0, MOST_REPEATS
         ),
         "confirm_candidates": merged["confirm_candidates"],
@@ -460,7 +431,7 @@ def _candidates(path: str, value: Any, own_baseline: bool) -> tuple[dict[str, An
     out = []
     for i, raw in enumerate(value):
         try:
-            candidate = normalize(_mapping(path, f"candidates[{i}]", raw))
+            candidate = normalize(checked_mapping(path, f"candidates[{i}]", raw))
         except ValueError as exc:
             raise SpecError(path, f"candidates[{i}]", str(exc)) from None
         if not candidate and (not own_baseline or {} in out):
@@ -496,12 +467,14 @@ def _weights(path: str, data: Mapping[str, Any], slos: Mapping[str, float]) -> d
 
 
 def _metric_map(path: str, name: str, value: Any, *, allow_zero: bool = False) -> dict[str, float]:
-    raw = _mapping(path, name, value)
+    raw = checked_mapping(path, name, value)
     out = {}
     for metric, limit in raw.items():
         if metric not in SCORED_METRICS:
             raise SpecError(path, f"{name}.{metric}", f"unknown metric; known: {SCORED_METRICS}")
-        out[metric] = _number(path, f"{name}.{metric}", limit, positive=not allow_zero, most=MOST_S)
+        out[metric] = checked_number(
+            path, f"{name}.{metric}", limit, positive=not allow_zero, most=MOST_S
+        )
         if out[metric] < 0:
             raise SpecError(path, f"{name}.{metric}", "must not be negative")
     if not out:

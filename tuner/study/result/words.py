@@ -26,6 +26,7 @@ from tuner.study.measure.capacity_text import (
     table_rows,
 )
 from tuner.study.measure.judge import GOODPUT_SHARE
+from tuner.study.measure.next_steps import Offered, next_steps
 from tuner.study.measure.objective import (
     CAPACITY_OBJECTIVE,
     GOODPUT_OBJECTIVE,
@@ -33,7 +34,6 @@ from tuner.study.measure.objective import (
     OBJECTIVES,
     StudyObjective,
 )
-from tuner.study.measure.next_steps import Offered, next_steps
 from tuner.study.measure.record import VLLM_DEFAULTS, TrialRecord
 from tuner.study.measure.scoring import Miss
 
