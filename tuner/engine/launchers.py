@@ -11,7 +11,7 @@ on desktop and server distributions) shares the CPU between sessions first and b
 processes of a session second. A server in a session of its own once held tuner's client, which
 sleeps between requests, for 2 to 4 s at a time on a 2-core machine with two busy processes in
 tuner's session; in tuner's session the client was late by at most 0.04 s
-(benchmarks/results/cpu-client-lag.md).
+(benchmarks/results/cpu-client-lag/).
 """
 
 from __future__ import annotations

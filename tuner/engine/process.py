@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 # process, a fresh interpreter that imports vLLM again; forked, it inherits the API server's
 # imports. On the H100 (vLLM 0.26.0, 3B shape, zygote launcher, 3 repeats) that cut the
 # engine-core start from 24.4 s to 2.3 s and engine start from 40.8 s to 18.3 s, with the same
-# TTFT, TPOT and throughput (benchmarks/results/h100-trial-cost.md). vLLM still spawns where
+# TTFT, TPOT and throughput (benchmarks/results/h100-trial-cost/). vLLM still spawns where
 # forking is unsafe (CUDA already initialised, Ray, the CPU build), whatever this says.
 SERVER_ENV_DEFAULTS = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
 

@@ -44,7 +44,7 @@ _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") el
 _children: dict[int, Path] = {}
 
 # A folder where a forked server keeps the Triton kernels it compiles, shared by every compile
-# key; opt-in, for the start-up A/B on the GPU (benchmarks/results/h100-start-steps.md, lever
+# key; opt-in, for the start-up A/B on the GPU (benchmarks/results/h100-start-steps/, lever
 # 2). vLLM 0.26's Triton cache is a folder per compiled artefact (one per compile key), so a
 # server with a new key compiles all of them again, its own sampler and input kernels included;
 # Triton's own setting wins over TRITON_CACHE_DIR, and the forked engine core inherits it.

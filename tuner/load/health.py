@@ -14,7 +14,7 @@ How late each request's bytes were written (``write_lag_*``) is recorded but doe
 window. On the H100 host, against a real vLLM at 13 req/s, it was 4.5 to 7 ms at p99 in 15
 windows of 15 while the client used 0.1 of a core, its loop lag p99 was 1 to 2 ms and its send
 lag p99 1.3 to 2.6 ms; and every replay-fidelity row whose TTFT error missed its bound had a send
-lag p99 over the tolerance too (``benchmarks/results/h100.md``, ``replay-fidelity.md``).
+lag p99 over the tolerance too (``benchmarks/results/h100/``, ``replay-fidelity/``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ CLIENT_CPU_LIMIT = 0.9
 # A window that failed while the client fell behind is still the server's failure where a
 # latency missed its SLO by more than this many times the client's lateness (the larger of its
 # event loop's and its sends' lag p99; the TTFT p95 error followed the loop lag p99 closely).
-# On the H200 (2026-11-25, benchmarks/results/h100.md) two capacity searches of vLLM's defaults
+# On the H200 (2026-11-25, benchmarks/results/h100/) two capacity searches of vLLM's defaults
 # ended unresolved at windows whose TTFT p95 was 1.0 and 1.45 s against an SLO of 0.3 s, flagged
 # for a 5 and 7 ms loop lag.
 SERVER_MISS_FACTOR = 2.0

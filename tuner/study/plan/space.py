@@ -24,7 +24,7 @@ from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec
 
 # max-num-batched-tokens as a few levels on a GPU: vLLM's compile key covers it, so each level
 # compiles once and every later trial at that level reuses the compile
-# (benchmarks/results/h100.md).
+# (benchmarks/results/h100/).
 GPU_BATCHED_TOKENS_LEVELS = [2048, 4096, 8192, 16384]
 # The largest capture size offered: vLLM captures one graph per size (steps of 16 above 256),
 # so capture time and memory grow with the range.
@@ -73,8 +73,8 @@ PREFILL_BOUND_BATCHED_TOKENS_LEVELS = [16384, 8192, 2048]
 # API server processes offered on a GPU (``vllm serve``'s api-server-count): one API server's
 # event loop can bound vLLM's defaults on short streamed requests, and a second one lifts the
 # capacity on some hosts and not on others, so the confirm step decides per workload; four
-# measured below two's median and started slowest (benchmarks/results/gpu-frontend.md,
-# gpu-frontend-knobs.md), and carried what one did on long prompts, where the front end was
+# measured below two's median and started slowest (benchmarks/results/gpu-frontend/,
+# gpu-frontend-knobs/), and carried what one did on long prompts, where the front end was
 # not the bound (h200-knobs-code/, with the KV-cache and prefill arguments left out). Left
 # out: stream-interval (tokens sent in chunks, which a streaming client sees and no SLO
 # measures; the header says how a spec adds it) and async-scheduling (on by default in vLLM
@@ -97,7 +97,7 @@ KV_ARGUMENTS = ("gpu-memory-utilization", "kv-cache-memory-bytes")
 CPU_SMALLEST_SHARE_BYTES = 3 << 29  # 1.5 GiB
 # How far tuner's client may fall behind in a window on vLLM's CPU build before the window's
 # figures are not trusted: on two cores shared with the CPU engine and other work, tuner's client
-# runs late by hundredths of a second, at times tenths (benchmarks/results/cpu-client-lag.md),
+# runs late by hundredths of a second, at times tenths (benchmarks/results/cpu-client-lag/),
 # against SLOs of seconds. With the GPU default (5 ms) a study on two cores ranked nothing.
 CPU_CLIENT_TOLERANCE_S = 1.0
 # A capacity study off vLLM's CPU build replays this many of the window's first requests, at the
@@ -421,12 +421,12 @@ def _gpu_header(device: Gpu | None, capacity: bool, prompt_tokens: list[int] | N
         )
     header += (
         f"# max-num-seqs: 1 to {seqs_high}, vLLM's own default on this GPU, log scale: few\n"
-        "#   sequences carry far less than the default (benchmarks/results/h100.md).\n"
+        "#   sequences carry far less than the default (benchmarks/results/h100/).\n"
         "# compilation-config.max_cudagraph_capture_size: the largest step, in tokens, that\n"
         "#   vLLM runs as a CUDA graph; a busy server outgrows vLLM's default range\n"
         "#   (benchmarks/results/h200-asc-capture/).\n"
         "# api-server-count: the HTTP front-end processes; a second one lifts capacity on some\n"
-        "#   hosts and not on others (benchmarks/results/gpu-frontend-knobs.md).\n"
+        "#   hosts and not on others (benchmarks/results/gpu-frontend-knobs/).\n"
         "# stream-interval is not searched: it sends tokens in chunks, which no SLO measures.\n"
         "#   Where your clients accept chunks, add to search_space:\n"
         "#   stream-interval: {type: categorical, choices: [1, 4]}\n"
