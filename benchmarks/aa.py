@@ -26,6 +26,7 @@ TTFT is ``gain`` times lower.
     python benchmarks/aa.py                      # 400 null studies a row, 200 for each gain
     python benchmarks/aa.py --studies 100 --gains ""    # a quick look: null studies only
     python benchmarks/aa.py --misses ""                 # capacity studies only
+    python benchmarks/aa.py --result aa                 # and write benchmarks/results/aa/
 
 It prints, for each spread and number of searched configurations, the share of null studies
 that wrote a searched configuration (with its 95 % Clopper-Pearson interval, scipy's), then the
@@ -51,6 +52,7 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
+import harness
 import optuna
 from scipy.stats import binomtest
 
@@ -360,9 +362,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write the rows here too")
+    parser.add_argument(
+        "--result",
+        metavar="NAME",
+        help="write the result to benchmarks/results/NAME/ (README.md, summary.txt, summary.json)",
+    )
     options = parser.parse_args(argv)
     logging.disable(logging.INFO)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    with harness.Printed() as printed:
+        rows = _rows(options)
+    data = [dataclasses.asdict(r) for r in rows]
+    if options.json is not None:
+        options.json.write_text(json.dumps(data, indent=1))
+    if options.result:
+        title = "A/A: how often a searched configuration is written where none is better"
+        folder = harness.RESULTS / options.result
+        harness.write_result(folder, title, harness.command_line(), printed.text(), data=data)
+    return 0
+
+
+def _rows(options: argparse.Namespace) -> list[Row]:
+    """Every row the options ask for, each printed as it is measured."""
     searched = [int(k) for k in options.searched.split(",")]
     gains = [float(g) for g in options.gains.split(",") if g]
     began = time.monotonic()
@@ -385,9 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     rows.append(row)
                     _print(row)
     print(f"{time.monotonic() - began:.0f} s")
-    if options.json is not None:
-        options.json.write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=1))
-    return 0
+    return rows
 
 
 def _print(row: Row) -> None:

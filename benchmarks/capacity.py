@@ -25,6 +25,7 @@ Every vLLM this starts needs the machine's cores to itself, so run it under the 
     flock /tmp/cpu.lock python benchmarks/capacity.py --window-s 10 --searches 1 --grid-step 0.2
     flock /tmp/cpu.lock python benchmarks/capacity.py --skip-scan --trials 2
     flock /tmp/cpu.lock python benchmarks/capacity.py --skip-scan --searches 6 --hinted --trials 0
+    flock /tmp/cpu.lock python benchmarks/capacity.py --result capacity   # benchmarks/results/
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import harness
 import optuna
 import yaml
 
@@ -331,25 +333,35 @@ def main() -> None:
         "--study-window-s", type=float, help="part 2's capacity window (default: the spec's)"
     )
     parser.add_argument("--health-timeout-s", type=float, default=600.0)
+    parser.add_argument(
+        "--result",
+        metavar="NAME",
+        help="write the result to benchmarks/results/NAME/ (README.md, summary.txt)",
+    )
     options = parser.parse_args()
 
     spec = load_spec(options.spec)
     work = Path(tempfile.mkdtemp(prefix="capacity-"))
-    print(f"spec {options.spec}, trace {options.trace}, work folder {work}")
-    began = time.monotonic()
-    if not options.skip_search:
-        search_vs_scan(spec, options, work)
-    if options.trials:
-        study_costs(spec, options, work)
-    rerun = " ".join(
-        f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
-        for k, v in vars(options).items()
-        if v is not None and v is not False
-    )
-    print(
-        f"\ntook {time.monotonic() - began:.0f} s; rerun: flock /tmp/cpu.lock "
-        f"python benchmarks/capacity.py {rerun}"
-    )
+    with harness.Printed() as printed:
+        print(f"spec {options.spec}, trace {options.trace}, work folder {work}")
+        began = time.monotonic()
+        if not options.skip_search:
+            search_vs_scan(spec, options, work)
+        if options.trials:
+            study_costs(spec, options, work)
+        rerun = " ".join(
+            f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
+            for k, v in vars(options).items()
+            if v is not None and v is not False and k != "result"
+        )
+        print(
+            f"\ntook {time.monotonic() - began:.0f} s; rerun: flock /tmp/cpu.lock "
+            f"python benchmarks/capacity.py {rerun}"
+        )
+    if options.result:
+        title = "The capacity search against a brute-force scan of rates, on one engine"
+        folder = harness.RESULTS / options.result
+        harness.write_result(folder, title, harness.command_line(), printed.text())
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ The busy processes run in this benchmark's session (``--busy-session tuner``, as
 from tuner's own shell) or each in a session of its own (``own``, as other shells' work). vLLM
 runs in tuner's session, as tuner starts it, or with ``--engine-session own`` in one of its own,
 as tuner started it until 2026-11-26: Linux's autogroup scheduler shares the CPU between sessions
-first (benchmarks/results/cpu-client-lag.md).
+first (benchmarks/results/cpu-client-lag/).
 """
 
 from __future__ import annotations

@@ -3,18 +3,24 @@
 #
 #   bash benchmarks/quickstart_clones.sh [N] [DIR]     (default 5 clones under /tmp/qs)
 #
-# Each clone runs `bash .ci/setup`, then `tuner run --trace traces/azure-conv-peak.csv --study
-# demo`; DIR/K holds its setup.log, run.log, config.yaml and demo.db, and this prints each run's
-# exit status, seconds and last lines.
+# Each clone (under a fresh temporary folder, or WORK) runs `bash .ci/setup`, then `tuner run
+# --trace traces/azure-conv-peak.csv --study demo`; DIR/K holds its setup.log, run.log,
+# config.yaml and demo.db, and this prints each run's exit status, seconds and last lines. DIR is
+# then a result folder (benchmarks/harness.py): README.md (date, commit, this command, the
+# machine, what was printed), summary.txt, and each log's last lines as K/setup.tail.txt and
+# K/run.tail.txt; DIR=benchmarks/results/NAME makes it one of this repository's results (the
+# .log files stay out of git).
 set -u
 n=${1:-5}
-out=${2:-/tmp/qs}
+out=$(mkdir -p "${2:-/tmp/qs}" && cd "${2:-/tmp/qs}" && pwd)
 src=$(cd "$(dirname "$0")/.." && pwd)
+work=${WORK:-$(mktemp -d)}
+clones() {
 for k in $(seq 1 "$n"); do
   dir=$out/$k
   rm -rf "$dir"; mkdir -p "$dir"
-  git clone -q "$src" "$dir/main"
-  cd "$dir/main" || exit 1
+  rm -rf "$work/$k"; git clone -q "$src" "$work/$k/main"
+  cd "$work/$k/main" || exit 1
   echo "== clone $k at $(git rev-parse --short HEAD) $(date -u +%FT%TZ)"
   began=$(date +%s)
   bash .ci/setup > "$dir/setup.log" 2>&1
@@ -27,3 +33,8 @@ for k in $(seq 1 "$n"); do
   cp studies/demo.db "$dir/demo.db" 2>/dev/null
 done
 echo "== all done $(date -u +%FT%TZ)"
+}
+clones | tee "$out/summary.txt"
+cd "$src" && python3 benchmarks/harness.py "$out" --summary "$out/summary.txt" \
+  --title "The README's Quick start in $n fresh clones in a row" \
+  --command "bash benchmarks/quickstart_clones.sh $n ${2:-/tmp/qs}" --tail "$out"/*/setup.log "$out"/*/run.log

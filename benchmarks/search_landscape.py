@@ -54,6 +54,7 @@ from tuner.traces.formats import load_trace
 from tuner.traces.workload import build_workload, model_info
 
 REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
 SPACE = (
     Dimension(MAX_NUM_SEQS, "int", 1, 32, log=True, default=128, has_default=True),
     Dimension(
@@ -262,7 +263,9 @@ def main() -> None:
     parser.add_argument("--spec", type=Path, default=REPO / "studies" / "demo.yaml")
     parser.add_argument("--trace", type=Path, default=REPO / "traces" / "azure-conv-peak.csv")
     parser.add_argument(
-        "--table", type=Path, default=REPO / "benchmarks" / "results" / "cpu-search-landscape.json"
+        "--table",
+        type=Path,
+        default=RESULTS / "cpu-search-landscape" / "cpu-search-landscape.json",
     )
     parser.add_argument("--window-s", type=float, default=10.0, help="seconds a rate")
     parser.add_argument("--resolution", type=float, default=0.15)

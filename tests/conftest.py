@@ -114,7 +114,7 @@ def cpu_spec(model: Path, **overrides: Any) -> dict[str, Any]:
         # Re-measuring the winner likewise (test_confirm, test_capacity): here n_trials is all.
         "confirm_top_k": 0,
         # vLLM's CPU engine holds every process of these two cores, tuner's client included, for
-        # up to seconds (benchmarks/results/cpu-client-lag.md); whether tuner flags a client
+        # up to seconds (benchmarks/results/cpu-client-lag/); whether tuner flags a client
         # that fell behind is tested against a stand-in server (tests/test_spread.py).
         "client_tolerance_s": 60.0,
     }

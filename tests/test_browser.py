@@ -4,9 +4,9 @@ HTML page of ``tuner report``.
 Headless Chromium (the Debian package ``chromium``, which ``.ci/setup --tests`` installs) loads
 each page and prints its DOM after the page's scripts ran (``--dump-dom``, with virtual time to
 let them finish), or takes a screenshot. The study is ``tests/data/cpu-demo.db`` (a copy of
-``benchmarks/results/cpu-demo.db``), written by a real ``tuner run`` of the quick start, copied.
-Screenshots go to ``$TUNER_SCREENSHOTS`` when set (``benchmarks/results`` keeps the ones taken
-for the README), else to the test's temporary folder.
+``benchmarks/results/cpu-demo/cpu-demo.db``), written by a real ``tuner run`` of the quick
+start, copied. Screenshots go to ``$TUNER_SCREENSHOTS`` when set (``benchmarks/results/cpu-demo``
+keeps the ones taken for the docs), else to the test's temporary folder.
 """
 
 from __future__ import annotations

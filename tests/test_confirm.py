@@ -449,7 +449,7 @@ def test_a_finalist_whose_fresh_engine_fails_is_not_written(tmp_path, cpu_model,
 
 
 def test_fresh_measurements_whose_client_fell_behind_count_as_taken(tmp_path, cpu_model):
-    # The H100 study of benchmarks/results/h100.md: every re-measurement of the baseline was
+    # The H100 study of benchmarks/results/h100/: every re-measurement of the baseline was
     # flagged, none entered its median, and the confirmation measured it again until the time ran
     # out. Flagged fresh measurements are left out of the verdict but count as taken: the round
     # stops at its limit (9 for 3 each), and with no fresh measurement of the baseline kept the

@@ -2,8 +2,8 @@
 
 The studies are real Optuna studies in SQLite: one filled by ``run_study`` with a stand-in trial
 runner (the ``runner`` seam) whose outcomes are scripted, one of every kind; and the committed
-``tests/data/cpu-demo.db`` (a copy of ``benchmarks/results/cpu-demo.db``), written by a real
-``tuner run`` of the quick start.
+``tests/data/cpu-demo.db`` (a copy of ``benchmarks/results/cpu-demo/cpu-demo.db``), written by
+a real ``tuner run`` of the quick start.
 """
 
 from __future__ import annotations

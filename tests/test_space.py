@@ -69,7 +69,7 @@ def test_the_spec_header_says_why_the_ceiling_is_vllms_default():
     device = first_gpu("0, GPU-1, 81559, NVIDIA H100 80GB HBM3\n")
     header = default_spec_text("m", gpu=True, device=device).split("\nmodel:")[0]
     assert "max-num-seqs: 1 to 1024, vLLM's own default on this GPU, log scale" in header
-    assert "benchmarks/results/h100.md" in header
+    assert "benchmarks/results/h100/" in header
 
 
 def test_the_gpu_space_offers_a_second_api_server_and_says_why():
@@ -80,7 +80,7 @@ def test_the_gpu_space_offers_a_second_api_server_and_says_why():
     assert "stream-interval" not in space and "async-scheduling" not in space
     header = default_spec_text("m", gpu=True).split("\nmodel:")[0]
     assert "api-server-count: the HTTP front-end processes" in header
-    assert "benchmarks/results/gpu-frontend-knobs.md" in header
+    assert "benchmarks/results/gpu-frontend-knobs/" in header
     # How a spec whose clients accept chunked streams adds stream-interval, as YAML that parses.
     line = next(line for line in header.splitlines() if "stream-interval: {" in line)
     added = yaml.safe_load(line.lstrip("# ").split(" (", 1)[0])

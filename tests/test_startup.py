@@ -17,7 +17,7 @@ from tuner.engine.startup import (
 # An engine log of vLLM 0.26.0 on the H100, kept from a benchmark run (forked engine core).
 LOGS = Path(__file__).parent / "data" / "engine-logs"
 H100_LOG = LOGS / "h100-fork-1.log"
-# Two engines of one A/B on the H100 (benchmarks/results/h100-capture.md): max-num-seqs 32 with
+# Two engines of one A/B on the H100 (benchmarks/results/h100-capture/): max-num-seqs 32 with
 # vLLM's capture range, compiled afresh, and with the range pinned, from the compile cache.
 COMPILED_LOG = LOGS / "h100-capture-r0-s32-default.log"
 CACHED_LOG = LOGS / "h100-capture-r0-s32-pinned.log"
@@ -95,7 +95,7 @@ def test_steps_of_an_engine_served_from_the_compile_cache():
 
 
 def test_a_start_from_vllms_mega_aot_artefact_is_a_hit():
-    # The start-up A/B on the H100 (benchmarks/results/h100-start-steps.md): with
+    # The start-up A/B on the H100 (benchmarks/results/h100-start-steps/): with
     # VLLM_USE_MEGA_AOT_ARTIFACT=1 a hit logs neither Dynamo's transform nor the per-range load,
     # only the AOT line; its miss compiled as usual.
     hit = (LOGS / "h100-start-r1-sizes15-mega.log").read_text()

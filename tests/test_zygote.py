@@ -174,7 +174,7 @@ def test_engine_from_the_zygote_is_healthy_then_stopped(tmp_path, launcher):
         pid = server_pid(engine)
         assert os.getpgid(pid) == pid  # its own process group, as ProcessLauncher's are
         # In tuner's session: the scheduler's autogroup would otherwise share the CPU between
-        # vLLM and tuner's client as between two programs (benchmarks/results/cpu-client-lag.md).
+        # vLLM and tuner's client as between two programs (benchmarks/results/cpu-client-lag/).
         assert os.getsid(pid) == os.getsid(0)
     assert not engine.alive()
     assert wait_gone(pid, 5)

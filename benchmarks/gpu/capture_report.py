@@ -2,6 +2,8 @@
 study's engine starts.
 
 python benchmarks/gpu/capture_report.py benchmarks/results/h100-capture
+
+in a checkout of commit 5a1af5c^: the study's database left the tree after it.
 """
 
 from __future__ import annotations

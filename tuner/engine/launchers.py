@@ -10,7 +10,7 @@ processes as ``api-server-count`` says; the spec says which (``serve_command``).
 
 A server's process group stays in tuner's session: Linux's scheduler (autogroup) shares the CPU
 between sessions first, and a server in a session of its own held tuner's client late for
-seconds (benchmarks/results/cpu-client-lag.md).
+seconds (benchmarks/results/cpu-client-lag/).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class ProcessLauncher:
 
 
 # How long a new zygote may take to import the server module and say it is ready: well above
-# vLLM's import (benchmarks/results/h100-trial-cost.md), well under a health timeout.
+# vLLM's import (benchmarks/results/h100-trial-cost/), well under a health timeout.
 READY_TIMEOUT_S = 300.0
 # How long a ready zygote may take to answer a launch (it forks and replies in milliseconds).
 REPLY_TIMEOUT_S = 30.0

@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 # Environment every server gets unless tuner's own environment sets the variable: a forked
 # engine core inherits the API server's imports instead of importing vLLM again, which cut the
-# engine start by half on a GPU (benchmarks/results/h100-trial-cost.md). vLLM still spawns
+# engine start by half on a GPU (benchmarks/results/h100-trial-cost/). vLLM still spawns
 # where forking is unsafe (CUDA already initialised, Ray, the CPU build).
 SERVER_ENV_DEFAULTS = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
 

@@ -194,7 +194,7 @@ def breakdown(seen_at_s: Mapping[str, float], log_text: str, healthy_s: float) -
     parts = ("engine_init_s", "torch_compile_s", "cuda_graph_s")
     if all(p in phases for p in parts):
         # What vLLM's "init engine" took beyond compiling and capturing (profiling, the KV
-        # cache, warm-up runs: benchmarks/results/h100-start-steps.md), good to about a second.
+        # cache, warm-up runs: benchmarks/results/h100-start-steps/), good to about a second.
         init_s, compile_s, capture_s = (phases[p] for p in parts)
         phases["init_rest_s"] = max(0.0, init_s - compile_s - capture_s)
     return phases

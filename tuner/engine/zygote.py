@@ -45,7 +45,7 @@ _children: dict[int, Path] = {}
 
 # A folder where a forked server keeps the Triton kernels it compiles, shared by every compile
 # key (vLLM's own cache is a folder per key); opt-in, for the GPU start-up A/B
-# (benchmarks/results/h100-start-steps.md).
+# (benchmarks/results/h100-start-steps/).
 SHARED_TRITON_CACHE = "TUNER_TRITON_CACHE_DIR"
 
 

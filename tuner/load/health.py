@@ -14,7 +14,7 @@ How late each request's bytes were written (``write_lag_*``) is recorded but doe
 window. On the H100 host, against a real vLLM at 13 req/s, it was 4.5 to 7 ms at p99 in 15
 windows of 15 while the client used 0.1 of a core, its loop lag p99 was 1 to 2 ms and its send
 lag p99 1.3 to 2.6 ms; and every replay-fidelity row whose TTFT error missed its bound had a send
-lag p99 over the tolerance too (``benchmarks/results/h100.md``, ``replay-fidelity.md``).
+lag p99 over the tolerance too (``benchmarks/results/h100/``, ``replay-fidelity/``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ CLIENT_BEHIND = "client_behind"
 # A client process at this share of a core or more has no room left for bursts.
 CLIENT_CPU_LIMIT = 0.9
 # A window failed while the client fell behind is still the server's failure where a latency
-# missed its SLO by more than this many times the client's lag p99 (benchmarks/results/h100.md).
+# missed its SLO by more than this many times the client's lag p99 (benchmarks/results/h100/).
 SERVER_MISS_FACTOR = 2.0
 
 

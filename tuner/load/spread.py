@@ -38,7 +38,7 @@ POLL_S = 0.02
 REPORT_S = POLL_S * 5
 
 # Streamed events a second one client process reads faithfully (its TTFT p95 within 5 ms):
-# ``benchmarks/results/replay-fidelity.md``, a 2-core VM with the stand-in server on the other
+# ``benchmarks/results/replay-fidelity/``, a 2-core VM with the stand-in server on the other
 # core. ``--client-procs auto`` divides a window's peak by this.
 EVENTS_PER_S_PER_PROC = 10_000.0
 

@@ -23,7 +23,7 @@ from tuner.flags import MAX_CAPTURE_SIZE, flag_name, sets_capture_range
 from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec
 
 # max-num-batched-tokens on a GPU: a few levels, since each compiles once
-# (benchmarks/results/h100.md).
+# (benchmarks/results/h100/).
 GPU_BATCHED_TOKENS_LEVELS = [2048, 4096, 8192, 16384]
 # The largest capture size offered: vLLM captures one graph per size, so time and memory grow.
 CAPTURE_SIZE_CEILING = 2048
@@ -49,7 +49,7 @@ PREFILL_BOUND_BATCHED_TOKENS_LEVELS = [16384, 8192, 2048]
 
 
 # API server processes offered on a GPU: a second one lifts capacity on some hosts, so the
-# confirmation decides per workload (benchmarks/results/gpu-frontend.md and h200-knobs-code/).
+# confirmation decides per workload (benchmarks/results/gpu-frontend/ and h200-knobs-code/).
 GPU_API_SERVER_COUNTS = [1, 2]
 
 
@@ -63,7 +63,7 @@ KV_ARGUMENTS = ("gpu-memory-utilization", "kv-cache-memory-bytes")
 # (benchmarks/results/cpu-quickstart-fresh/).
 CPU_SMALLEST_SHARE_BYTES = 3 << 29  # 1.5 GiB
 # How late tuner's client may run in a window on the CPU build before its figures are not
-# trusted: client lag on two shared cores (benchmarks/results/cpu-client-lag.md).
+# trusted: client lag on two shared cores (benchmarks/results/cpu-client-lag/).
 CPU_CLIENT_TOLERANCE_S = 1.0
 # Requests a GPU capacity study replays on every engine before its first rate, so fresh engines
 # are measured warm (benchmarks/results/h100-gate-warm/).
@@ -381,12 +381,12 @@ def _gpu_header(device: Gpu | None, capacity: bool, prompt_tokens: list[int] | N
         )
     header += (
         f"# max-num-seqs: 1 to {seqs_high}, vLLM's own default on this GPU, log scale: few\n"
-        "#   sequences carry far less than the default (benchmarks/results/h100.md).\n"
+        "#   sequences carry far less than the default (benchmarks/results/h100/).\n"
         "# compilation-config.max_cudagraph_capture_size: the largest step, in tokens, that\n"
         "#   vLLM runs as a CUDA graph; a busy server outgrows vLLM's default range\n"
         "#   (benchmarks/results/h200-asc-capture/).\n"
         "# api-server-count: the HTTP front-end processes; a second one lifts capacity on some\n"
-        "#   hosts and not on others (benchmarks/results/gpu-frontend-knobs.md).\n"
+        "#   hosts and not on others (benchmarks/results/gpu-frontend-knobs/).\n"
         "# stream-interval is not searched: it sends tokens in chunks, which no SLO measures.\n"
         "#   Where your clients accept chunks, add to search_space:\n"
         "#   stream-interval: {type: categorical, choices: [1, 4]}\n"

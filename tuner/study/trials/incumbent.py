@@ -22,7 +22,7 @@ level.
    neighbouring level of a numeric dimension;
 5. the levels beyond two losses in a row that step 2 passed over.
 
-Step 2's rule: on the measured CPU landscape (``benchmarks/results/cpu-search-landscape.md``)
+Step 2's rule: on the measured CPU landscape (``benchmarks/results/cpu-search-landscape/``)
 max-num-seqs 8 and 4 lost to 16, and 2 and 1 could only lose more; the trials they would take
 go to the move that combines two dimensions.
 
