@@ -122,7 +122,7 @@ class NoisyEngines:
             return RatePoint(rate, passed, {"ttft_p95_s": 0.1 if passed else 9.0})
 
         found = search_capacity(
-            measure, settings.start_req_per_s, settings.resolution, settings.max_rates,
+            measure, settings.start_req_per_s, settings.resolution, settings.max_probes,
             settings.floor_req_per_s, first_step=settings.first_step,
             gate_req_per_s=settings.gate_req_per_s,
         )  # fmt: skip

@@ -120,9 +120,9 @@ def search_vs_scan(spec: StudySpec, options: argparse.Namespace, work: Path) -> 
     settings = CapacitySettings(
         requests=requests,
         period_s=workload.replay_s,
-        rate_window_s=options.window_s,
+        probe_s=options.window_s,
         resolution=spec.capacity_resolution,
-        max_rates=spec.capacity_max_windows,
+        max_probes=spec.capacity_max_probes,
     )
     replay_settings = ReplaySettings(
         model=model, vocab_size=info.vocab_size, block_tokens=trace.block_tokens, seed=spec.seed
@@ -130,8 +130,8 @@ def search_vs_scan(spec: StudySpec, options: argparse.Namespace, work: Path) -> 
     args = {**spec.engine_args, **spec.baseline}
     print(f"window: {workload.describe()}")
     print(
-        f"engine: {args}; capacity window {settings.rate_window_s:g} s, resolution "
-        f"{settings.resolution:g}, at most {settings.max_rates} windows a search"
+        f"engine: {args}; capacity window {settings.probe_s:g} s, resolution "
+        f"{settings.resolution:g}, at most {settings.max_probes} windows a search"
     )
     criteria = Criteria.of(spec)
     engine = Engine(model, args, work / "engine", env={"VLLM_SERVER_DEV_MODE": "1"})
@@ -248,8 +248,8 @@ def sending_s(attrs: Mapping[str, Any], spec: StudySpec, window_s: float) -> flo
 
 def study_costs(spec: StudySpec, options: argparse.Namespace, work: Path) -> None:
     raw = yaml.safe_load(options.spec.read_text())
-    window_s = options.study_window_s or spec.capacity_window_s
-    raw["capacity_window_s"] = window_s
+    window_s = options.study_window_s or spec.capacity_probe_s
+    raw["capacity_probe_s"] = window_s
     if not Path(raw["model"]).is_absolute():
         # Written by tuner run into the work folder, as into a user's checkout.
         raw["model"] = str(work / raw["model"])

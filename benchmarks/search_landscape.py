@@ -96,9 +96,9 @@ def measure(options: argparse.Namespace) -> None:
         settings = CapacitySettings(
             requests=requests,
             period_s=workload.replay_s,
-            rate_window_s=options.window_s,
+            probe_s=options.window_s,
             resolution=options.resolution,
-            max_rates=options.max_windows,
+            max_probes=options.max_windows,
             # The spec's (the demo's 1 s, as tuner run uses on vLLM's CPU build): with the GPU
             # default, 5 ms, tuner's client on two shared cores "fell behind" at vLLM's
             # defaults' third rate and the search stopped there.
@@ -118,7 +118,7 @@ def measure(options: argparse.Namespace) -> None:
             "engine_args": dict(spec.engine_args),
             "kv_cache": kv_size or "the spec's",
             "slos": dict(spec.slos),
-            "capacity_window_s": options.window_s,
+            "capacity_probe_s": options.window_s,
             "resolution": options.resolution,
             "client_tolerance_s": spec.client_tolerance_s,
         }

@@ -24,7 +24,7 @@
 #
 #   tuner init --trace prod.csv --model models/qwen2.5-3b --dummy-weights --objective capacity \
 #       --slo ttft_p95_s=0.3 --slo tpot_p95_s=0.03 --slo e2e_p99_s=7
-#   (edit studies/prod.yaml: capacity_window_s 10, confirm_top_k 1)
+#   (edit studies/prod.yaml: capacity_probe_s 10, confirm_top_k 1)
 #   (prod.csv: the trace copied under its own extension, prod.jsonl for a JSONL trace)
 #   tuner run --trace prod.csv --study prod --n-trials N_TRIALS --time-budget-s BUDGET_S
 #
@@ -151,7 +151,7 @@ echo "== tuner init"
 tuner init --trace $prod --model "$root/work/$model" $dummy \\
     --objective capacity $(printf -- '--slo %s ' $slos)
 echo "exit \$?"
-sed -i -e 's/^capacity_window_s: .*/capacity_window_s: 10/' -e 's/^confirm_top_k: .*/confirm_top_k: 1/' \\
+sed -i -e 's/^capacity_probe_s: .*/capacity_probe_s: 10/' -e 's/^confirm_top_k: .*/confirm_top_k: 1/' \\
     studies/prod.yaml
 [ -n "${WARMUP:-}" ] && sed -i -e 's/^warmup_requests: .*/warmup_requests: ${WARMUP:-0}/' studies/prod.yaml
 [ -n "${COLD:-}" ] && sed -i -e 's/^warm_prefix_cache: .*/warm_prefix_cache: false/' studies/prod.yaml
@@ -164,7 +164,7 @@ yaml.safe_dump(spec, open("studies/prod.yaml", "w"), sort_keys=False)' '${EDIT:-
   echo "edited: ${EDIT:-}"
 fi
 fi
-grep -E '^(capacity_window_s|capacity_min_requests|candidates|confirm_top_k|confirm_repeats|n_trials|objective_mode|warmup_requests|warm_prefix_cache):' studies/prod.yaml
+grep -E '^(capacity_probe_s|capacity_min_requests|candidates|confirm_top_k|confirm_repeats|n_trials|objective_mode|warmup_requests|warm_prefix_cache):' studies/prod.yaml
 if [ -n "${AB:-}" ]; then
 echo "== ab"
 ab() { python3 "$root/ab.py" "$root/$(basename "${AB:-}")" --spec studies/prod.yaml --trace $prod \
