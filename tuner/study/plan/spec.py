@@ -375,15 +375,7 @@ def _settings(path: str, merged: Mapping[str, Any]) -> dict[str, Any]:
     client_procs = merged["client_procs"]
     if client_procs != AUTO:
         client_procs = checked_whole(path, "client_procs", client_procs, 1, 1024)
-    time_scale = merged["time_scale"]
-    if time_scale != AUTO:
-        time_scale = checked_number(path, "time_scale", time_scale, most=MOST_SCALE)
-        if time_scale < LEAST_SCALE:
-            raise SpecError(
-                path,
-                "time_scale",
-                f"{time_scale!r} is below any sensible value (at least {LEAST_SCALE:g})",
-            )
+    time_scale = _time_scale(path, merged["time_scale"])
     return {
         "objective_mode": mode,
         "max_error_rate": max_error_rate,
@@ -419,6 +411,18 @@ def _settings(path: str, merged: Mapping[str, Any]) -> dict[str, Any]:
         "warm_prefix_cache": merged["warm_prefix_cache"],
         "search": merged["search"],
     }
+
+
+def _time_scale(path: str, value: Any) -> Any:
+    """``auto``, or a time scale within the bounds of sense."""
+    if value == AUTO:
+        return value
+    scale = checked_number(path, "time_scale", value, most=MOST_SCALE)
+    if scale < LEAST_SCALE:
+        raise SpecError(
+            path, "time_scale", f"{scale!r} is below any sensible value (at least {LEAST_SCALE:g})"
+        )
+    return scale
 
 
 def _candidates(path: str, value: Any, own_baseline: bool) -> tuple[dict[str, Any], ...]:
