@@ -48,6 +48,8 @@
 # section is added to the spec `tuner init` writes and the repository's examples/ is copied into
 # the study's folder: a study of the example app (benchmarks/gpu/studies/translate-app-server.yaml);
 # `serve` then starts the app with the YAML written and sends it one request of its own.
+# With RUN_ARGS, more options for `tuner run` (RUN_ARGS="--gpus all": a worker per GPU on a
+# journal file, copied out as prod.journal.log).
 # With AB, an arms file (benchmarks/ab.py), the spec `tuner init` wrote (as edited) measures
 # those arms against each other instead of a `tuner run`: REPEATS (default 3) fresh engines
 # each, in turns, into $STUDY_ROOT/work/ab/ab.db (`ab.db` in OUT); nothing to `serve`. With
@@ -79,6 +81,7 @@ copy_out() {
   cp "$root/run.log" "$root/more.log" "$root/env.txt" "$out/" 2>/dev/null
   cp "$root/work/studies/prod.yaml" "$out/" 2>/dev/null
   backup "$root/work/studies/prod.db" "$out/prod.db"
+  cp "$root/work/studies/prod.log" "$out/prod.journal.log" 2>/dev/null  # --gpus: the journal file
   cp "$root/work/configs/prod.yaml" "$out/config.yaml" 2>/dev/null
   for db in "$root"/work/ab/ab*.db; do backup "$db" "$out/$(basename "$db")"; done
   cp "$root"/ab-part-*.log "$out/" 2>/dev/null
@@ -182,7 +185,7 @@ fi
 echo "exit \$?"
 else
 echo "== tuner run"
-tuner -v run --trace $prod --study prod --n-trials ${N_TRIALS:-5} --time-budget-s ${BUDGET_S:-1200}
+tuner -v run --trace $prod --study prod --n-trials ${N_TRIALS:-5} --time-budget-s ${BUDGET_S:-1200} ${RUN_ARGS:-}
 echo "exit \$?"
 echo "== configs/prod.yaml"
 cat configs/prod.yaml
