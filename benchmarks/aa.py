@@ -56,20 +56,31 @@ import harness
 import optuna
 from scipy.stats import binomtest
 
-from tuner.engine.dummy_model import write_model
-from tuner.engine.launchers import ProcessLauncher
-from tuner.study.measure import scoring
-from tuner.study.measure.objective import CAPACITY_OBJECTIVE, LATENCY_OBJECTIVE, StudyObjective
-from tuner.study.measure.prepare import Workload, model_of, open_loop_replay
-from tuner.study.measure.rate_search import RateSearch
-from tuner.study.measure.rates import CapacityFound, RatePoint, search_capacity
-from tuner.study.measure.trial import Ended, TrialOutcome, TrialSetup
-from tuner.study.plan.spec import StudySpec, parse_spec
-from tuner.study.result.choice import TUNED, choose
-from tuner.study.result.run import Run
-from tuner.study.result.run_config import resolve
-from tuner.study.trials.search import open_study
-from tuner.traces.formats import load_trace
+from tuner.engine import ProcessLauncher, write_model
+from tuner.study import (
+    CAPACITY_OBJECTIVE,
+    LATENCY_OBJECTIVE,
+    TUNED,
+    CapacityFound,
+    Ended,
+    RatePoint,
+    RateSearch,
+    Run,
+    StudyObjective,
+    StudySpec,
+    TrialOutcome,
+    TrialSetup,
+    Workload,
+    choose,
+    model_of,
+    open_loop_replay,
+    open_study,
+    parse_spec,
+    resolve,
+    score,
+    search_capacity,
+)
+from tuner.traces import load_trace
 
 SPREADS: dict[str, tuple[float, float]] = {
     # (SD of log capacity per engine, share of engines reading 30 to 40 % low)
@@ -169,7 +180,7 @@ class NoisyScores:
         ttft = self.ttft_of(args) * math.exp(self.rng.gauss(0.0, self.sd))
         metrics = {"ttft_p95_s": ttft, "tpot_p95_s": 0.01, "e2e_p99_s": ttft + 2.0,
                    "error_rate": self.error_rate, "throughput_req_per_s": 5.0}  # fmt: skip
-        outcome = scoring.score(metrics, setup.criteria)
+        outcome = score(metrics, setup.criteria)
         reason = None if outcome.feasible else f"SLO missed: ttft_p95_s {ttft * 1000:.0f} ms"
         return TrialOutcome(args, outcome, metrics, TIMINGS, reason)
 

@@ -43,20 +43,26 @@ from typing import Any
 import optuna
 import yaml
 
-from tuner.engine import environment
-from tuner.engine.environment import HostMemory
-from tuner.engine.launchers import LAUNCHERS, auto_launcher
-from tuner.report import data
-from tuner.study.measure.calibrate import TimeScale
-from tuner.study.measure.objective import of_spec, of_study
-from tuner.study.measure.prepare import Workload, model_of, open_loop_replay, write_dummy_model
-from tuner.study.plan.space import KV_ARGUMENTS, runnable_baseline
-from tuner.study.plan.spec import StudySpec, load_spec
-from tuner.study.result.run import Run
-from tuner.study.result.run_config import resolve
-from tuner.study.result.words import words_of
-from tuner.study.trials.search import open_study
-from tuner.traces.formats import load_trace
+from tuner.engine import LAUNCHERS, HostMemory, auto_launcher, host_memory, is_cpu_build
+from tuner.report import FEASIBLE, INTERRUPTED, RUNNING, TrialRow, cost, row_of, rows_of
+from tuner.study import (
+    KV_ARGUMENTS,
+    Run,
+    StudySpec,
+    TimeScale,
+    Workload,
+    load_spec,
+    model_of,
+    of_spec,
+    of_study,
+    open_loop_replay,
+    open_study,
+    resolve,
+    runnable_baseline,
+    words_of,
+    write_dummy_model,
+)
+from tuner.traces import load_trace
 
 # Figures of a measurement the report shows beside the study's value, where it has them.
 FIGURES = ("ttft_p95_s", "tpot_p95_s", "e2e_p99_s")
@@ -138,20 +144,20 @@ def one_configuration(a: Arm, b: Arm, exact: bool = False) -> bool:
     return a.measured(b.engine_args) or b.measured(a.engine_args)
 
 
-def arm_of(row: data.TrialRow, arms: Sequence[Arm]) -> Arm | None:
+def arm_of(row: TrialRow, arms: Sequence[Arm]) -> Arm | None:
     """The arm whose configuration the trial measured, if any: the one of the same arguments,
     else one that differs only in what it had sized for the machine."""
     exact = next((a for a in arms if dict(a.engine_args) == dict(row.engine_args)), None)
     return exact or next((a for a in arms if a.measured(row.engine_args)), None)
 
 
-def measured(rows: Sequence[data.TrialRow], arms: Sequence[Arm]) -> dict[str, list[data.TrialRow]]:
+def measured(rows: Sequence[TrialRow], arms: Sequence[Arm]) -> dict[str, list[TrialRow]]:
     """Each arm's measurements: its trials that ran to the end (served, failed or pruned), not
     those cut off (interrupted) or still running, which are measured again."""
-    out: dict[str, list[data.TrialRow]] = {a.name: [] for a in arms}
+    out: dict[str, list[TrialRow]] = {a.name: [] for a in arms}
     for row in rows:
         arm = arm_of(row, arms)
-        if arm is not None and row.outcome not in (data.INTERRUPTED, data.RUNNING):
+        if arm is not None and row.outcome not in (INTERRUPTED, RUNNING):
             out[arm.name].append(row)
     return out
 
@@ -181,11 +187,11 @@ def _cell(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
 def report(studies: Sequence[optuna.Study], arms: Sequence[Arm]) -> list[str]:
     """A markdown table, one row per arm, of the studies' measurements of it."""
     objective = of_study(studies[0])
-    rows: list[data.TrialRow] = []
+    rows: list[TrialRow] = []
     starts: dict[int, float] = {}  # by the row's id: trial numbers repeat across studies
     for study in studies:
-        its = data.rows_of(study.get_trials(deepcopy=False))
-        at = {bar.trial: bar.parts_s[0] for bar in data.cost(its)}
+        its = rows_of(study.get_trials(deepcopy=False))
+        at = {bar.trial: bar.parts_s[0] for bar in cost(its)}
         starts.update((id(r), at[r.number]) for r in its if r.number in at)
         rows.extend(its)
     by_arm = measured(rows, arms)
@@ -201,7 +207,7 @@ def report(studies: Sequence[optuna.Study], arms: Sequence[Arm]) -> list[str]:
         figures = [_median([f for r in mine if (f := r.figure(k)) is not None]) for k in FIGURES]
         started = _median([starts[id(r)] for r in mine if r.value is not None and id(r) in starts])
         cells = [
-            name, str(len(mine)), str(sum(r.outcome == data.FEASIBLE for r in mine)),
+            name, str(len(mine)), str(sum(r.outcome == FEASIBLE for r in mine)),
             _cell(_median(values), digits=3), _cell(min(values, default=None), digits=3),
             _cell(max(values, default=None), digits=3),
             *(_cell(f, 1000.0) for f in figures), _cell(started),
@@ -215,7 +221,7 @@ def report(studies: Sequence[optuna.Study], arms: Sequence[Arm]) -> list[str]:
     return lines
 
 
-def missed_above(row: data.TrialRow) -> str | None:
+def missed_above(row: TrialRow) -> str | None:
     """What the lowest rate above a capacity trial's capacity missed: the SLO its reason names
     (else the reason); None where no rate above it failed."""
     above = [
@@ -228,7 +234,7 @@ def missed_above(row: data.TrialRow) -> str | None:
     return found.group(1) if found else reason or None
 
 
-def spent(by_arm: Mapping[str, Sequence[data.TrialRow]]) -> list[str]:
+def spent(by_arm: Mapping[str, Sequence[TrialRow]]) -> list[str]:
     """A markdown table, one row per arm: what the rate above its capacity missed (each
     measurement's, counted) and where the time went at its value (``SPENT``, medians)."""
     head = ["arm", "missed above capacity", *(h for h, *_ in SPENT)]
@@ -274,7 +280,7 @@ def run_arms(
 
     With ``part`` ``(w, n)``, what is lacking is counted over the run's study and ``others``
     (the other parts'), and this part takes its ``share`` of those turns."""
-    rows = [r for s in (run.study, *others) for r in data.rows_of(s.get_trials(deepcopy=False))]
+    rows = [r for s in (run.study, *others) for r in rows_of(s.get_trials(deepcopy=False))]
     done = {name: len(found) for name, found in measured(rows, arms).items()}
     todo = rounds(arms, repeats, done)
     index, parts = part
@@ -284,7 +290,7 @@ def run_arms(
     run.calibrate()
     for number, arm in enumerate(mine, 1):
         trial = run.measure(arm.engine_args)
-        row = data.row_of(trial)
+        row = row_of(trial)
         took = f"trial {trial.number} {row.outcome}, value {row.value}"
         say(f"{number}/{len(mine)} {arm.name}: {took}")
     return len(mine)
@@ -339,7 +345,7 @@ def measure(
     storage = args.storage or f"sqlite:///{own}"
     study = load(storage)
     others = [] if args.storage else [u for u in storages(args.out) if u != storage]
-    kind = auto_launcher(environment.is_cpu_build()) if args.launcher == "auto" else args.launcher
+    kind = auto_launcher(is_cpu_build()) if args.launcher == "auto" else args.launcher
     runs = args.out / ("runs" if parts == 1 else f"runs-part-{index}")
     runs.mkdir(parents=True, exist_ok=True)
     launcher = LAUNCHERS[kind](runs / "launcher.log")
@@ -358,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     spec = load_spec(args.spec)
-    memory = environment.host_memory() if environment.is_cpu_build() else None
+    memory = host_memory() if is_cpu_build() else None
     arms = load_arms(args.arms, spec, memory, reading=args.report)
 
     def load(url: str) -> optuna.Study:

@@ -48,17 +48,21 @@ import harness
 import optuna
 import yaml
 
-from tuner.engine.dummy_model import write_model
-from tuner.engine.process import Engine
-from tuner.load.http import ReplaySettings
-from tuner.load.open_loop import replay_in_process
-from tuner.study.measure.calibrate import TimeScale
-from tuner.study.measure.capacity import CapacitySettings, StartHint, measure_capacity, measure_rate
-from tuner.study.measure.judge import Criteria
-from tuner.study.measure.rates import CapacityFound, RatePoint
-from tuner.study.plan.spec import StudySpec, load_spec
-from tuner.traces.formats import load_trace
-from tuner.traces.workload import build_workload, model_info
+from tuner.engine import Engine, write_model
+from tuner.load import ReplaySettings, replay_in_process
+from tuner.study import (
+    CapacityFound,
+    CapacitySettings,
+    Criteria,
+    RatePoint,
+    StartHint,
+    StudySpec,
+    TimeScale,
+    load_spec,
+    measure_capacity,
+    measure_rate,
+)
+from tuner.traces import build_workload, load_trace, model_info
 
 REPO = Path(__file__).resolve().parent.parent
 # Indices of the scan's windows start here: their prompts' seeds differ from the searches'.

@@ -33,16 +33,17 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
-from tuner.engine.dummy_model import write_model
-from tuner.engine.launchers import Launch, ProcessLauncher
-from tuner.engine.local import LocalServer, free_port
-from tuner.engine.process import Engine
-from tuner.engine.zygote import die_with
-from tuner.load.http import ReplaySettings
-from tuner.load.metrics import replay_figures
-from tuner.load.open_loop import replay_in_process
-from tuner.traces.formats import load_trace
-from tuner.traces.workload import build_workload
+from tuner.engine import (
+    Engine,
+    Launch,
+    LocalServer,
+    ProcessLauncher,
+    die_with,
+    free_port,
+    write_model,
+)
+from tuner.load import ReplaySettings, replay_figures, replay_in_process
+from tuner.traces import build_workload, load_trace
 
 TRACE = Path(__file__).resolve().parent.parent / "traces" / "azure-conv-peak.csv"
 

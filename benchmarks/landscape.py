@@ -23,13 +23,10 @@ from pathlib import Path
 
 import yaml
 
-from tuner.engine.dummy_model import write_model
-from tuner.engine.launchers import ProcessLauncher
-from tuner.load.http import ReplaySettings
-from tuner.study.measure.trial import Criteria, TrialSetup, run_trial
-from tuner.study.plan.spec import load_spec
-from tuner.traces.formats import load_trace
-from tuner.traces.workload import build_workload, model_info
+from tuner.engine import ProcessLauncher, write_model
+from tuner.load import ReplaySettings
+from tuner.study import Criteria, TrialSetup, load_spec, run_trial
+from tuner.traces import build_workload, load_trace, model_info
 
 COLUMNS = (
     ("TTFT p50 ms", "ttft_p50_s", 1000),

@@ -20,10 +20,18 @@ from pathlib import Path
 
 import optuna
 
-from tuner.study.measure.record import TrialRecord
-from tuner.study.trials import significance
-from tuner.study.trials.confirm import finalist
-from tuner.study.trials.groups import Group, groups, rank
+from tuner.study import (
+    MIN_FRESH,
+    Group,
+    TrialRecord,
+    beats,
+    finalist,
+    groups,
+    p_value,
+    rank,
+    ratio,
+    ratio_interval,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -58,16 +66,16 @@ def _verdict(study: optuna.Study) -> str:
         return f"{head}; no verdict (no measurement after the search)"
     positive = [mine.objective.upward(v) for v in mine.values if v > 0]
     others = [theirs.objective.upward(v) for v in theirs.values if v > 0]
-    ratio = significance.ratio(positive, others)
-    interval = significance.ratio_interval(positive, others)
-    times = "" if ratio is None else f"; {ratio:.2f}x"
-    if interval is not None and ratio is not None:
+    median_ratio = ratio(positive, others)
+    interval = ratio_interval(positive, others)
+    times = "" if median_ratio is None else f"; {median_ratio:.2f}x"
+    if interval is not None and median_ratio is not None:
         times += f" (90% interval {interval[0]:.2f} to {interval[1]:.2f}x)"
-    p = significance.p_value(a, b)
-    if significance.beats(a, b):
+    p = p_value(a, b)
+    if beats(a, b):
         verdict = "confirmed"
-    elif min(len(a), len(b)) < significance.MIN_FRESH:
-        verdict = f"too few to confirm (fewer than {significance.MIN_FRESH} each)"
+    elif min(len(a), len(b)) < MIN_FRESH:
+        verdict = f"too few to confirm (fewer than {MIN_FRESH} each)"
     else:
         verdict = "not confirmed"
     return f"{head}{times}; p = {p:.2g}: {verdict}"

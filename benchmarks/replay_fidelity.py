@@ -36,12 +36,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tuner.load.health import client_behind
-from tuner.load.http import ReplaySettings, request_body
-from tuner.load.metrics import replay_figures
-from tuner.load.spread import replay
-from tuner.load.standin import body_key
-from tuner.traces.model import Request
+from tuner.load import ReplaySettings, body_key, client_behind, replay, replay_figures, request_body
+from tuner.traces import Request
 
 TARGET_ERROR_MS = 5.0
 TARGET_SEND_LAG_MS = 5.0

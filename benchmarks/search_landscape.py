@@ -40,18 +40,24 @@ from typing import Any
 
 import optuna
 
-from tuner.engine.dummy_model import write_model
-from tuner.engine.process import Engine
-from tuner.load.http import ReplaySettings
-from tuner.load.open_loop import replay_in_process
-from tuner.study.measure.capacity import CapacitySettings, StartHint, measure_capacity
-from tuner.study.measure.judge import Criteria
-from tuner.study.plan.space import KV_ARGUMENTS
-from tuner.study.plan.spec import Dimension, load_spec
-from tuner.study.trials.incumbent import Taken, levels, next_point
-from tuner.study.trials.search import MAX_BATCHED_TOKENS, MAX_NUM_SEQS, suggest
-from tuner.traces.formats import load_trace
-from tuner.traces.workload import build_workload, model_info
+from tuner.engine import Engine, write_model
+from tuner.load import ReplaySettings, replay_in_process
+from tuner.study import (
+    KV_ARGUMENTS,
+    MAX_BATCHED_TOKENS,
+    MAX_NUM_SEQS,
+    CapacitySettings,
+    Criteria,
+    Dimension,
+    StartHint,
+    Taken,
+    levels,
+    load_spec,
+    measure_capacity,
+    next_point,
+    suggest,
+)
+from tuner.traces import build_workload, load_trace, model_info
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"

@@ -28,8 +28,7 @@ import numpy as np
 
 CHILD = """
 import sys, time
-from tuner.traces.formats import load_trace
-from tuner.traces.model import busiest_window
+from tuner.traces import busiest_window, load_trace
 began = time.perf_counter()
 trace = load_trace(sys.argv[1])
 loaded = time.perf_counter()

@@ -23,12 +23,10 @@ from typing import Any
 
 import yaml
 
-from tuner.engine.dummy_model import write_model
-from tuner.engine.launchers import Launcher, ProcessLauncher, ZygoteLauncher
-from tuner.load.http import ReplaySettings
-from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup, run_trial
-from tuner.traces.formats import load_trace
-from tuner.traces.workload import build_workload, model_info
+from tuner.engine import Launcher, ProcessLauncher, ZygoteLauncher, write_model
+from tuner.load import ReplaySettings
+from tuner.study import Criteria, TrialOutcome, TrialSetup, run_trial
+from tuner.traces import build_workload, load_trace, model_info
 
 TIMINGS = (
     "engine_healthy_s",

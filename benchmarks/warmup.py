@@ -18,12 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from tuner.engine.dummy_model import write_model
-from tuner.engine.launchers import ProcessLauncher
-from tuner.engine.process import Engine
-from tuner.load.http import ReplaySettings
-from tuner.load.open_loop import replay_in_process
-from tuner.traces.model import Request
+from tuner.engine import Engine, ProcessLauncher, write_model
+from tuner.load import ReplaySettings, replay_in_process
+from tuner.traces import Request
 
 
 def settle_index(series: list[float], tolerance: float) -> tuple[int, float]:

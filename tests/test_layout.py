@@ -53,7 +53,14 @@ GRAPH = {name: tuner_imports(path) & MODULES.keys() for name, path in MODULES.it
 def test_every_stage_is_a_folder():
     assert {stage(m) for m in MODULES} == set(FLOORS)
     top_level = sorted(m for m in MODULES if stage(m) == "")
-    assert top_level == ["tuner", "tuner.build", "tuner.errors", "tuner.flags", "tuner.urls"]
+    assert top_level == [
+        "tuner",
+        "tuner.build",
+        "tuner.errors",
+        "tuner.face",
+        "tuner.flags",
+        "tuner.urls",
+    ]
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -136,3 +143,31 @@ def test_functions_stay_short(module):
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
     ]
     assert not long, f"{module}: {', '.join(long)}; split by what each part does"
+
+
+# What code outside the package may import: a stage's face (its ``__all__``) or a root module.
+FACES = {m for m in MODULES if m.count(".") == 1}
+BENCHMARKS = PACKAGE.parent / "benchmarks"
+
+
+@pytest.mark.parametrize("path", sorted(BENCHMARKS.rglob("*.py")), ids=str)
+def test_benchmarks_import_only_the_faces(path):
+    """A benchmark imports ``from tuner.study import Run``, never a module inside a stage, and
+    only names the face offers."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tuner."):
+            assert node.module in FACES, f"{path.name}:{node.lineno} imports {node.module}"
+            offered = __import__(node.module, fromlist=["__all__"])
+            if node.module.split(".")[1] in FLOORS:
+                missing = {a.name for a in node.names} - set(offered.__all__)
+                assert not missing, f"{path.name}:{node.lineno}: {missing} not in {node.module}"
+
+
+@pytest.mark.parametrize("face", sorted(m for m in FACES if m.split(".")[1] in FLOORS))
+def test_each_name_a_face_offers_is_there(face):
+    module = __import__(face, fromlist=["__all__"])
+    for name in module.__all__:
+        assert getattr(module, name) is not None
+    assert set(module.__all__) <= set(dir(module))
+    with pytest.raises(AttributeError):
+        _ = module.not_a_name_it_offers

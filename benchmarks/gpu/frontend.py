@@ -43,21 +43,21 @@ import numpy as np
 import psutil
 import yaml
 
-from tuner.engine.launchers import Launch, ZygoteLauncher
-from tuner.engine.local import LocalServer
-from tuner.engine.process import Engine
-from tuner.load.metrics import RequestResult, parse_scrape, replay_figures, summarize_client
-from tuner.load.spread import replay
-from tuner.study.measure.capacity import reset_prefix_cache, wait_idle
-from tuner.study.measure.prepare import prepare
-from tuner.study.measure.rate_search import RateSearch
-from tuner.study.measure.scoring import Criteria, score
-from tuner.study.measure.trial import TrialSetup
-from tuner.study.plan.spec import StudySpec, load_spec
-from tuner.study.trials import fingerprint
-from tuner.traces.formats import load_trace
-from tuner.traces.model import Request
-from tuner.traces.workload import at_rate
+from tuner.engine import Engine, Launch, LocalServer, ZygoteLauncher
+from tuner.load import RequestResult, parse_scrape, replay, replay_figures, summarize_client
+from tuner.study import (
+    Criteria,
+    RateSearch,
+    StudySpec,
+    TrialSetup,
+    load_spec,
+    measured_on,
+    prepare,
+    reset_prefix_cache,
+    score,
+    wait_idle,
+)
+from tuner.traces import Request, at_rate, load_trace
 
 SERVE_MODULE = "frontend_serve"
 # Far from tuner's capacity windows' seeds (tuner.study.measure.capacity.SEED_STRIDE) and from
@@ -401,7 +401,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
             "healthy_s": healthy_s,
             "processes": procs,
             "startup": engine.times.startup,
-            "measured_on": fingerprint.measured_on(),
+            "measured_on": measured_on(),
             "engine_args": engine_args,
             "plan": "cpu" if args.cpu_plan else args.plan,
         }

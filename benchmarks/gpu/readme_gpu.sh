@@ -31,7 +31,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>/dev/null
 python3 -c 'import importlib.metadata as m; print("vllm", m.version("vllm"), "torch", m.version("torch"))'
 cd "$root/work"
 cp "${TRACE:-$repo/benchmarks/gpu/traces/story-12rps.csv}" prod.csv
-python3 -c 'from tuner.engine.dummy_model import write_model as w; print(w("models/my-model", "cpu-demo"))'
+python3 -c 'from tuner.engine import write_model as w; print(w("models/my-model", "cpu-demo"))'
 began=$(date +%s)
 
 echo "== tuner init"

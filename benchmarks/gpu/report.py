@@ -22,14 +22,21 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.report import plots as figures
-from tuner.report.build import read_report
-from tuner.report.data import StudyReport, rows_of, searched_parameters, slo_limits
-from tuner.report.rate_curves import MOST_CURVES, curves
-from tuner.report.rate_plot import plot_rates
-from tuner.study.measure.capacity_text import servers_for
-from tuner.study.measure.record import CONFIRMS_ATTR
-from tuner.study.measure.time_spent import time_spent
+from tuner.report import (
+    MOST_CURVES,
+    StudyReport,
+    curves,
+    plot_cost,
+    plot_history,
+    plot_landscape,
+    plot_rates,
+    plot_trials,
+    read_report,
+    rows_of,
+    searched_parameters,
+    slo_limits,
+)
+from tuner.study import CONFIRMS_ATTR, servers_for, time_spent
 
 SPACE = ("max-num-seqs", "max-num-batched-tokens", "gpu-memory-utilization")
 
@@ -275,10 +282,10 @@ def plots(trials: list[FrozenTrial], out: Path, slos: dict[str, float] | None) -
     ]
     limits = slo_limits(rows) if slos is None else slos
     written = (
-        figures.plot_cost(rows, out / "trial-cost.png"),
-        figures.plot_trials(rows, limits, out / "trial-latency.png"),
-        figures.plot_history(rows, out / "history.png"),
-        figures.plot_landscape(rows, searched_parameters(trials), limits, out / "landscape.png"),
+        plot_cost(rows, out / "trial-cost.png"),
+        plot_trials(rows, limits, out / "trial-latency.png"),
+        plot_history(rows, out / "history.png"),
+        plot_landscape(rows, searched_parameters(trials), limits, out / "landscape.png"),
     )
     return [path.name for path in written if path is not None]
 
@@ -324,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     slos: dict[str, float] | None = None
     if args.spec:
-        from tuner.study.plan.spec import load_spec
+        from tuner.study import load_spec
 
         slos = dict(load_spec(args.spec).slos)
     lines = []

@@ -25,8 +25,8 @@ from pathlib import Path
 import httpx
 import yaml
 
-from tuner.engine.launchers import signal_group, spawn
-from tuner.study.plan.own_server import SECTION, parse_server
+from tuner.engine import signal_group, spawn
+from tuner.study import SECTION, parse_server
 
 PROMPT = "Hello world"
 OUTPUT_TOKENS = 4

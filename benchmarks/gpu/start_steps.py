@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tuner.engine.startup import STEPS, compile_cache, reported_durations, steps
+from tuner.engine import STEPS, compile_cache, reported_durations, steps
 
 FIGURES = ("dynamo_s", "graph_compile_s", "graph_load_s")
 

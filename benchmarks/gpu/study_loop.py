@@ -29,7 +29,7 @@ from typing import Any
 
 import optuna
 
-from tuner.study.measure.record import CONFIRMS_ATTR
+from tuner.study import CONFIRMS_ATTR
 
 # Seconds kept back from the deadline for tuner to write its result and stop its launcher.
 MARGIN_S = 20.0

@@ -144,7 +144,7 @@ if [ -n "${WEIGHTS:-}" ]; then
   echo "exit \$?"
   du -sh $model
 else
-  python3 -c 'from tuner.engine.dummy_model import write_model; write_model("$model", "${SHAPE:-qwen2.5-3b}")'
+  python3 -c 'from tuner.engine import write_model; write_model("$model", "${SHAPE:-qwen2.5-3b}")'
 fi
 if [ -n "${SPEC:-}" ]; then
   mkdir -p studies && cp "$root/spec.yaml" studies/prod.yaml

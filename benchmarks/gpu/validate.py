@@ -25,17 +25,11 @@ from typing import Any
 
 import yaml
 
-from tuner.engine.launchers import EngineFailed
-from tuner.engine.process import Engine
+from tuner.engine import Engine, EngineFailed
 from tuner.flags import SERVER_ONLY, normalize
-from tuner.load.http import ReplaySettings
-from tuner.load.metrics import replay_figures
-from tuner.load.open_loop import replay_in_process
-from tuner.study.measure.calibrate import TimeScale
-from tuner.study.measure.prepare import model_of, write_dummy_model
-from tuner.study.plan.spec import load_spec
-from tuner.traces.formats import load_trace
-from tuner.traces.workload import build_workload
+from tuner.load import ReplaySettings, replay_figures, replay_in_process
+from tuner.study import TimeScale, load_spec, model_of, write_dummy_model
+from tuner.traces import build_workload, load_trace
 
 SHOWN = (
     ("ttft_p50_s", 1000, "TTFT p50 ms"),

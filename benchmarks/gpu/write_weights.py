@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from tuner.engine.dummy_model import SHAPES, write_model
+from tuner.engine import SHAPES, write_model
 
 
 def main(argv: list[str] | None = None) -> int:
