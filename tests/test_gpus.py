@@ -35,6 +35,7 @@ from tuner.study.trials import references
 from tuner.study.trials.confirm import current as current_round
 from tuner.study.trials.confirm import elsewhere
 from tuner.study.trials.search import load_existing, open_study, queue_move
+from tuner.study.trials.storage import dashboard_target
 
 TWO_GPUS = "0, GPU-aaaaaaaa-0000, 143771, NVIDIA H200\n1, GPU-bbbbbbbb-1111, 143771, NVIDIA H200\n"
 
@@ -191,3 +192,9 @@ def test_a_journal_file_is_a_storage_that_runs_and_reports_open(tmp_path) -> Non
         load_existing("s", f"journal:{tmp_path / 'other.log'}")
     with pytest.raises(TunerError, match=r"\(folder .*missing does not exist\)"):
         open_study("s", f"journal:{tmp_path / 'missing' / 's.log'}", 0)
+
+
+def test_the_dashboard_is_given_a_journals_file_and_a_urls_password_masked() -> None:
+    assert dashboard_target("journal:studies/prod.log") == "studies/prod.log"
+    shown = dashboard_target("postgresql://tuner:secret@db/tuner")
+    assert "secret" not in shown and shown.startswith("postgresql://tuner:")

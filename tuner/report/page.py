@@ -41,6 +41,7 @@ from tuner.study.measure.record import RATES_ATTR, RESOLVED_ATTR
 from tuner.study.measure.trial import ENGINE_START_S, TRIAL_S
 from tuner.study.result.emit import SERVE_WITH, THIS_FILE
 from tuner.study.result.words import words_of
+from tuner.study.trials.storage import dashboard_target
 
 # Figures in the verdict after the SLOs: user attribute, label, scale, digits, unit.
 THROUGHPUT = (
@@ -390,7 +391,8 @@ def render(report: StudyReport, images: Mapping[str, bytes]) -> str:
         f"<title>tuner report: {escape(report.name)}</title><style>{STYLE}</style></head><body>"
         f'<h1>Study {escape(report.name)}</h1><p class="note">{len(report.rows)} trials in '
         f"{escape(report.storage)}: {summary}. Every figure is also in optuna-dashboard: "
-        f"<code>optuna-dashboard {escape(report.storage)}</code></p>{_measured_by(report)}"
+        f"<code>optuna-dashboard {escape(dashboard_target(report.storage))}</code></p>"
+        f"{_measured_by(report)}"
         f"{verdict_section(report)}{trials_section(report)}{figures_section(report, images)}"
         "</body></html>\n"
     )
