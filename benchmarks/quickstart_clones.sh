@@ -21,6 +21,7 @@ for k in $(seq 1 "$n"); do
   rm -rf "$dir"; mkdir -p "$dir"
   rm -rf "$work/$k"; git clone -q "$src" "$work/$k/main"
   cd "$work/$k/main" || exit 1
+  git rev-parse --short HEAD > "$out/commit.txt"  # the commit the clones ran, for the header
   echo "== clone $k at $(git rev-parse --short HEAD) $(date -u +%FT%TZ)"
   began=$(date +%s)
   bash .ci/setup > "$dir/setup.log" 2>&1
@@ -35,6 +36,6 @@ done
 echo "== all done $(date -u +%FT%TZ)"
 }
 clones | tee "$out/summary.txt"
-cd "$src" && python3 benchmarks/harness.py "$out" --summary "$out/summary.txt" \
+cd "$src" && python3 benchmarks/harness.py "$out" --summary "$out/summary.txt" --commit "$(cat "$out/commit.txt")" \
   --title "The README's Quick start in $n fresh clones in a row" \
   --command "bash benchmarks/quickstart_clones.sh $n ${2:-/tmp/qs}" --tail "$out"/*/setup.log "$out"/*/run.log
