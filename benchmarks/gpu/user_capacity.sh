@@ -101,7 +101,7 @@ copy_out() {
 # The command that started the study: the variables this script reads that were set, then it.
 command_line() {
   local v line=
-  for v in SPEC DB TRACE SLOS WEIGHTS SHAPE SERVER AB GPUS REPEATS WARMUP COLD EDIT N_TRIALS BUDGET_S; do
+  for v in SPEC DB TRACE SLOS WEIGHTS SHAPE SERVER AB GPUS REPEATS WARMUP COLD EDIT N_TRIALS BUDGET_S RUN_ARGS; do
     [ -n "${!v:-}" ] && line+="$v=$(printf %q "${!v}") "
   done
   echo "${line}bash benchmarks/gpu/user_capacity.sh start"
