@@ -17,7 +17,7 @@ from conftest import REPO, run_tuner, write_small_trace
 from optuna.distributions import BaseDistribution, IntDistribution
 
 from tuner.cli.exits import EXIT_BAD_INPUT
-from tuner.cli.gpus import gpus_of, shares, without_gpus
+from tuner.cli.gpus import gpus_of, shares, without, without_gpus
 from tuner.cli.parser import build_parser
 from tuner.errors import InputError, TunerError
 from tuner.study.measure.record import (
@@ -198,3 +198,12 @@ def test_the_dashboard_is_given_a_journals_file_and_a_urls_password_masked() -> 
     assert dashboard_target("journal:studies/prod.log") == "studies/prod.log"
     shown = dashboard_target("postgresql://tuner:secret@db/tuner")
     assert "secret" not in shown and shown.startswith("postgresql://tuner:")
+
+
+def test_the_options_the_parent_sets_for_each_worker_are_given_once() -> None:
+    given = ["run", "--trace", "t.csv", "--n-trials", "4", "--time-budget-s=600", "--stor", "x"]
+    assert without(given, "--n-trials", "--time-budget-s", "--storage") == [
+        "run",
+        "--trace",
+        "t.csv",
+    ]

@@ -64,6 +64,12 @@ def shares(n_trials: int, workers: int) -> list[int]:
 def without_gpus(argv: Sequence[str]) -> list[str]:
     """``tuner run``'s arguments without ``--gpus`` and its value (any spelling argparse takes:
     ``--gpus X``, ``--gpus=X``, an abbreviation such as ``--gpu X``)."""
+    return without(argv, "--gpus")
+
+
+def without(argv: Sequence[str], *options: str) -> list[str]:
+    """``argv`` without each of ``options`` (each taking one value) in any spelling argparse
+    takes: ``--name X``, ``--name=X`` or an abbreviation of three characters or more."""
     out: list[str] = []
     skip = False
     for token in argv:
@@ -71,11 +77,19 @@ def without_gpus(argv: Sequence[str]) -> list[str]:
             skip = False
             continue
         option, eq, _ = token.partition("=")
-        if len(option) >= len("--g") and "--gpus".startswith(option) and option.startswith("--"):
+        if (
+            len(option) >= 3
+            and option.startswith("--")
+            and any(name.startswith(option) for name in options)
+        ):
             skip = not eq
             continue
         out.append(token)
     return out
+
+
+# What the parent sets for each child: given once, not after the user's own.
+SET_FOR_EACH = ("--gpus", "--n-trials", "--time-budget-s", "--storage")
 
 
 def run_on_gpus(args: argparse.Namespace) -> int:
@@ -98,14 +112,24 @@ def run_on_gpus(args: argparse.Namespace) -> int:
     if storage is None:
         Path("studies").mkdir(exist_ok=True)
         storage = f"{JOURNAL}studies/{name}.log"
-    base = [sys.executable, "-m", "tuner.cli", *without_gpus(args.argv), "--storage", storage]
+    base = [
+        sys.executable,
+        "-m",
+        "tuner.cli",
+        *without(args.argv, *SET_FOR_EACH),
+        "--storage",
+        storage,
+    ]
     dealt = [(gpu, k) for gpu, k in zip(gpus, shares(n_trials, len(gpus)), strict=True) if k]
     print(
         f"{len(dealt)} worker{'s' if len(dealt) != 1 else ''}, one per GPU, {n_trials} trials "
         f"in all, on study {name!r} in "
         f"{shown_url(storage)}; then the confirmation on GPU {gpus[0].index}"
     )
-    workers = [(gpu, [*base, "--n-trials", str(k), "--no-confirm"], _on(gpu)) for gpu, k in dealt]
+    budget = [] if args.time_budget_s is None else ["--time-budget-s", f"{args.time_budget_s:g}"]
+    workers = [
+        (gpu, [*base, "--n-trials", str(k), *budget, "--no-confirm"], _on(gpu)) for gpu, k in dealt
+    ]
     for gpu, argv, _ in workers:
         print(f"gpu {gpu.index} | {gpu.name} ({gpu.uuid}): {_said(argv, gpu)}")
     codes = _run_all(workers)
