@@ -4,7 +4,7 @@ finds a real gain.
 Each study is a real ``Run`` (``tuner.study.result.run``: the search from vLLM's defaults, the
 finalist, the confirmation on fresh engines in ABBA order, the choice) over an in-memory Optuna
 study, with its engines replaced by a seeded stand-in (``NoisyEngines``) that runs tuner's own
-capacity search (``tuner.study.measure.rates.search_capacity``, the rate ladder, the gate, the
+capacity search (``tuner.study.capacity.rates.search_capacity``, the rate ladder, the gate, the
 one window at the finalist's capacity) against a server whose capacity is drawn per engine:
 
 - ``gpu``: the spread of one configuration on fresh GPU engines in benchmarks/results' studies,

@@ -10,7 +10,7 @@ that a drift of the machine does not line up with the rate. Each scanned rate is
 cache reset (or priming, on a trace with shared blocks), early stop and SLOs. The scan's
 capacity is its highest passing rate. With ``--hinted``, searches 2, 4, ... start from the
 capacity the search before found, with the small first step of a re-measurement
-(``tuner.study.measure.rate_search.start_hint``), so the plain and the hinted searches alternate
+(``tuner.study.capacity.rate_search.start_hint``), so the plain and the hinted searches alternate
 on one engine.
 
 Part 2, windows per engine start: ``tuner run`` on the same spec with ``--objective capacity``

@@ -16,7 +16,7 @@ import pytest
 
 import tuner
 from tuner import build
-from tuner.study.measure import record
+from tuner.study.store import record
 
 REPO = Path(__file__).resolve().parent.parent
 

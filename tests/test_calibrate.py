@@ -20,13 +20,13 @@ from conftest import SHIPPED_TRACE, run_tuner, write_small_trace, write_spec
 
 from tuner.cli.exits import MEETS_SLOS_EXITS
 from tuner.engine.environment import HostMemory, host_memory
-from tuner.study.measure import calibrate
-from tuner.study.measure.capacity import CapacitySettings
-from tuner.study.measure.record import CAPACITY_ATTR
+from tuner.study.capacity.probes import CapacitySettings
 from tuner.study.measure.scoring import Score
 from tuner.study.measure.trial import TrialOutcome
 from tuner.study.plan.space import cpu_kv_share, default_spec_text, runnable_baseline
 from tuner.study.plan.spec import AUTO, SpecError, load_spec, parse_spec
+from tuner.study.setup import calibrate
+from tuner.study.store.record import CAPACITY_ATTR
 from tuner.traces.formats import load_trace
 from tuner.traces.model import Request
 from tuner.traces.workload import build_workload

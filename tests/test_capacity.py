@@ -37,8 +37,8 @@ from tuner.load.health import CLIENT_BEHIND
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, ReplayResult, RequestResult
 from tuner.load.open_loop import replay_in_process
-from tuner.study.measure import capacity, record
-from tuner.study.measure.capacity import (
+from tuner.study.capacity import probes
+from tuner.study.capacity.probes import (
     CAPACITY_FAILED,
     MAX_SPAN,
     MIN_WINDOW_REQUESTS,
@@ -50,14 +50,15 @@ from tuner.study.measure.capacity import (
     measure_capacity,
     measure_rate,
 )
-from tuner.study.measure.capacity_text import num
-from tuner.study.measure.objective import CAPACITY_OBJECTIVE
-from tuner.study.measure.rate_search import RateSearch, start_hint
-from tuner.study.measure.rates import RatePoint, hinted_step, search_capacity
-from tuner.study.measure.record import ARGS_ATTR, CAPACITY_ATTR, CONFIRMS_ATTR, POINTS_ATTR
+from tuner.study.capacity.rate_search import RateSearch, start_hint
+from tuner.study.capacity.rates import RatePoint, hinted_step, search_capacity
+from tuner.study.capacity.text import num
 from tuner.study.measure.trial import Criteria, Ended, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.result.words import words_of
+from tuner.study.setup.objective import CAPACITY_OBJECTIVE
+from tuner.study.store import record
+from tuner.study.store.record import ARGS_ATTR, CAPACITY_ATTR, CONFIRMS_ATTR, POINTS_ATTR
 from tuner.study.trials.confirm import confirm
 from tuner.study.trials.search import Measuring, open_study, run_study
 from tuner.traces.formats import load_trace
@@ -360,7 +361,7 @@ def test_the_search_finds_a_known_capacity(stand_in, caplog):
     )
     replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_timeout_s=30)
     slos = {"ttft_p95_s": 0.5}
-    with caplog.at_level("INFO", logger="tuner.study.measure.rates"):
+    with caplog.at_level("INFO", logger="tuner.study.capacity.rates"):
         found = measure_capacity(
             stand_in.url, settings, replay, Criteria(slos, {"ttft_p95_s": 1.0})
         )
@@ -463,7 +464,7 @@ def test_the_lead_in_is_the_last_median_end_to_end_time(monkeypatch):
         leads.append(lead_s)
         return RatePoint(rate, rate < 12, {"e2e_p50_s": next(e2es)})
 
-    monkeypatch.setattr(capacity, "measure_rate", fake)
+    monkeypatch.setattr(probes, "measure_rate", fake)
     hint = StartHint(10.0, repeat=True, e2e_s=0.5)
     settings = CapacitySettings(
         [Request(0.0, 8, 2)], period_s=1.0, probe_s=4.0, hint=hint, max_probes=3

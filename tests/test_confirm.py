@@ -26,11 +26,11 @@ from tuner.cli.main import main
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.http import ReplaySettings
 from tuner.report.build import read_report, write_report
-from tuner.study.measure.record import CONFIRMS_ATTR, FRESH_ATTR
 from tuner.study.measure.scoring import FAILED, Score, score
 from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.result.choice import DEFAULTS, MISSES, TUNED, changed, choose
+from tuner.study.store.record import CONFIRMS_ATTR, FRESH_ATTR
 from tuner.study.trials import picks
 from tuner.study.trials.confirm import again, confirm, current
 from tuner.study.trials.groups import groups, ranked

@@ -21,9 +21,9 @@ from test_confirm import Scripted, header_of, run_scripted
 from tuner.cli.exits import EXIT_BAD_INPUT
 from tuner.cli.main import main
 from tuner.errors import SpecError
-from tuner.study.measure.record import ARGS_ATTR, TrialRecord
 from tuner.study.plan.current import read_current
 from tuner.study.plan.spec import parse_spec
+from tuner.study.store.record import ARGS_ATTR, TrialRecord
 
 SERVED = """\
 model: models/mine

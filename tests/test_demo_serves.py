@@ -16,10 +16,10 @@ import yaml
 from conftest import REPO, SHIPPED_TRACE, one_completion, served
 from optuna.trial import FixedTrial, Trial
 
-from tuner.study.measure.prepare import write_dummy_model
 from tuner.study.measure.scoring import Verdict
 from tuner.study.plan.spec import load_spec
 from tuner.study.result.emit import Provenance, render
+from tuner.study.setup.prepare import write_dummy_model
 from tuner.study.trials.search import suggest
 
 PROVENANCE = Provenance(

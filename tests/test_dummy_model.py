@@ -23,8 +23,8 @@ from tuner.engine.dummy_model import (
     write_model,
 )
 from tuner.errors import InputError
-from tuner.study.measure.prepare import write_dummy_model
 from tuner.study.plan.spec import load_spec, parse_spec
+from tuner.study.setup.prepare import write_dummy_model
 
 
 def contents(folder: Path) -> dict[str, bytes]:

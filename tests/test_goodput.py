@@ -34,13 +34,14 @@ from tuner.errors import SpecError
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, ReplayResult, RequestResult
 from tuner.report.build import HTML_NAME
-from tuner.study.measure.capacity import (
+from tuner.study.capacity.probes import (
     CapacitySettings,
     capacity_score,
     lost_goodput,
     measure_capacity,
     measure_rate,
 )
+from tuner.study.capacity.rates import RatePoint
 from tuner.study.measure.judge import (
     GOODPUT_SHARE,
     SHARE_MET,
@@ -49,17 +50,16 @@ from tuner.study.measure.judge import (
     met_share,
     request_limits,
 )
-from tuner.study.measure.objective import (
+from tuner.study.measure.trial import TrialOutcome, TrialSetup
+from tuner.study.plan.spec import DEFAULT_SPEC, parse_spec
+from tuner.study.setup.objective import (
     GOODPUT_OBJECTIVE,
     OBJECTIVES,
     of_spec,
     of_study,
     of_trial,
 )
-from tuner.study.measure.rates import RatePoint
-from tuner.study.measure.record import CAPACITY_ATTR, POINTS_ATTR
-from tuner.study.measure.trial import TrialOutcome, TrialSetup
-from tuner.study.plan.spec import DEFAULT_SPEC, parse_spec
+from tuner.study.store.record import CAPACITY_ATTR, POINTS_ATTR
 from tuner.study.trials import fingerprint
 from tuner.study.trials.search import open_study, run_study
 from tuner.traces.formats import load_trace

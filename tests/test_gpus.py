@@ -20,7 +20,8 @@ from tuner.cli.exits import EXIT_BAD_INPUT
 from tuner.cli.gpus import gpus_of, shares, without, without_gpus
 from tuner.cli.parser import build_parser
 from tuner.errors import InputError, TunerError
-from tuner.study.measure.record import (
+from tuner.study.plan.spec import parse_spec
+from tuner.study.store.record import (
     ARGS_ATTR,
     BASELINE_ATTR,
     CONFIRMS_ATTR,
@@ -30,12 +31,11 @@ from tuner.study.measure.record import (
     Placement,
     Queued,
 )
-from tuner.study.plan.spec import parse_spec
+from tuner.study.store.storage import dashboard_target
 from tuner.study.trials import references
 from tuner.study.trials.confirm import current as current_round
 from tuner.study.trials.confirm import elsewhere
 from tuner.study.trials.search import load_existing, open_study, queue_move
-from tuner.study.trials.storage import dashboard_target
 
 TWO_GPUS = "0, GPU-aaaaaaaa-0000, 143771, NVIDIA H200\n1, GPU-bbbbbbbb-1111, 143771, NVIDIA H200\n"
 

@@ -25,8 +25,8 @@ from conftest import (
 from optuna.trial import TrialState
 
 from tuner.cli.exits import MEETS_SLOS_EXITS
-from tuner.study.measure.record import TrialRecord
-from tuner.study.trials.storage import storage_of
+from tuner.study.store.record import TrialRecord
+from tuner.study.store.storage import storage_of
 
 pytestmark = pytest.mark.vllm
 

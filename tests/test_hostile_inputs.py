@@ -31,7 +31,7 @@ from tuner.engine.environment import vllm_version
 from tuner.errors import InputError, SpecError
 from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec, parse_spec
 from tuner.study.plan.spec_file import MAX_SPEC_BYTES
-from tuner.study.trials.storage import CONNECT_TIMEOUT_S
+from tuner.study.store.storage import CONNECT_TIMEOUT_S
 from tuner.traces.formats import load_trace
 from tuner.traces.table import MAX_SPAN_S
 from tuner.urls import shown_url

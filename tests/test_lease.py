@@ -24,11 +24,11 @@ from optuna.trial import TrialState
 from test_search import SPEC, stand_in_setup
 from test_storage_race import fresh_databases
 
-from tuner.study.measure.record import LEASE_ATTR, REASON_ATTR, WORKER_ATTR, TrialRecord
 from tuner.study.plan.spec import parse_spec
+from tuner.study.store.record import LEASE_ATTR, REASON_ATTR, WORKER_ATTR, TrialRecord
+from tuner.study.store.storage import storage_of
 from tuner.study.trials.lease import Lease, expired
 from tuner.study.trials.search import open_study, run_study
-from tuner.study.trials.storage import storage_of
 from tuner.study.trials.workers import HOST_ENV, fail_orphans
 
 LEASE_S = 1.5
@@ -41,7 +41,7 @@ from dataclasses import replace
 from test_search import SPEC, stand_in_setup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.trials.search import open_study, run_study
-from tuner.study.trials.storage import storage_of
+from tuner.study.store.storage import storage_of
 
 def forever(args, setup, workdir, should_stop=None):
     print("measuring", flush=True)

@@ -23,7 +23,7 @@ from tuner import build
 from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
 from tuner.cli.main import main
 from tuner.load.http import ReplaySettings
-from tuner.study.measure.capacity_text import num, servers_for, servers_line
+from tuner.study.capacity.text import num, servers_for, servers_line
 from tuner.study.measure.next_steps import Offered, next_steps, ratio_text, servers_needed
 from tuner.study.measure.scoring import FAILED, Miss, score
 from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup

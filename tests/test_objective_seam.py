@@ -1,4 +1,4 @@
-"""What a study optimises is asked of its objective (``tuner.study.measure.objective``), never
+"""What a study optimises is asked of its objective (``tuner.study.setup.objective``), never
 tested: no module but those that define an objective compares anything with a mode or an
 objective's metric, tests which objective it has, or branches on the direction; and the report
 asks its presenter (``tuner.report.presenters``) what to show, never the objective's flags.
@@ -109,7 +109,7 @@ MODULES = sorted(set(TREES) - DEFINING)
 
 
 def test_the_modules_that_define_objectives_are_found_by_their_classes() -> None:
-    assert "study/measure/objective.py" in DEFINING
+    assert "study/setup/objective.py" in DEFINING
     trees = {
         "a.py": ast.parse("class Base(StudyObjective): pass"),
         "b.py": ast.parse("class Third(Base): pass\nclass Words: pass"),

@@ -14,10 +14,11 @@ from tuner.load import priming
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import ReplayResult
 from tuner.load.prompts import prompt_token_ids
-from tuner.study.measure import capacity, trial
-from tuner.study.measure.capacity import CapacitySettings, measure_rate
+from tuner.study.capacity import probes
+from tuner.study.capacity.probes import CapacitySettings, measure_rate
+from tuner.study.measure import trial
 from tuner.study.measure.judge import Criteria
-from tuner.study.measure.prepare import WARMUP_MAX_S, open_loop_replay, warmup_of
+from tuner.study.setup.prepare import WARMUP_MAX_S, open_loop_replay, warmup_of
 from tuner.traces.formats import load_trace
 from tuner.traces.model import Request
 from tuner.traces.workload import build_workload
@@ -157,8 +158,8 @@ def test_a_capacity_window_primes_the_cache_or_resets_it_before_its_requests(
 
         return called
 
-    monkeypatch.setattr(capacity, "wait_idle", step("idle"))
-    monkeypatch.setattr(capacity, "reset_prefix_cache", step("reset"))
+    monkeypatch.setattr(probes, "wait_idle", step("idle"))
+    monkeypatch.setattr(probes, "reset_prefix_cache", step("reset"))
 
     def prime(url: str, window: Sequence[Request], settings: ReplaySettings) -> priming.Primed:
         order.append(f"prime seed {settings.seed}")
@@ -168,14 +169,14 @@ def test_a_capacity_window_primes_the_cache_or_resets_it_before_its_requests(
         order.append(f"replay seed {settings.seed}")
         raise _Stop
 
-    monkeypatch.setattr(capacity, "prime", prime)
-    monkeypatch.setattr(capacity, "replay", replay)
+    monkeypatch.setattr(probes, "prime", prime)
+    monkeypatch.setattr(probes, "replay", replay)
     window = [Request(0.5 * i, 1024, 2, (i,)) for i in range(4)]
     settings = CapacitySettings(window, period_s=2.0, probe_s=2.0)
     replay_settings = ReplaySettings("m", vocab_size=1000, block_tokens=512, cached_ids=cached)
     with pytest.raises(_Stop):
         measure_rate("http://x", settings, replay_settings, Criteria({}, {}), 2.0, index=1)
-    seed = capacity.SEED_STRIDE * 2
+    seed = probes.SEED_STRIDE * 2
     assert order == ["idle", *first, f"prime seed {seed}", f"replay seed {seed}"]
 
 

@@ -13,7 +13,7 @@ import yaml
 from conftest import served
 
 from tuner.load.http import ReplaySettings
-from tuner.study.measure.capacity import CapacitySettings, measure_rate
+from tuner.study.capacity.probes import CapacitySettings, measure_rate
 from tuner.study.measure.judge import Criteria
 from tuner.traces.model import Request
 from tuner.traces.workload import model_info

@@ -1,4 +1,4 @@
-"""A trial's record (``tuner.study.measure.record``): every attribute tuner keeps on a trial is
+"""A trial's record (``tuner.study.store.record``): every attribute tuner keeps on a trial is
 written there and read back there, as typed fields, on a real Optuna storage; the studies
 shipped in ``benchmarks/results/`` read as records; and no other module of tuner names a trial's
 attribute or reads or writes one itself (read from the code, as ``test_layout.py`` reads the
@@ -15,14 +15,14 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tuner.study.measure import record
-from tuner.study.measure.record import Queued, TrialRecord
 from tuner.study.measure.scoring import Score
 from tuner.study.measure.trial import ENGINE_START_S, TRIAL_S, WINDOW_S, TrialOutcome
+from tuner.study.store import record
+from tuner.study.store.record import Queued, TrialRecord
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "tuner"
-RECORD = "study/measure/record.py"
+RECORD = "study/store/record.py"
 SHIPPED = sorted((REPO / "benchmarks" / "results").rglob("*.db"))
 PHASES = (ENGINE_START_S, WINDOW_S, TRIAL_S)
 # Words spelt like an attribute of a trial that name something else, where they are read.
@@ -32,9 +32,9 @@ OTHER_MEANINGS = {
     ("study/plan/current.py", "baseline"): "the spec's keys",
     ("study/plan/space.py", "engine_args"): "the spec's keys",
     ("study/trials/fingerprint.py", "engine_args"): "the study's fingerprint",
-    ("study/measure/calibrate.py", "capacity_req_per_s"): "the study's calibration",
-    ("study/measure/rates.py", "reason"): "a rate point's",
-    ("study/measure/capacity_text.py", "reason"): "a rate point's",
+    ("study/setup/calibrate.py", "capacity_req_per_s"): "the study's calibration",
+    ("study/capacity/rates.py", "reason"): "a rate point's",
+    ("study/capacity/text.py", "reason"): "a rate point's",
     ("report/rate_curves.py", "reason"): "a rate point's",
     ("engine/startup.py", "compile_key"): "the engine log's facts, stored as they are named",
     ("engine/startup.py", "compile_cache_hit"): "the engine log's facts",
@@ -178,7 +178,7 @@ MODULES = sorted(
 def test_no_module_names_a_trial_attribute_but_the_record(module: str) -> None:
     found = attribute_uses(ast.parse((PACKAGE / module).read_text()), module)
     said = "; ".join(f"line {line}: {what}" for line, what in found)
-    assert not found, f"tuner/{module}: go through tuner.study.measure.record: {said}"
+    assert not found, f"tuner/{module}: go through tuner.study.store.record: {said}"
 
 
 def test_the_check_finds_each_kind_of_attribute_use() -> None:

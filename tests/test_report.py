@@ -42,9 +42,9 @@ from tuner.report.data import (
 )
 from tuner.report.plots import plot_landscape
 from tuner.study.measure import scoring
-from tuner.study.measure.objective import SCORE_NAME
 from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
+from tuner.study.setup.objective import SCORE_NAME
 from tuner.study.trials.search import load_existing, open_study, run_study
 
 DEMO_DB = REPO / "tests" / "data" / "cpu-demo.db"

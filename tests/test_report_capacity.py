@@ -44,12 +44,12 @@ from tuner.report.rate_curves import (
     rate_metrics,
 )
 from tuner.report.rate_plot import plot_rates
-from tuner.study.measure.capacity import CAPACITY_FAILED, capacity_score
-from tuner.study.measure.objective import CAPACITY_OBJECTIVE
-from tuner.study.measure.rates import RatePoint, search_capacity
-from tuner.study.measure.record import CAPACITY_ATTR, RATES_ATTR
+from tuner.study.capacity.probes import CAPACITY_FAILED, capacity_score
+from tuner.study.capacity.rates import RatePoint, search_capacity
 from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
+from tuner.study.setup.objective import CAPACITY_OBJECTIVE
+from tuner.study.store.record import CAPACITY_ATTR, RATES_ATTR
 from tuner.study.trials import fingerprint
 from tuner.study.trials.search import open_study, run_study
 

@@ -23,19 +23,19 @@ import pytest
 from tuner.cli.main import main
 from tuner.load.http import ReplaySettings
 from tuner.report.build import FIGURES, HTML_NAME
-from tuner.study.measure import scoring
-from tuner.study.measure.capacity import (
+from tuner.study.capacity.probes import (
     CAPACITY_FAILED,
     CapacitySettings,
     capacity_score,
 )
+from tuner.study.capacity.rate_search import RateSearch
+from tuner.study.measure import scoring
 from tuner.study.measure.judge import Criteria
-from tuner.study.measure.objective import CAPACITY_ATTR, OBJECTIVES
-from tuner.study.measure.rate_search import RateSearch
-from tuner.study.measure.record import BELOW_ATTR
 from tuner.study.measure.trial import TrialOutcome, TrialSetup
 from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec, parse_spec
 from tuner.study.result.choice import choose
+from tuner.study.setup.objective import CAPACITY_ATTR, OBJECTIVES
+from tuner.study.store.record import BELOW_ATTR
 from tuner.study.trials import fingerprint
 from tuner.study.trials.confirm import again, confirm, current
 from tuner.study.trials.groups import ranked

@@ -22,13 +22,13 @@ from test_confirm import Scripted, spec_dict
 from tuner.engine.handle import ServerHandle
 from tuner.engine.launchers import ProcessLauncher
 from tuner.errors import InputError
-from tuner.study.measure.prepare import Workload, model_of, open_loop_replay
 from tuner.study.measure.scoring import Criteria
 from tuner.study.measure.trial import OnProgress
 from tuner.study.plan.spec import StudySpec, parse_spec
 from tuner.study.result.choice import DEFAULTS, TUNED
 from tuner.study.result.run import Run
 from tuner.study.result.run_config import resolve
+from tuner.study.setup.prepare import Workload, model_of, open_loop_replay
 from tuner.study.trials.search import TrialRunner, open_study
 from tuner.traces.formats import load_trace
 

@@ -14,10 +14,10 @@ from conftest import write_small_trace, write_spec
 from tuner.cli.parser import build_parser
 from tuner.cli.run import run_config
 from tuner.cli.spec import load_study_spec
-from tuner.study.measure.calibrate import Calibration, TimeScale
-from tuner.study.measure.objective import CAPACITY_OBJECTIVE, LATENCY_OBJECTIVE, of_spec
 from tuner.study.plan.spec import AUTO, DEFAULT_SPEC, StudySpec
 from tuner.study.result.run_config import RunConfig
+from tuner.study.setup.calibrate import Calibration, TimeScale
+from tuner.study.setup.objective import CAPACITY_OBJECTIVE, LATENCY_OBJECTIVE, of_spec
 
 # A spec that sets every value the command line can set too.
 SPEC = {

@@ -24,13 +24,13 @@ from optuna.trial import TrialState
 from tuner.cli.result import trial_line
 from tuner.errors import TunerError
 from tuner.load.http import ReplaySettings
-from tuner.study.measure.capacity import CapacitySettings, capacity_score
-from tuner.study.measure.objective import CAPACITY_OBJECTIVE
-from tuner.study.measure.rate_search import RateSearch
-from tuner.study.measure.record import BELOW_ATTR, CAPACITY_ATTR
+from tuner.study.capacity.probes import CapacitySettings, capacity_score
+from tuner.study.capacity.rate_search import RateSearch
 from tuner.study.measure.scoring import score
 from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
+from tuner.study.setup.objective import CAPACITY_OBJECTIVE
+from tuner.study.store.record import BELOW_ATTR, CAPACITY_ATTR
 from tuner.study.trials.budget import Budget
 from tuner.study.trials.search import FarOffPruner, open_study, pruner_for, run_study
 

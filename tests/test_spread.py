@@ -22,8 +22,8 @@ from tuner.load.http import ReplaySettings, request_body
 from tuner.load.metrics import ReplayResult, RequestResult, client_figures, replay_figures
 from tuner.load.spread import procs_for, replay
 from tuner.load.standin import body_key
-from tuner.study.measure.rates import RatePoint, search_capacity
-from tuner.study.measure.record import REASON_ATTR
+from tuner.study.capacity.rates import RatePoint, search_capacity
+from tuner.study.store.record import REASON_ATTR
 from tuner.traces.model import Request
 
 SETTINGS = ReplaySettings(model="standin", vocab_size=1000, request_timeout_s=30)

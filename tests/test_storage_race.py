@@ -25,10 +25,10 @@ import sqlalchemy
 from optuna.trial import TrialState
 
 from tuner.errors import TunerError
-from tuner.study.measure.objective import SCORE_NAME
-from tuner.study.measure.record import REASON_ATTR, WORKER_ATTR
+from tuner.study.setup.objective import SCORE_NAME
+from tuner.study.store.record import REASON_ATTR, WORKER_ATTR
+from tuner.study.store.storage import PG_OPEN_LOCK, SQLITE_LOCK_SUFFIX
 from tuner.study.trials.search import open_study
-from tuner.study.trials.storage import PG_OPEN_LOCK, SQLITE_LOCK_SUFFIX
 from tuner.study.trials.workers import this_worker
 
 pytestmark = pytest.mark.vllm

@@ -27,7 +27,7 @@ from conftest import (
     write_spec,
 )
 
-from tuner.study.measure.record import ARGS_ATTR
+from tuner.study.store.record import ARGS_ATTR
 
 # Lenient SLOs: the point is that a configuration is written (exit 0 or 3), not that two shared
 # CPU cores meet them.

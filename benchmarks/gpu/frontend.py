@@ -60,7 +60,7 @@ from tuner.study import (
 from tuner.traces import Request, at_rate, load_trace
 
 SERVE_MODULE = "frontend_serve"
-# Far from tuner's capacity windows' seeds (tuner.study.measure.capacity.SEED_STRIDE) and from
+# Far from tuner's capacity windows' seeds (tuner.study.capacity.probes.SEED_STRIDE) and from
 # each other.
 SEED_STRIDE = 104729
 # A kernel vLLM's JIT monitor saw compiled while serving (tuner.engine.startup.LATE_JIT).

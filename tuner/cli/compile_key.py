@@ -6,10 +6,10 @@ import argparse
 
 from tuner.cli.spec import for_own_server
 from tuner.engine import environment
-from tuner.study.measure.prepare import write_dummy_model
 from tuner.study.plan import key_dependence
 from tuner.study.plan.space import capture_pin
 from tuner.study.plan.spec import load_spec
+from tuner.study.setup.prepare import write_dummy_model
 
 
 def cmd_compile_key(args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ from tuner.cli.inputs import read_trace, study_of
 from tuner.cli.spec import load_study_spec
 from tuner.engine.environment import Gpu, nvidia_smi_gpus, visible_gpus
 from tuner.errors import InputError
-from tuner.study.trials.storage import JOURNAL
+from tuner.study.store.storage import JOURNAL
 from tuner.traces.source import is_stdin
 from tuner.urls import shown_url
 

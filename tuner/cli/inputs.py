@@ -10,15 +10,15 @@ from pathlib import Path
 
 from tuner.cli.parser import STUDY_NAME, trace_options
 from tuner.errors import InputError
-from tuner.study.measure.objective import of_spec
-from tuner.study.measure.prepare import (
+from tuner.study.plan.spec import StudySpec
+from tuner.study.result.run_config import RunConfig
+from tuner.study.setup.objective import of_spec
+from tuner.study.setup.prepare import (
     Workload,
     closed_loop_replay,
     open_loop_replay,
     replay_lines,
 )
-from tuner.study.plan.spec import StudySpec
-from tuner.study.result.run_config import RunConfig
 from tuner.traces.concurrency import ConcurrencyTrace, LengthSource, load_concurrency
 from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
 from tuner.traces.model import Trace

@@ -12,9 +12,9 @@ import tuner
 from tuner import build
 from tuner.engine.launchers import AUTO as AUTO_LAUNCHER
 from tuner.engine.launchers import LAUNCHERS
-from tuner.study.measure.objective import OBJECTIVES
 from tuner.study.plan.spec import SCORED_METRICS
 from tuner.study.plan.spec_values import LEAST_SCALE, MOST_SCALE
+from tuner.study.setup.objective import OBJECTIVES
 from tuner.traces.formats import FORMATS, parse_column_mapping
 from tuner.traces.parsers import TIME_UNITS_PER_S
 from tuner.traces.prometheus_http import parse_header

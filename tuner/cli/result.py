@@ -13,13 +13,13 @@ from tuner.cli.exits import EXIT_DEFAULTS_KEPT, EXIT_FAILED, EXIT_MEETS_SLOS, EX
 from tuner.cli.inputs import spec_path
 from tuner.engine.environment import command_to_serve
 from tuner.load.observe import LOOP_LAG_WARNING_S
-from tuner.study.measure.objective import of_trial
-from tuner.study.measure.record import TrialRecord
 from tuner.study.measure.trial import ENGINE_START_S, TRIAL_S, WINDOW_S
 from tuner.study.result.choice import DEFAULTS, TUNED
 from tuner.study.result.emit import HEADLINE, format_figure, verdict_lines
 from tuner.study.result.words import words_of
 from tuner.study.result.written import Written
+from tuner.study.setup.objective import of_trial
+from tuner.study.store.record import TrialRecord
 from tuner.study.trials import picks
 
 

@@ -27,14 +27,14 @@ from tuner.engine.launchers import AUTO as AUTO_LAUNCHER
 from tuner.engine.launchers import LAUNCHERS, Launcher, auto_launcher
 from tuner.engine.own_server import CommandLauncher, ServerCommand
 from tuner.errors import InputError
-from tuner.study.measure.objective import of_spec
-from tuner.study.measure.prepare import model_of
 from tuner.study.plan.own_server import OwnServer
 from tuner.study.plan.spec import StudySpec
 from tuner.study.result.run import Run
 from tuner.study.result.run_config import RunConfig, default_storage, resolve
+from tuner.study.setup.objective import of_spec
+from tuner.study.setup.prepare import model_of
+from tuner.study.store.storage import dashboard_target
 from tuner.study.trials import search
-from tuner.study.trials.storage import dashboard_target
 from tuner.study.trials.workers import fail_orphans
 from tuner.urls import shown_url
 

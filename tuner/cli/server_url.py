@@ -22,10 +22,10 @@ from tuner.cli.run import run_config
 from tuner.cli.spec import checked_spec, load_study_spec
 from tuner.engine.url_server import UrlLauncher
 from tuner.errors import InputError
-from tuner.study.measure.objective import of_spec
-from tuner.study.measure.prepare import model_of
-from tuner.study.measure.record import TrialRecord
 from tuner.study.result.run import Run
+from tuner.study.setup.objective import of_spec
+from tuner.study.setup.prepare import model_of
+from tuner.study.store.record import TrialRecord
 from tuner.study.trials import search
 from tuner.urls import shown_url
 

@@ -16,8 +16,6 @@ from tuner.cli.parser import trace_options
 from tuner.engine import arguments, environment, vllm_defaults
 from tuner.errors import InputError
 from tuner.flags import LOAD_FORMAT, RANDOM_WEIGHTS, flag_name, random_weights
-from tuner.study.measure.objective import OBJECTIVES, of_spec
-from tuner.study.measure.prepare import write_dummy_model
 from tuner.study.plan.current import Current, read_current
 from tuner.study.plan.own_server import SERVER_ONLY_ARGUMENTS
 from tuner.study.plan.space import (
@@ -29,6 +27,8 @@ from tuner.study.plan.space import (
 from tuner.study.plan.spec import DEFAULT_SPEC, StudySpec, load_spec, parse_spec
 from tuner.study.plan.spec_file import read_spec_document
 from tuner.study.result.written import write_whole
+from tuner.study.setup.objective import OBJECTIVES, of_spec
+from tuner.study.setup.prepare import write_dummy_model
 from tuner.traces.formats import CONCURRENCY, decide_format, load_trace
 from tuner.traces.model import Trace
 from tuner.traces.source import read_source

@@ -28,10 +28,10 @@ from tuner.report.page import render
 from tuner.report.presenters import presenter_of
 from tuner.report.rate_curves import rate_curves_of, rate_limits
 from tuner.report.rate_plot import plot_rates
-from tuner.study.measure.objective import of_study
-from tuner.study.measure.record import VLLM_DEFAULTS, TrialRecord
 from tuner.study.measure.time_spent import time_lines
 from tuner.study.result.choice import Choice, choose, summary
+from tuner.study.setup.objective import of_study
+from tuner.study.store.record import VLLM_DEFAULTS, TrialRecord
 from tuner.study.trials import picks, search
 from tuner.study.trials.fingerprint import WORKLOAD_ATTR
 from tuner.study.trials.groups import groups

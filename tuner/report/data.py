@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuner.study.measure.objective import (
+from tuner.study.measure.trial import ENGINE_START_S, ENGINE_STOP_S, TRIAL_S, WARMUP_S, WINDOW_S
+from tuner.study.setup.objective import (
     CAPACITY_OBJECTIVE,
     LATENCY_OBJECTIVE,
     OBJECTIVES,
     StudyObjective,
 )
-from tuner.study.measure.record import DEVICE, VLLM_DEFAULTS, VLLM_VERSION, TrialRecord
-from tuner.study.measure.trial import ENGINE_START_S, ENGINE_STOP_S, TRIAL_S, WARMUP_S, WINDOW_S
+from tuner.study.store.record import DEVICE, VLLM_DEFAULTS, VLLM_VERSION, TrialRecord
 from tuner.study.trials import picks
 from tuner.study.trials.fingerprint import WORKLOAD_ATTR
 

@@ -37,11 +37,11 @@ from tuner.report.presenters import (
 )
 from tuner.report.rate_curves import MOST_CURVES, CurveSet, rate_curves_of
 from tuner.report.verdict import chosen_is_baseline, confirmation_part, listed, said
-from tuner.study.measure.record import RATES_ATTR, RESOLVED_ATTR
 from tuner.study.measure.trial import ENGINE_START_S, TRIAL_S
 from tuner.study.result.emit import SERVE_WITH, THIS_FILE
 from tuner.study.result.words import words_of
-from tuner.study.trials.storage import dashboard_target
+from tuner.study.store.record import RATES_ATTR, RESOLVED_ATTR
+from tuner.study.store.storage import dashboard_target
 
 # Figures in the verdict after the SLOs: user attribute, label, scale, digits, unit.
 THROUGHPUT = (

@@ -34,7 +34,7 @@ from tuner.report.data import (
 )
 from tuner.report.presenters import presenter_of
 from tuner.study.measure.judge import SHARE_MET
-from tuner.study.measure.objective import LATENCY_OBJECTIVE, StudyObjective
+from tuner.study.setup.objective import LATENCY_OBJECTIVE, StudyObjective
 
 # The metrics the landscape draws each parameter against, after the study's value.
 LANDSCAPE_METRICS = ("ttft_p95_s", "tpot_p95_s")

@@ -1,6 +1,6 @@
 """What ``tuner report`` shows of a study by its objective: one ``Presenter`` per
 ``objective_mode`` in ``PRESENTERS`` (the objective holds no words,
-``tuner.study.measure.objective``), asked through ``presenter_of``.
+``tuner.study.setup.objective``), asked through ``presenter_of``.
 
 A presenter says the verdict's words of the chosen configuration, names the value's axis, and
 lists the parts of the page that follow from how its trials were measured: the rows of the
@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from tuner.study.measure.capacity_text import num
+from tuner.study.capacity.text import num
 from tuner.study.measure.judge import GOODPUT_SHARE, SHARE_MET
-from tuner.study.measure.objective import (
+from tuner.study.setup.objective import (
     CAPACITY_OBJECTIVE,
     GOODPUT_OBJECTIVE,
     LATENCY_OBJECTIVE,

@@ -12,9 +12,9 @@ from html import escape
 
 from tuner.report.data import FEASIBLE, StudyReport, TrialRow
 from tuner.report.presenters import presenter_of
-from tuner.study.measure.record import VLLM_DEFAULTS
 from tuner.study.measure.scoring import verdict
 from tuner.study.result.emit import verdict_lines
+from tuner.study.store.record import VLLM_DEFAULTS
 
 
 def listed(items: Sequence[str]) -> str:

@@ -1,7 +1,9 @@
-"""The study, in four floors, each importing only from those below it: its plan (``plan``: the
-spec and the search space), one trial measured and judged (``measure``: the trial, the capacity
-search, scoring, the objective), the study's trials in Optuna (``trials``: storage, the
-search, confirmation) and what it answers (``result``: the configuration chosen and written).
+"""The study, in floors, each importing only from those below it: its plan (``plan``: the spec
+and the search space) and what it keeps (``store``: each trial's record, the storage), one trial
+measured and judged (``measure``), the search over rates that answers capacity (``capacity``),
+what every trial of a study shares (``setup``: the objective, the workload, the time scale), the
+study's trials in Optuna (``trials``: the search, workers, confirmation) and what it answers
+(``result``: the configuration chosen and written).
 
 The names offered to code outside tuner (``benchmarks/``, an embedding program) are in
 ``__all__``, each imported from its module when first used (``tuner.face``).
@@ -14,8 +16,7 @@ from typing import TYPE_CHECKING
 from tuner.face import lazy
 
 if TYPE_CHECKING:
-    from tuner.study.measure.calibrate import TimeScale
-    from tuner.study.measure.capacity import (
+    from tuner.study.capacity.probes import (
         CapacitySettings,
         StartHint,
         measure_capacity,
@@ -23,24 +24,9 @@ if TYPE_CHECKING:
         reset_prefix_cache,
         wait_idle,
     )
-    from tuner.study.measure.capacity_text import servers_for
-    from tuner.study.measure.objective import (
-        CAPACITY_OBJECTIVE,
-        LATENCY_OBJECTIVE,
-        StudyObjective,
-        of_spec,
-        of_study,
-    )
-    from tuner.study.measure.prepare import (
-        Workload,
-        model_of,
-        open_loop_replay,
-        prepare,
-        write_dummy_model,
-    )
-    from tuner.study.measure.rate_search import RateSearch
-    from tuner.study.measure.rates import CapacityFound, RatePoint, search_capacity
-    from tuner.study.measure.record import CONFIRMS_ATTR, TrialRecord
+    from tuner.study.capacity.rate_search import RateSearch
+    from tuner.study.capacity.rates import CapacityFound, RatePoint, search_capacity
+    from tuner.study.capacity.text import servers_for
     from tuner.study.measure.scoring import Criteria, score
     from tuner.study.measure.time_spent import time_spent
     from tuner.study.measure.trial import Ended, TrialOutcome, TrialSetup, run_trial
@@ -51,6 +37,22 @@ if TYPE_CHECKING:
     from tuner.study.result.run import Run
     from tuner.study.result.run_config import resolve
     from tuner.study.result.words import words_of
+    from tuner.study.setup.calibrate import TimeScale
+    from tuner.study.setup.objective import (
+        CAPACITY_OBJECTIVE,
+        LATENCY_OBJECTIVE,
+        StudyObjective,
+        of_spec,
+        of_study,
+    )
+    from tuner.study.setup.prepare import (
+        Workload,
+        model_of,
+        open_loop_replay,
+        prepare,
+        write_dummy_model,
+    )
+    from tuner.study.store.record import CONFIRMS_ATTR, TrialRecord
     from tuner.study.trials.confirm import finalist
     from tuner.study.trials.fingerprint import measured_on
     from tuner.study.trials.groups import Group, groups, rank
@@ -59,67 +61,67 @@ if TYPE_CHECKING:
     from tuner.study.trials.significance import MIN_FRESH, beats, p_value, ratio, ratio_interval
 
 _FACE = {
-    "CAPACITY_OBJECTIVE": "tuner.study.measure.objective",
-    "CONFIRMS_ATTR": "tuner.study.measure.record",
-    "CapacityFound": "tuner.study.measure.rates",
-    "CapacitySettings": "tuner.study.measure.capacity",
+    "CAPACITY_OBJECTIVE": "tuner.study.setup.objective",
+    "CONFIRMS_ATTR": "tuner.study.store.record",
+    "CapacityFound": "tuner.study.capacity.rates",
+    "CapacitySettings": "tuner.study.capacity.probes",
     "Criteria": "tuner.study.measure.scoring",
     "Dimension": "tuner.study.plan.spec",
     "Ended": "tuner.study.measure.trial",
     "Group": "tuner.study.trials.groups",
     "KV_ARGUMENTS": "tuner.study.plan.space",
-    "LATENCY_OBJECTIVE": "tuner.study.measure.objective",
+    "LATENCY_OBJECTIVE": "tuner.study.setup.objective",
     "MAX_BATCHED_TOKENS": "tuner.study.trials.search",
     "MAX_NUM_SEQS": "tuner.study.trials.search",
     "MIN_FRESH": "tuner.study.trials.significance",
-    "RatePoint": "tuner.study.measure.rates",
-    "RateSearch": "tuner.study.measure.rate_search",
+    "RatePoint": "tuner.study.capacity.rates",
+    "RateSearch": "tuner.study.capacity.rate_search",
     "Run": "tuner.study.result.run",
     "SECTION": "tuner.study.plan.own_server",
-    "StartHint": "tuner.study.measure.capacity",
-    "StudyObjective": "tuner.study.measure.objective",
+    "StartHint": "tuner.study.capacity.probes",
+    "StudyObjective": "tuner.study.setup.objective",
     "StudySpec": "tuner.study.plan.spec",
     "TUNED": "tuner.study.result.choice",
     "Taken": "tuner.study.trials.incumbent",
-    "TimeScale": "tuner.study.measure.calibrate",
+    "TimeScale": "tuner.study.setup.calibrate",
     "TrialOutcome": "tuner.study.measure.trial",
-    "TrialRecord": "tuner.study.measure.record",
+    "TrialRecord": "tuner.study.store.record",
     "TrialSetup": "tuner.study.measure.trial",
-    "Workload": "tuner.study.measure.prepare",
+    "Workload": "tuner.study.setup.prepare",
     "beats": "tuner.study.trials.significance",
     "choose": "tuner.study.result.choice",
     "finalist": "tuner.study.trials.confirm",
     "groups": "tuner.study.trials.groups",
     "levels": "tuner.study.trials.incumbent",
     "load_spec": "tuner.study.plan.spec",
-    "measure_capacity": "tuner.study.measure.capacity",
-    "measure_rate": "tuner.study.measure.capacity",
+    "measure_capacity": "tuner.study.capacity.probes",
+    "measure_rate": "tuner.study.capacity.probes",
     "measured_on": "tuner.study.trials.fingerprint",
-    "model_of": "tuner.study.measure.prepare",
+    "model_of": "tuner.study.setup.prepare",
     "next_point": "tuner.study.trials.incumbent",
-    "of_spec": "tuner.study.measure.objective",
-    "of_study": "tuner.study.measure.objective",
-    "open_loop_replay": "tuner.study.measure.prepare",
+    "of_spec": "tuner.study.setup.objective",
+    "of_study": "tuner.study.setup.objective",
+    "open_loop_replay": "tuner.study.setup.prepare",
     "open_study": "tuner.study.trials.search",
     "p_value": "tuner.study.trials.significance",
     "parse_server": "tuner.study.plan.own_server",
     "parse_spec": "tuner.study.plan.spec",
-    "prepare": "tuner.study.measure.prepare",
+    "prepare": "tuner.study.setup.prepare",
     "rank": "tuner.study.trials.groups",
     "ratio": "tuner.study.trials.significance",
     "ratio_interval": "tuner.study.trials.significance",
-    "reset_prefix_cache": "tuner.study.measure.capacity",
+    "reset_prefix_cache": "tuner.study.capacity.probes",
     "resolve": "tuner.study.result.run_config",
     "run_trial": "tuner.study.measure.trial",
     "runnable_baseline": "tuner.study.plan.space",
     "score": "tuner.study.measure.scoring",
-    "search_capacity": "tuner.study.measure.rates",
-    "servers_for": "tuner.study.measure.capacity_text",
+    "search_capacity": "tuner.study.capacity.rates",
+    "servers_for": "tuner.study.capacity.text",
     "suggest": "tuner.study.trials.search",
     "time_spent": "tuner.study.measure.time_spent",
-    "wait_idle": "tuner.study.measure.capacity",
+    "wait_idle": "tuner.study.capacity.probes",
     "words_of": "tuner.study.result.words",
-    "write_dummy_model": "tuner.study.measure.prepare",
+    "write_dummy_model": "tuner.study.setup.prepare",
 }
 
 __all__ = [

@@ -2,8 +2,8 @@
 client kept up with it, and where it was stopped early.
 
 Every window is judged here: a trial's (``tuner.study.measure.trial``), each rate of a capacity
-search (``tuner.study.measure.capacity``) and so each rate of a latency study's calibration
-(``tuner.study.measure.calibrate``). A window that ran to its end is judged on the figures of
+search (``tuner.study.capacity.probes``) and so each rate of a latency study's calibration
+(``tuner.study.setup.calibrate``). A window that ran to its end is judged on the figures of
 the whole replay (``tuner.load.metrics.replay_figures``); one its monitor stopped, on the
 figures so far (``tuner.load.metrics.provisional``: a request still waiting counts with its
 wait so far) and the client's own. Either is scored against the SLOs and the error rate

@@ -34,7 +34,7 @@ from tuner.traces.model import Request
 logger = logging.getLogger(__name__)
 
 # Added to the study's seed for the warm-up's prompts: a prime, so no multiple of the capacity
-# search's stride between its windows' seeds (``tuner.study.measure.capacity.SEED_STRIDE``,
+# search's stride between its windows' seeds (``tuner.study.capacity.probes.SEED_STRIDE``,
 # another prime) equals it, nor does 0 (the window of a latency trial).
 WARMUP_SEED = 104_729
 
@@ -94,7 +94,7 @@ class TrialSetup:
     # Told the server's handle as soon as it has been launched, before it is healthy.
     on_engine_start: Callable[[ServerHandle], None] | None = None
     # How the trial measures on its running server: the window replayed once (the default),
-    # or a capacity study's search of rates (``tuner.study.measure.rate_search.RateSearch``).
+    # or a capacity study's search of rates (``tuner.study.capacity.rate_search.RateSearch``).
     measure: Measure = field(default_factory=lambda: WindowReplay())
     client_tolerance_s: float = CLIENT_TOLERANCE_S
     # The user's own app, started by its command in place of vLLM's OpenAI server.
@@ -154,7 +154,7 @@ class Measure:
     """How a trial measures on its running server, and the outcome it makes of that.
 
     ``WindowReplay`` replays the window once; a capacity study's trials search rates
-    (``tuner.study.measure.rate_search.RateSearch``). ``run_trial`` starts the engine, hands it to
+    (``tuner.study.capacity.rate_search.RateSearch``). ``run_trial`` starts the engine, hands it to
     ``run`` and builds the outcome with ``outcome``, or with ``failed`` where vLLM never served.
     """
 

@@ -40,7 +40,7 @@ from tuner.study.plan.spec_values import (
 LATENCY = "latency"
 CAPACITY = "capacity"
 GOODPUT = "goodput"
-# The names ``objective_mode`` takes; each an objective of ``tuner.study.measure.objective``.
+# The names ``objective_mode`` takes; each an objective of ``tuner.study.setup.objective``.
 OBJECTIVE_MODES = (LATENCY, CAPACITY, GOODPUT)
 
 # Metrics a spec may name in SLOs and weights: client-side tails, in seconds.
@@ -75,7 +75,7 @@ class Dimension:
 
 
 AUTO = "auto"
-# Seconds of replay per rate of a capacity search (tuner.study.measure.capacity).
+# Seconds of replay per rate of a capacity search (tuner.study.capacity.probes).
 CAPACITY_PROBE_S = 30.0
 # The fewest requests a rate of a capacity search is judged on (its window lengthened to hold
 # them, at most 4 times its seconds).
@@ -117,7 +117,7 @@ class StudySpec:
     window_s: float = 60.0
     # A factor on the trace's arrival times, or "auto": the window replayed at
     # ``calibrate_load`` times the rate vLLM's defaults carry on this machine, for at most
-    # ``calibrate_replay_s`` seconds (tuner.study.measure.calibrate; latency studies).
+    # ``calibrate_replay_s`` seconds (tuner.study.setup.calibrate; latency studies).
     time_scale: float | str = 1.0
     calibrate_load: float = 0.5
     calibrate_replay_s: float = 30.0
@@ -129,7 +129,7 @@ class StudySpec:
     prune_factor: float = 3.0
     prune_after_s: float = 10.0
     # "latency" (minimize the score at the window's rate), "capacity" (maximize the highest
-    # rate that meets every SLO; tuner.study.measure.capacity) or "goodput" (the highest rate at
+    # rate that meets every SLO; tuner.study.capacity.probes) or "goodput" (the highest rate at
     # which ``goodput_share`` of the requests meet every SLO), and how the rate search runs.
     objective_mode: str = LATENCY
     capacity_probe_s: float = CAPACITY_PROBE_S

@@ -34,9 +34,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.study.measure.objective import StudyObjective, of_trial
-from tuner.study.measure.record import VLLM_DEFAULTS, TrialRecord
 from tuner.study.result.words import words_of
+from tuner.study.setup.objective import StudyObjective, of_trial
+from tuner.study.store.record import VLLM_DEFAULTS, TrialRecord
 from tuner.study.trials import confirm, fingerprint, significance
 from tuner.study.trials.groups import Group, any_confirms, groups, rank
 

@@ -23,7 +23,7 @@ from tuner.engine.dummy_model import has_weights
 from tuner.engine.environment import command_to_serve
 from tuner.engine.own_server import ServerCommand
 from tuner.flags import LOAD_FORMAT, RANDOM_WEIGHTS, SERVER_ONLY, config_yaml, random_weights
-from tuner.study.measure.capacity import NO_RATE
+from tuner.study.capacity.probes import NO_RATE
 from tuner.study.measure.scoring import Miss, Verdict
 
 # The header's last line, and what it names the file by.

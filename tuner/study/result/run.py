@@ -34,15 +34,15 @@ from tuner.engine import environment
 from tuner.engine.handle import ServerHandle
 from tuner.engine.launchers import Launcher
 from tuner.errors import InputError, TunerError
-from tuner.study.measure import calibrate as calibration
-from tuner.study.measure.objective import of_spec
-from tuner.study.measure.prepare import Workload, open_loop_replay, replay_lines, trial_setup
-from tuner.study.measure.record import TrialRecord
 from tuner.study.measure.trial import OnProgress, TrialSetup, run_trial
 from tuner.study.plan.space import capture_pin
 from tuner.study.plan.spec import StudySpec
 from tuner.study.result.run_config import RunConfig
 from tuner.study.result.written import Written, write_configuration
+from tuner.study.setup import calibrate as calibration
+from tuner.study.setup.objective import of_spec
+from tuner.study.setup.prepare import Workload, open_loop_replay, replay_lines, trial_setup
+from tuner.study.store.record import TrialRecord
 from tuner.study.trials import confirm, fingerprint, search
 from tuner.study.trials.budget import (
     ENGINE_START_GUESS_S,

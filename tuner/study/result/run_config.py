@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.engine.launchers import AUTO as AUTO_LAUNCHER
-from tuner.study.measure.calibrate import TimeScale
 from tuner.study.measure.scoring import Criteria
 from tuner.study.plan.spec import StudySpec
+from tuner.study.setup.calibrate import TimeScale
 
 
 def default_storage(study: str) -> str:

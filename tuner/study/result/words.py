@@ -1,10 +1,10 @@
 """What ``tuner run`` and the YAML header say of a study's value, by its objective: one
 ``ValueWords`` per ``objective_mode`` in ``WORDS`` (the objective itself holds no words,
-``tuner.study.measure.objective``), asked through ``words_of``.
+``tuner.study.setup.objective``), asked through ``words_of``.
 
 - ``ValueWords``: a latency study's score, and what to try where nothing met the SLOs.
 - ``RateWords``: a capacity study's rate, as a multiple of the trace's peak and the servers that
-  peak needs (``tuner.study.measure.capacity_text``), and vLLM's defaults at the leading
+  peak needs (``tuner.study.capacity.text``), and vLLM's defaults at the leading
   configuration's capacity.
 - ``GoodputWords``: a goodput study's rate, said as capacity is, under its own name.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from tuner.study.measure.capacity_text import (
+from tuner.study.capacity.text import (
     capacity_of,
     compared_line,
     headline,
@@ -27,15 +27,15 @@ from tuner.study.measure.capacity_text import (
 )
 from tuner.study.measure.judge import GOODPUT_SHARE
 from tuner.study.measure.next_steps import Offered, next_steps
-from tuner.study.measure.objective import (
+from tuner.study.measure.scoring import Miss
+from tuner.study.setup.objective import (
     CAPACITY_OBJECTIVE,
     GOODPUT_OBJECTIVE,
     LATENCY_OBJECTIVE,
     OBJECTIVES,
     StudyObjective,
 )
-from tuner.study.measure.record import VLLM_DEFAULTS, TrialRecord
-from tuner.study.measure.scoring import Miss
+from tuner.study.store.record import VLLM_DEFAULTS, TrialRecord
 
 # The end table's rows of a study's value (name, the chosen trial's, the other's), and its
 # lines: what the result says besides the latency figures.

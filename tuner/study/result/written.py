@@ -21,14 +21,14 @@ from optuna.trial import FrozenTrial
 from tuner import build
 from tuner.errors import TunerError
 from tuner.study.measure import scoring
-from tuner.study.measure.objective import StudyObjective, of_study
-from tuner.study.measure.prepare import Workload
-from tuner.study.measure.record import DEVICE, MEASURED_ON, VLLM_VERSION, TrialRecord
 from tuner.study.measure.time_spent import time_lines
 from tuner.study.plan.spec import StudySpec
 from tuner.study.result.choice import Choice, choose, summary
 from tuner.study.result.emit import Provenance, render, serve_command
 from tuner.study.result.words import words_of
+from tuner.study.setup.objective import StudyObjective, of_study
+from tuner.study.setup.prepare import Workload
+from tuner.study.store.record import DEVICE, MEASURED_ON, VLLM_VERSION, TrialRecord
 from tuner.study.trials import fingerprint, picks
 
 

@@ -19,7 +19,7 @@ best of its group 17.5 times in 27 and 11 % above its re-measurements). So:
   way decides against it, and nothing more is measured (about 3 measurements, not 6, where the
   finalist is no better).
 - **On one device**: each fresh measurement records its host and GPUs
-  (``tuner.study.measure.record.Placement``); a round's pairs are those measured on the host and
+  (``tuner.study.store.record.Placement``); a round's pairs are those measured on the host and
   GPUs of its first fresh measurement, and one measured elsewhere is set aside (counted toward
   ``Round.limit``, never compared), since two GPUs of one model differ by more than some gains.
   A worker on another device does not continue the round (``elsewhere``).
@@ -52,7 +52,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial
 
-from tuner.study.measure.record import Placement, Queued, TrialRecord
+from tuner.study.store.record import Placement, Queued, TrialRecord
 from tuner.study.trials import significance
 from tuner.study.trials.budget import Budget
 from tuner.study.trials.groups import Group, groups, rank

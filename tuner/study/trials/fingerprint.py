@@ -20,9 +20,9 @@ import optuna
 
 from tuner.engine import environment
 from tuner.errors import InputError
-from tuner.study.measure.objective import of_spec
-from tuner.study.measure.record import DEVICE, VLLM_VERSION
 from tuner.study.plan.spec import StudySpec
+from tuner.study.setup.objective import of_spec
+from tuner.study.store.record import DEVICE, VLLM_VERSION
 
 # The study user attribute that holds the fingerprint.
 WORKLOAD_ATTR = "workload"

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial
 
-from tuner.study.measure.objective import StudyObjective, of_study
-from tuner.study.measure.record import TrialRecord
+from tuner.study.setup.objective import StudyObjective, of_study
+from tuner.study.store.record import TrialRecord
 from tuner.study.trials import significance
 from tuner.study.trials.picks import served
 

@@ -2,7 +2,7 @@
 
 A worker that dies on another host cannot be looked at from here (``tuner.study.trials.workers``
 looks up processes of this machine only). So while a worker measures a trial, a thread of its
-own writes the trial's ``lease_until`` (``tuner.study.measure.record.leased``: now plus the
+own writes the trial's ``lease_until`` (``tuner.study.store.record.leased``: now plus the
 spec's ``lease_s``), again every third of ``lease_s``. A RUNNING trial whose lease is past is
 one no worker renews: killed, crashed, its host down or cut off from the storage. Any worker
 that opens the study or finishes a trial fails it, with the reason
@@ -26,9 +26,9 @@ from types import TracebackType
 
 import optuna
 
-from tuner.study.measure import record
-from tuner.study.measure.record import TrialRecord
-from tuner.study.trials.storage import STORAGE_ERRORS, cause
+from tuner.study.store import record
+from tuner.study.store.record import TrialRecord
+from tuner.study.store.storage import STORAGE_ERRORS, cause
 
 logger = logging.getLogger(__name__)
 

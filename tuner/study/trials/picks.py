@@ -10,8 +10,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.study.measure.objective import of_trial
-from tuner.study.measure.record import TrialRecord
+from tuner.study.setup.objective import of_trial
+from tuner.study.store.record import TrialRecord
 
 
 def engine_args_of(trial: FrozenTrial) -> dict[str, Any]:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import optuna
 from optuna.trial import Trial, TrialState
 
-from tuner.study.measure import record
-from tuner.study.measure.record import Queued
 from tuner.study.plan.spec import StudySpec
+from tuner.study.store import record
+from tuner.study.store.record import Queued
 
 # A reference point is taken by a trial in one of these states (a FAIL one is measured again).
 TAKEN = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)

@@ -2,7 +2,7 @@
 
 Trial 0 of a study is the baseline, vLLM's own defaults (plus the spec's fixed and baseline
 arguments). Every measured figure becomes a user attribute, every SLO a constraint set with
-``Trial.set_constraint`` (both through ``tuner.study.measure.record``), so optuna-dashboard
+``Trial.set_constraint`` (both through ``tuner.study.store.record``), so optuna-dashboard
 shows them and TPE learns the infeasible region.
 """
 
@@ -22,16 +22,12 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tuner.errors import InputError, TunerError
 from tuner.flags import flag_name
-from tuner.study.measure import record
-from tuner.study.measure.objective import LATENCY_OBJECTIVE, StudyObjective, of_spec, of_study
-from tuner.study.measure.record import Queued, TrialRecord
 from tuner.study.measure.trial import TrialOutcome, TrialSetup, run_trial
 from tuner.study.plan.spec import INCUMBENT, Dimension, StudySpec
-from tuner.study.trials import fingerprint, groups, incumbent, references
-from tuner.study.trials.budget import Budget
-from tuner.study.trials.lease import LEASE_S, Lease
-from tuner.study.trials.picks import best_trial
-from tuner.study.trials.storage import (
+from tuner.study.setup.objective import LATENCY_OBJECTIVE, StudyObjective, of_spec, of_study
+from tuner.study.store import record
+from tuner.study.store.record import Queued, TrialRecord
+from tuner.study.store.storage import (
     OPEN_ERRORS,
     OPEN_WAIT_S,
     STORAGE_ERRORS,
@@ -43,6 +39,10 @@ from tuner.study.trials.storage import (
     opening,
     storage_of,
 )
+from tuner.study.trials import fingerprint, groups, incumbent, references
+from tuner.study.trials.budget import Budget
+from tuner.study.trials.lease import LEASE_S, Lease
+from tuner.study.trials.picks import best_trial
 from tuner.study.trials.workers import fail_expired, this_placement, this_worker
 from tuner.urls import shown_url
 

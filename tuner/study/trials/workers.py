@@ -26,8 +26,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.engine import environment
-from tuner.study.measure import record
-from tuner.study.measure.record import Placement, TrialRecord
+from tuner.study.store import record
+from tuner.study.store.record import Placement, TrialRecord
 from tuner.study.trials import lease
 
 logger = logging.getLogger(__name__)

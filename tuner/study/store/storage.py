@@ -27,18 +27,15 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, cast
 
 import optuna
 import sqlalchemy
 from optuna.storages.journal import JournalFileBackend
-
-# The lock's base class, which optuna.storages.journal does not re-export.
-from optuna.storages.journal._file import BaseJournalFileLock
 from optuna.trial import Trial, TrialState
 
 from tuner.errors import InputError, TunerError
-from tuner.study.measure import record
+from tuner.study.store import record
 from tuner.urls import shown_url
 
 logger = logging.getLogger(__name__)
@@ -109,11 +106,14 @@ def journal_path(url: str) -> Path | None:
     return Path(url.removeprefix(JOURNAL)) if url.startswith(JOURNAL) else None
 
 
-class FlockJournalLock(BaseJournalFileLock):
+class FlockJournalLock:
     """A journal file's lock: an exclusive ``flock`` of the file ``PATH.lock`` beside it, which
     the kernel releases when the process holding it dies. Optuna's own locks (a symlink, a file
     made exclusively) are taken from a dead holder only after a grace period of 30 s: a worker
-    killed while it wrote would hold every other worker of the host up that long."""
+    killed while it wrote would hold every other worker of the host up that long.
+
+    ``JournalFileBackend`` calls only ``acquire`` and ``release``; the base class it names for
+    its lock is not part of Optuna's public API, so this one is typed against none."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -138,7 +138,8 @@ def storage_of(url: str) -> optuna.storages.BaseStorage:
     path = journal_path(url)
     if path is not None:
         lock = FlockJournalLock(Path(f"{path}.lock"))
-        return optuna.storages.JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
+        backend = JournalFileBackend(str(path), lock_obj=cast(Any, lock))
+        return optuna.storages.JournalStorage(backend)
     return rdb_storage(url)
 
 

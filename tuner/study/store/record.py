@@ -19,7 +19,6 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner import build
 from tuner.load.health import CLIENT_BEHIND
-from tuner.study.measure.trial import TrialOutcome
 
 # What the trial is: vLLM's defaults (``True``), the spec's candidate (its index), a
 # re-measurement (the number of the trial it repeats), why the incumbent search proposed it.
@@ -101,6 +100,37 @@ class Attributed(Protocol):
 
     @property
     def user_attrs(self) -> dict[str, Any]: ...
+
+
+class Constrained(Protocol):
+    """A score as ``measured`` records it: one entry per SLO or check, above 0 where missed."""
+
+    @property
+    def constraints(self) -> Mapping[str, float]: ...
+
+
+class Outcome(Protocol):
+    """What ``measured`` records of a trial (``tuner.study.measure.trial.TrialOutcome``): the
+    store sits below the measuring, so it names the fields it reads, not the class."""
+
+    @property
+    def score(self) -> Constrained: ...
+    @property
+    def metrics(self) -> Mapping[str, float]: ...
+    @property
+    def timings(self) -> Mapping[str, float]: ...
+    @property
+    def compile_cache(self) -> Mapping[str, str | bool]: ...
+    @property
+    def feasible(self) -> bool: ...
+    @property
+    def reason(self) -> str | None: ...
+    @property
+    def log_tail(self) -> str: ...
+    @property
+    def points(self) -> tuple[Mapping[str, Any], ...]: ...
+    @property
+    def compared(self) -> Mapping[str, Any] | None: ...
 
 
 @dataclass(frozen=True)
@@ -356,7 +386,7 @@ def placed(trial: Writable, placement: Placement) -> None:
     trial.set_user_attr(PLACE_ATTR, placement.as_attr())
 
 
-def measured(trial: Writable, outcome: TrialOutcome) -> None:
+def measured(trial: Writable, outcome: Outcome) -> None:
     """Record what ``trial`` measured: its figures, phase times, compile facts, verdict, why,
     the engine log's tail, a capacity trial's rates, and its score's constraints (Optuna's own,
     so that optuna-dashboard shows them and TPE learns the infeasible region)."""

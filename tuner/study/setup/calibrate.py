@@ -3,7 +3,7 @@
 A study whose spec says ``time_scale: auto`` does not replay the trace at a speed written for
 some other machine. Before its first trial, tuner starts vLLM's defaults (the study's baseline)
 once and searches the highest rate of the window they carry within the SLOs (the capacity
-search of ``tuner.study.measure.capacity``, coarser: ``RESOLUTION``, at most ``MAX_RATES``
+search of ``tuner.study.capacity.probes``, coarser: ``RESOLUTION``, at most ``MAX_RATES``
 rates of ``replay_s`` seconds each). Every trial then replays the window at ``load`` times that
 rate, for at most ``replay_s`` seconds (longer where that would hold fewer than
 ``MIN_REPLAY_REQUESTS``): a load the defaults carry with room to spare on this machine, slow or
@@ -21,11 +21,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tuner.study.measure.capacity import CapacitySettings
-from tuner.study.measure.objective import StudyObjective
-from tuner.study.measure.rate_search import RateSearch
+from tuner.study.capacity.probes import CapacitySettings
+from tuner.study.capacity.rate_search import RateSearch
 from tuner.study.measure.trial import TrialOutcome, TrialSetup, run_trial
 from tuner.study.plan.spec import AUTO, StudySpec
+from tuner.study.setup.objective import StudyObjective
 from tuner.traces.model import Request
 
 # The study user attribute that holds the calibration.

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tuner.study.measure.record import CAPACITY_ATTR, VLLM_DEFAULTS
+from tuner.study.store.record import CAPACITY_ATTR, VLLM_DEFAULTS
 
 # The figures said of vLLM's defaults at another configuration's capacity.
 COMPARED_FIGURES = (

@@ -5,7 +5,7 @@ implementations, registered in ``OBJECTIVES`` under the spec's ``objective_mode`
   (``WindowReplay``); the pruner stops one that is far off; ``time_scale: auto`` calibrates the
   rate on this machine.
 - ``Capacity``: the highest rate one server carries within every SLO. A trial searches rates on
-  one engine (``RateSearch``, ``tuner.study.measure.rate_search``), starting from what the study
+  one engine (``RateSearch``, ``tuner.study.capacity.rate_search``), starting from what the study
   measured nearest, and a searched one is first measured at the best capacity so far; nothing
   is pruned or calibrated.
 - ``Goodput``: the highest rate at which at least the spec's ``goodput_share`` of the requests
@@ -31,14 +31,14 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
-from tuner.study.measure.capacity import CapacitySettings
+from tuner.study.capacity.probes import CapacitySettings
+from tuner.study.capacity.rate_search import RateSearch
 from tuner.study.measure.judge import GOODPUT_SHARE
 from tuner.study.measure.next_steps import Offered
-from tuner.study.measure.rate_search import RateSearch
-from tuner.study.measure.record import CAPACITY_ATTR, TrialRecord
 from tuner.study.measure.scoring import FAILED_SCORE
 from tuner.study.measure.trial import Measure, WindowReplay
 from tuner.study.plan.spec import CAPACITY, GOODPUT, LATENCY, OBJECTIVE_MODES, StudySpec
+from tuner.study.store.record import CAPACITY_ATTR, TrialRecord
 
 # The value of each objective, as the study names it (optuna-dashboard shows the name).
 SCORE_NAME = "score"

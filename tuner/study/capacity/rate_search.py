@@ -1,5 +1,5 @@
 """A capacity trial's measure: ``RateSearch``, the highest rate the running server carries within
-the SLOs (``tuner.study.measure.capacity.measure_capacity``), started where the study already
+the SLOs (``tuner.study.capacity.probes.measure_capacity``), started where the study already
 measured the same configuration, or the nearest one (``start_hint``).
 """
 
@@ -18,22 +18,14 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.engine.handle import EngineFailed
 from tuner.load.health import CLIENT_BEHIND
 from tuner.load.metrics import LiveRequest, so_far
-from tuner.study.measure.capacity import (
+from tuner.study.capacity.probes import (
     CAPACITY_FAILED,
     CapacitySettings,
     StartHint,
     capacity_score,
     measure_capacity,
 )
-from tuner.study.measure.rates import CapacityFound
-from tuner.study.measure.record import (
-    BELOW_ATTR,
-    CAPACITY_ATTR,
-    RATES_ATTR,
-    RESOLVED_ATTR,
-    START_ATTR,
-    TrialRecord,
-)
+from tuner.study.capacity.rates import CapacityFound
 from tuner.study.measure.scoring import Score
 from tuner.study.measure.trial import (
     RATE,
@@ -44,11 +36,19 @@ from tuner.study.measure.trial import (
     TrialProgress,
     TrialSetup,
 )
+from tuner.study.store.record import (
+    BELOW_ATTR,
+    CAPACITY_ATTR,
+    RATES_ATTR,
+    RESOLVED_ATTR,
+    START_ATTR,
+    TrialRecord,
+)
 
 
 class RateSearch(Measure):
     """A capacity trial's measure: the highest rate the running server carries within the SLOs
-    (``tuner.study.measure.capacity.measure_capacity``), from where ``settings`` says."""
+    (``tuner.study.capacity.probes.measure_capacity``), from where ``settings`` says."""
 
     def __init__(self, settings: CapacitySettings) -> None:
         self.settings = settings

@@ -3,7 +3,7 @@ carries within every SLO, with no more requests failing than the spec's ``max_er
 
 ``measure_capacity`` runs on a server that is already up (started once per trial by
 ``tuner.study.measure.trial``): for each rate the search asks for
-(``tuner.study.measure.rates``), it waits for the server to be idle, primes vLLM's prefix cache
+(``tuner.study.capacity.rates``), it waits for the server to be idle, primes vLLM's prefix cache
 with the shared blocks the trace sent before the window (``tuner.load.priming``: what a server
 that had served the trace would hold), and replays the window time-scaled to that rate for
 ``CapacitySettings.probe_s`` seconds. Each window draws its prompts from its own seed, so
@@ -15,7 +15,7 @@ allows it.
 ``measure_rate`` is one such rate alone, for a caller that picks its own rates (a brute-force
 scan, as ``benchmarks/capacity.py`` does to check the search). Where a trial's search starts,
 from a capacity the study already measured for the same configuration or its nearest neighbour
-rather than the window's rate, is ``tuner.study.measure.rate_search.start_hint``'s.
+rather than the window's rate, is ``tuner.study.capacity.rate_search.start_hint``'s.
 
 A rate is stopped early once its SLOs are lost for certain: more of the window's requests
 have already waited past a TTFT or end-to-end SLO (a request still waiting counting with its
@@ -38,6 +38,13 @@ from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, ReplayResult, parse_scrape, summarize_client
 from tuner.load.priming import Primed, prime
 from tuner.load.spread import replay
+from tuner.study.capacity.rates import (
+    GROWTH,
+    CapacityFound,
+    RatePoint,
+    hinted_step,
+    search_capacity,
+)
 from tuner.study.measure.judge import (
     GOODPUT,
     GOODPUT_SHARE,
@@ -48,7 +55,6 @@ from tuner.study.measure.judge import (
     judge_goodput,
     request_limits,
 )
-from tuner.study.measure.rates import GROWTH, CapacityFound, RatePoint, hinted_step, search_capacity
 from tuner.study.measure.scoring import Score
 from tuner.study.plan.spec import CAPACITY_MIN_REQUESTS, CAPACITY_PROBE_S
 from tuner.traces.model import Request

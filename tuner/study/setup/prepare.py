@@ -19,12 +19,12 @@ from tuner.load.http import Exchange, OpenAICompletions, ReplaySettings
 from tuner.load.priming import PRIMING
 from tuner.load.prompts import prompt_words
 from tuner.load.template import TEXT
-from tuner.study.measure.calibrate import TimeScale
 from tuner.study.measure.next_steps import Offered
-from tuner.study.measure.objective import of_spec
 from tuner.study.measure.scoring import Criteria
 from tuner.study.measure.trial import OnProgress, TrialSetup
 from tuner.study.plan.spec import AUTO, StudySpec
+from tuner.study.setup.calibrate import TimeScale
+from tuner.study.setup.objective import of_spec
 from tuner.traces import concurrency
 from tuner.traces.concurrency import ClosedLoopPlan, ConcurrencyTrace, LengthSource
 from tuner.traces.model import Request, Trace
