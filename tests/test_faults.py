@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -123,3 +124,38 @@ def test_a_server_that_stops_streaming_costs_one_bounded_trial(
     # The window (2 s of arrivals) and one stall timeout, with room for a slow machine.
     assert stalled.user_attrs["time_window_s"] < 2 + 3 + 5
     assert served.user_attrs["feasible"] and served.user_attrs["error_rate"] == 0.0
+
+
+LOST_INTERRUPT = """
+import signal, sys, time
+from importlib import import_module
+cli = import_module("tuner.cli.main")
+
+signal.signal(signal.SIGTERM, cli._interrupt)
+cli._deliver_lost_interrupts()
+
+
+class Lost:
+    def __del__(self):
+        raise KeyboardInterrupt  # as a signal landing in a handler os.fork runs: Python ignores it
+
+
+try:
+    Lost()
+    time.sleep(20)
+    print("went on")
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_an_interrupt_python_ignores_is_delivered_again(tmp_path: Path) -> None:
+    """A Ctrl-C or SIGTERM that lands where Python cannot raise it (a fork's handler, a
+    finalizer: seen as a ``tuner run --gpus`` worker that went on measuring after its SIGTERM)
+    still stops tuner."""
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", LOST_INTERRUPT], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "interrupted", done.stdout + done.stderr
+    assert time.monotonic() - began < 15

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -18,13 +21,14 @@ from conftest import (
     MARKER,
     cpu_spec,
     run_tuner,
+    tuner_command,
     wait_for_no_processes,
     write_small_trace,
     write_spec,
 )
 from optuna.trial import TrialState
 
-from tuner.cli.exits import MEETS_SLOS_EXITS
+from tuner.cli.exits import EXIT_INTERRUPTED, MEETS_SLOS_EXITS
 from tuner.study.store.record import TrialRecord
 from tuner.study.store.storage import storage_of
 
@@ -104,3 +108,73 @@ def gpus_of(trial: optuna.trial.FrozenTrial) -> tuple[int, ...]:
     placement = TrialRecord.of(trial).placement
     assert placement is not None
     return placement.gpu_indices
+
+
+@pytest.mark.parametrize(
+    ("sig", "to_group"),
+    [(signal.SIGINT, True), (signal.SIGTERM, False)],
+    ids=["Ctrl-C-to-the-terminal's-group", "SIGTERM-to-tuner-alone"],
+)
+def test_interrupted_gpus_run_stops_every_worker(
+    tmp_path: Path, cpu_model: Path, stand_in_vllm: dict[str, str], sig: int, to_group: bool
+) -> None:
+    """Ctrl-C at the terminal (SIGINT to the whole foreground group: tuner, its workers, their
+    servers) or SIGTERM to tuner alone (``kill``, a container stopped) while both workers
+    measure: exit 130, no worker and no server left, no trial left RUNNING, no confirmation
+    started."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(NVIDIA_SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    # Each trial replays 2 s of trace at time scale 300: ten minutes, far past the signal.
+    write_spec(tmp_path / "spec.yaml", cpu_spec(cpu_model, window_s=2, time_scale=300, n_trials=4))
+    write_small_trace(tmp_path / "trace.csv")
+    marker = uuid.uuid4().hex
+    env = {
+        **os.environ,
+        **stand_in_vllm,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        MARKER: marker,
+    }
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    command = tuner_command(
+        "run", "--trace", tmp_path / "trace.csv", "--study", "i", "--spec", tmp_path / "spec.yaml",
+        "--gpus", "all",
+    )  # fmt: skip
+    output = tmp_path / "tuner.out"
+    journal = tmp_path / "studies" / "i.log"
+    with output.open("wb") as out:
+        # A session of its own, as a terminal's foreground job: its group is the one Ctrl-C hits.
+        proc = subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=out, stderr=out, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while len(_running(journal)) < 2:
+            assert proc.poll() is None, output.read_text()
+            assert time.monotonic() < deadline, output.read_text()
+            time.sleep(0.5)
+        if to_group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        assert proc.wait(timeout=120) == EXIT_INTERRUPTED, output.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    said = output.read_text()
+    assert wait_for_no_processes(marker, timeout_s=30) == [], said
+    assert _running(journal) == []
+    assert "confirming on GPU" not in said
+
+
+def _running(journal: Path) -> list[int]:
+    """The numbers of the journal study's trials still RUNNING (none while it does not exist)."""
+    if not journal.exists():
+        return []
+    try:
+        study = optuna.load_study(study_name="i", storage=storage_of(f"journal:{journal}"))
+    except KeyError:
+        return []  # the study is not created yet
+    return [t.number for t in study.trials if t.state == TrialState.RUNNING]

@@ -36,6 +36,10 @@ from tuner.urls import shown_url
 
 ALL = "all"
 
+# Seconds the workers have to stop once told to: a trial's server stops within 30 s (SIGTERM to
+# its group, then SIGKILL), with room for the worker's own writes to the study.
+STOP_WAIT_S = 90.0
+
 
 def gpus_of(choice: str, query_gpus: Callable[[], str] = nvidia_smi_gpus) -> list[Gpu]:
     """The GPUs ``--gpus`` names: ``all`` (every GPU this process sees), or nvidia-smi indices
@@ -166,8 +170,7 @@ def _run_all(
     workers: Sequence[tuple[Gpu, list[str], dict[str, str]]], prefix: bool = True
 ) -> list[int]:
     """Run every worker at once, printing each line it writes as it comes (after ``gpu N |``
-    where ``prefix``); their exit statuses. Ctrl-C or SIGTERM stops them (SIGTERM, as tuner
-    stops on it, marking its running trial FAIL) and waits for them."""
+    where ``prefix``); their exit statuses. Ctrl-C or SIGTERM stops them (``_stop``)."""
     lock = threading.Lock()
     procs = []
     readers = []
@@ -184,15 +187,29 @@ def _run_all(
             readers.append(reader)
         codes = [proc.wait() for proc in procs]
     except KeyboardInterrupt:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            proc.wait()
+        _stop(procs)
         raise
     for reader in readers:
         reader.join(timeout=5)
     return codes
+
+
+def _stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each worker still running, as tuner stops on it (its running trial marked
+    FAIL, its server stopped); one that has not ended ``STOP_WAIT_S`` later is killed, its trial
+    left to its lease."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + STOP_WAIT_S
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            print(f"a worker (pid {proc.pid}) did not stop in {STOP_WAIT_S:.0f} s: killed; its "
+                  "trial is failed once its lease runs out", file=sys.stderr)  # fmt: skip
+            proc.kill()
+            proc.wait()
 
 
 def _relay(stream: IO[bytes], head: str, lock: threading.Lock) -> None:
