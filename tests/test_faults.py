@@ -128,11 +128,10 @@ def test_a_server_that_stops_streaming_costs_one_bounded_trial(
 
 LOST_INTERRUPT = """
 import signal, sys, time
-from importlib import import_module
-cli = import_module("tuner.cli.main")
+from tuner.cli.interrupts import deliver_lost_interrupts, raise_interrupt
 
-signal.signal(signal.SIGTERM, cli._interrupt)
-cli._deliver_lost_interrupts()
+signal.signal(signal.SIGTERM, raise_interrupt)
+deliver_lost_interrupts()
 
 
 class Lost:

@@ -277,10 +277,10 @@ def test_a_replay_may_hold_more_connections_than_a_default_limit_of_open_files()
 
 _TERMINATED_IN_A_READ = """
 import asyncio, os, signal, socket, threading
-from tuner.cli.main import _interrupt
+from tuner.cli.interrupts import raise_interrupt
 from tuner.load.session import run
 
-signal.signal(signal.SIGTERM, _interrupt)  # as `tuner` does
+signal.signal(signal.SIGTERM, raise_interrupt)  # as `tuner` does
 server = socket.socket()
 server.bind(("127.0.0.1", 0))
 server.listen()
@@ -312,7 +312,7 @@ async def replay() -> str:
 try:
     print(run(replay()))
 except KeyboardInterrupt:
-    print("interrupted", signal.getsignal(signal.SIGTERM) is _interrupt)
+    print("interrupted", signal.getsignal(signal.SIGTERM) is raise_interrupt)
 """
 
 

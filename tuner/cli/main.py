@@ -12,12 +12,11 @@ import logging
 import os
 import signal
 import sys
-import threading
-from collections.abc import Callable, Sequence
-from typing import NoReturn
+from collections.abc import Sequence
 
 from tuner.cli.compile_key import cmd_compile_key
 from tuner.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
+from tuner.cli.interrupts import deliver_lost_interrupts, raise_interrupt
 from tuner.cli.parser import build_parser
 from tuner.cli.report import cmd_report
 from tuner.cli.run import cmd_run
@@ -25,38 +24,6 @@ from tuner.cli.server_url import cmd_server_url
 from tuner.cli.spec import cmd_init
 from tuner.cli.trace import cmd_trace_from_prometheus, cmd_trace_inspect
 from tuner.errors import InputError, TunerError
-
-# Seconds after a lost interrupt before it is delivered again: long enough for the code that
-# swallowed it (a fork's handlers, a finalizer) to have returned.
-REDELIVER_S = 0.2
-
-
-def _interrupt(signum: int, frame: object) -> NoReturn:
-    raise KeyboardInterrupt
-
-
-class _LostInterrupts:
-    """Python ignores an exception raised where nothing can catch it (a handler ``os.fork``
-    runs, a finalizer): a Ctrl-C or SIGTERM landing there would be lost, and tuner, a worker of
-    ``--gpus`` among them, would go on measuring. As ``sys.unraisablehook``, this delivers such
-    an interrupt again once the main thread is back in tuner's code, and hands any other
-    exception to the hook it replaced."""
-
-    def __init__(self, previous: Callable[[sys.UnraisableHookArgs], object]) -> None:
-        self.previous = previous
-
-    def __call__(self, info: sys.UnraisableHookArgs) -> None:
-        if not isinstance(info.exc_value, KeyboardInterrupt):
-            self.previous(info)
-            return
-        again = threading.Timer(REDELIVER_S, os.kill, (os.getpid(), signal.SIGTERM))
-        again.daemon = True
-        again.start()
-
-
-def _deliver_lost_interrupts() -> None:
-    if not isinstance(sys.unraisablehook, _LostInterrupts):
-        sys.unraisablehook = _LostInterrupts(sys.unraisablehook)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -70,8 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    signal.signal(signal.SIGTERM, _interrupt)
-    _deliver_lost_interrupts()
+    signal.signal(signal.SIGTERM, raise_interrupt)
+    deliver_lost_interrupts()
     try:
         if args.command == "trace":
             if args.trace_command == "inspect":
