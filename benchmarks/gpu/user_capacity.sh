@@ -116,6 +116,12 @@ case ${1:-} in
     if [ -d .whl ]; then
       python3 -m pip install -q --no-index --no-deps --target "$root/lib" .whl/*.whl
     fi
+    # What the device image lacks comes from .whl (carried with the call): say so now, not after
+    # the detached run fails on its first import.
+    python3 -c 'import httpx_aiohttp, optuna_dashboard, tuner.cli.main' || {
+      echo "tuner cannot be imported here: carry .whl (httpx-aiohttp, optuna-dashboard) and $src"
+      exit 1
+    }
     cp "$trace" "$root/work/$prod"
     [ -n "${SPEC:-}" ] && cp "$SPEC" "$root/spec.yaml"
     [ -n "${DB:-}" ] && cp "$DB" "$root/study.db"
@@ -216,6 +222,7 @@ EOF
     ;;
   wait)
     seconds=${2:?seconds}
+    [ -e "$root/run.log" ] || { echo "no study started in $root (STUDY_ROOT as at start?)"; exit 1; }
     end=$(( $(date +%s) + seconds ))
     while [ "$(date +%s)" -lt "$end" ] && [ ! -e "$root/DONE" ]; do sleep 5; done
     log=$root/run.log
