@@ -1,7 +1,7 @@
 """Replay fidelity: how far tuner's replay client is off at a rate, against a server whose
 latencies are known.
 
-Starts ``tuner.load.standin`` (first token 20 ms after a request's body arrives, then one token
+Starts ``tuner.testing.standin`` (first token 20 ms after a request's body arrives, then one token
 every 10 ms, each its own server-sent event), one per CPU of ``--server-cpus`` sharing a port,
 pins itself and its client processes to the other CPUs, and replays the founding story's
 traffic shape (Poisson arrivals, prompts and outputs uniform over 10 to 200 tokens) through
@@ -27,16 +27,15 @@ import platform
 import shlex
 import socket
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tuner.load import ReplaySettings, body_key, client_behind, replay, replay_figures, request_body
+from tuner.load import ReplaySettings, client_behind, replay, replay_figures, request_body
+from tuner.testing import Started, body_key, start
 from tuner.traces import Request
 
 TARGET_ERROR_MS = 5.0
@@ -56,28 +55,25 @@ def story(rate_per_s: float, duration_s: float, seed: int) -> list[Request]:
     ]
 
 
-def start_servers(cpus: list[int]) -> tuple[list[subprocess.Popen[bytes]], str, list[str]]:
-    """One stand-in per CPU of ``cpus``, sharing a port where there are several; the URL the
-    client replays against, and the URLs each answers ``/stats`` on."""
+def start_servers(cpus: list[int]) -> tuple[list[Started], str]:
+    """One stand-in per CPU of ``cpus``, sharing a port where there are several (each answers
+    ``/stats`` for its own requests); the URL the client replays against."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    processes, stats_urls = [], []
-    for cpu in cpus:
-        command = [sys.executable, "-m", "tuner.load.standin", "--port", str(port)]
-        command += ["--cpu", str(cpu)] + (["--shared"] if len(cpus) > 1 else [])
-        process = subprocess.Popen(command, stdout=subprocess.PIPE)
-        processes.append(process)
-        assert process.stdout is not None
-        line = process.stdout.readline().split()
-        if not line or line[0] != b"ready":
-            raise SystemExit("a stand-in server did not start")
-        stats_urls.append(f"http://127.0.0.1:{int(line[-1])}")
-    return processes, f"http://127.0.0.1:{port}", stats_urls
+    servers = []
+    try:
+        for cpu in cpus:
+            servers.append(start(port, cpu=cpu, shared=len(cpus) > 1))
+    except RuntimeError as exc:
+        for server in servers:
+            server.stop()
+        raise SystemExit(str(exc)) from None
+    return servers, f"http://127.0.0.1:{port}"
 
 
 def measure(
-    base_url: str, stats_urls: list[str], rate: float, procs: int, duration_s: float, seed: int
+    base_url: str, servers: list[Started], rate: float, procs: int, duration_s: float, seed: int
 ) -> dict:
     requests = story(rate, duration_s, seed)
     settings = ReplaySettings(
@@ -90,8 +86,8 @@ def measure(
     )
     result = replay(base_url, requests, settings)
     stats: dict[str, list[float]] = {}
-    for url in stats_urls:
-        stats |= httpx.get(url + "/stats", timeout=30).json()
+    for server in servers:
+        stats |= server.stats()
     truth = [
         stats[key][1] - stats[key][0]
         for key in (body_key(request_body(i, r, settings)) for i, r in enumerate(requests))
@@ -137,14 +133,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.server_cpus}, client on {client_cpus}), python {platform.python_version()}, "
         f"load average before {load[0]:.2f}"
     )
-    servers, base_url, stats_urls = start_servers(args.server_cpus)
+    servers, base_url = start_servers(args.server_cpus)
     os.sched_setaffinity(0, client_cpus)
     rows = []
     try:
         for rate in args.rates:
             for procs in args.procs:
                 runs = [
-                    measure(base_url, stats_urls, rate, procs, args.duration_s, seed)
+                    measure(base_url, servers, rate, procs, args.duration_s, seed)
                     for seed in range(args.repeats)
                 ]
                 row = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
@@ -153,8 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {rate:>5g} req/s, {procs} procs: TTFT p95 error per repeat {each} ms")
     finally:
         for server in servers:
-            server.terminate()
-            server.wait()
+            server.stop()
 
     print(
         f"\nmedians of {args.repeats} repeats of {args.duration_s:g} s; stand-in: first token "

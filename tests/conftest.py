@@ -33,6 +33,7 @@ import yaml
 from tuner.engine.dummy_model import write_model
 from tuner.engine.environment import command_to_serve
 from tuner.engine.local import free_port
+from tuner.testing import install_as_vllm
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_TRACE = REPO / "traces" / "azure-conv-peak.csv"
@@ -181,19 +182,11 @@ def wait_for_no_processes(marker: str, timeout_s: float = 10.0) -> list[str]:
 
 @pytest.fixture(scope="session")
 def stand_in_vllm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Environment under which ``tuner run`` starts ``stand_in_vllm.py`` in place of vLLM.
-
-    A ``vllm`` package holding only ``vllm.entrypoints.openai.api_server`` comes first on
-    ``PYTHONPATH``; tuner itself imports no vLLM to run a study.
-    """
-    root = tmp_path_factory.mktemp("stand-in")
-    package = root / "vllm" / "entrypoints" / "openai"
-    package.mkdir(parents=True)
-    for folder in (root / "vllm", root / "vllm" / "entrypoints", package):
-        (folder / "__init__.py").write_text("")
-    shutil.copy(Path(__file__).with_name("stand_in_vllm.py"), package / "api_server.py")
-    path = [str(root), os.environ.get("PYTHONPATH", "")]
-    return {"PYTHONPATH": os.pathsep.join(p for p in path if p)}
+    """Environment under which ``tuner run`` starts the stand-in server
+    (``tuner.testing.standin``, vLLM's shape: ``--config FILE`` and the ``STAND_IN_*`` knobs) in
+    place of vLLM: a ``vllm`` package holding only ``vllm.entrypoints.openai.api_server`` comes
+    first on ``PYTHONPATH`` (``tuner.testing.install_as_vllm``)."""
+    return install_as_vllm(tmp_path_factory.mktemp("stand-in"))
 
 
 def listening_sockets(pids: list[int]) -> set[tuple[str, int]]:

@@ -1,6 +1,6 @@
 """Faults that no handler sees: ``tuner run`` killed with SIGKILL in the middle of a trial.
 
-The run starts the stand-in server (``stand_in_vllm.py``, which like vLLM starts a worker
+The run starts the stand-in server (``tuner.testing.standin``, which like vLLM starts a worker
 process and stops it on SIGTERM) with each launcher; the point is tuner's process handling and
 the study's storage, not vLLM. Ctrl-C and SIGTERM on real vLLM are in ``test_run_e2e.py``.
 """

@@ -1,5 +1,5 @@
 """``tuner run --gpus all`` as a user runs it, on two GPUs that a stand-in ``nvidia-smi`` lists,
-each trial's server the stand-in server (``stand_in_vllm.py``, which logs the
+each trial's server the stand-in server (``tuner.testing.standin``, which logs the
 ``CUDA_VISIBLE_DEVICES`` it was started with).
 
 Two workers, one per GPU, share a journal file; then the confirmation runs on GPU 0 alone.

@@ -2,7 +2,7 @@
 tool's surroundings), and nothing half-written.
 
 ``tuner run`` is a subprocess, as a user runs it; where a trial must run, it starts the stand-in
-server (``stand_in_vllm.py``), so no test here starts vLLM. The engine-argument check asks the
+server (``tuner.testing.standin``), so no test here starts vLLM. The engine-argument check asks the
 installed vLLM's parser in a child process (about 8 s, once per vLLM version and machine).
 """
 

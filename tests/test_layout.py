@@ -15,8 +15,18 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "tuner"
 
 # The stages, top floor first. A module may import from its own stage and from stages on a
-# lower floor; never from a stage on its own floor or above.
-FLOORS = {"cli": 5, "report": 4, "study": 3, "load": 2, "engine": 1, "traces": 1, "": 0}
+# lower floor; never from a stage on its own floor or above. ``testing`` (the stand-in server,
+# for code outside tuner) is on top: no other stage imports it.
+FLOORS = {
+    "testing": 6,
+    "cli": 5,
+    "report": 4,
+    "study": 3,
+    "load": 2,
+    "engine": 1,
+    "traces": 1,
+    "": 0,
+}
 # A guard against modules that gather several concepts, not a size to split at: most modules
 # are 100 to 300 lines; past this, split along a concept,
 # never by line count.
@@ -72,6 +82,17 @@ def test_imports_run_down_the_stages(module):
         if stage(target) != here and FLOORS[stage(target)] >= FLOORS[here]
     ]
     assert not wrong, f"{module} ({here or 'root'}) imports {wrong}"
+
+
+def test_no_module_of_tuner_imports_its_testing_stand_in():
+    """``tuner.testing`` is for tests and benchmarks, tuner's and an embedding program's: no
+    module of tuner outside it imports it, so tuner never runs its stand-in server itself."""
+    importers = [
+        module
+        for module, targets in sorted(GRAPH.items())
+        if stage(module) != "testing" and any(stage(t) == "testing" for t in targets)
+    ]
+    assert importers == []
 
 
 # The study's sub-packages, likewise: its plan and what it keeps (side by side), one trial

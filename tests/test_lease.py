@@ -108,7 +108,7 @@ def killed_elsewhere_is_failed_here(url: str, tmp_path: Path) -> None:
     # The worker's host is not this one: only its lease can tell that it is gone.
     # Each opening is another process (seconds on a busy machine): when each began, and what
     # it failed.
-    openings = []
+    openings: list[tuple[float, str]] = []
     while not openings or openings[-1][1] == "[]":
         assert time.time() < killed_at + LEASE_S + 60, "the trial was never failed"
         began = time.time()

@@ -1,5 +1,5 @@
 """One study on a real PostgreSQL server, two ``tuner run`` workers at once (one per GPU, as
-users spread trials), each starting the stand-in server (``stand_in_vllm.py``).
+users spread trials), each starting the stand-in server (``tuner.testing.standin``).
 
 The server is the ``postgres`` fixture's (conftest.py).
 """

@@ -1,6 +1,6 @@
 """Security: servers on 127.0.0.1 only, no shell, no secret from the environment written down.
 
-``tuner run`` here starts the stand-in server (``stand_in_vllm.py``) with each launcher, in
+``tuner run`` here starts the stand-in server (``tuner.testing.standin``) with each launcher, in
 seconds; ``test_run_e2e.py`` asserts the same of a run on real vLLM
 (``test_servers_listen_on_127_0_0_1_only``, ``test_no_secret_in_any_file_written``).
 """

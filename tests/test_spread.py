@@ -1,4 +1,4 @@
-"""The replay client against a stand-in server whose latencies are known (tuner.load.standin):
+"""The replay client against a stand-in server whose latencies are known (tuner.testing.standin):
 one process or several, and whether tuner says when its client fell behind."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from tuner.load.health import CLIENT_BEHIND, client_behind, client_to_blame, mis
 from tuner.load.http import ReplaySettings, request_body
 from tuner.load.metrics import ReplayResult, RequestResult, client_figures, replay_figures
 from tuner.load.spread import procs_for, replay
-from tuner.load.standin import body_key
 from tuner.study.capacity.rates import RatePoint, search_capacity
 from tuner.study.store.record import REASON_ATTR
+from tuner.testing import body_key, start
 from tuner.traces.model import Request
 
 SETTINGS = ReplaySettings(model="standin", vocab_size=1000, request_timeout_s=30)
@@ -32,16 +32,8 @@ SETTINGS = ReplaySettings(model="standin", vocab_size=1000, request_timeout_s=30
 @pytest.fixture(scope="module")
 def standin() -> Iterator[str]:
     """The stand-in in its own process: first token after 20 ms, then one every 10 ms."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tuner.load.standin", "--port", "0"],
-        stdout=subprocess.PIPE,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline().split()
-    assert line[0] == b"ready", line
-    yield f"http://127.0.0.1:{int(line[1])}"
-    process.terminate()
-    process.wait()
+    with start() as server:
+        yield server.url
 
 
 def steady(rate_per_s: float, n: int, output_tokens: int = 5) -> list[Request]:

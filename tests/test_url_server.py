@@ -1,6 +1,6 @@
 """A server someone else started, measured through its URL (``tuner.engine.url_server``).
 
-The fast tests run the stand-in server (``tuner.load.standin``) in a process of their own: the
+The fast tests run the stand-in server (``tuner.testing.standin``) in a process of their own: the
 handle's health, its loss once the server stops answering, a stop that leaves the server running,
 a password in the URL never shown, and a whole trial on it. The slow test starts vLLM's CPU
 build by hand, as a user would, and measures it with ``tuner run --server-url``.
@@ -9,7 +9,6 @@ build by hand, as a user would, and measures it with ``tuner run --server-url``.
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -33,28 +32,15 @@ from tuner.engine.url_server import UrlLauncher, UrlServer
 from tuner.load.http import ReplaySettings
 from tuner.study.measure.judge import Criteria
 from tuner.study.measure.trial import TrialSetup, run_trial
+from tuner.testing import start
 from tuner.traces.model import Request
-
-
-def start_standin() -> tuple[subprocess.Popen[bytes], str]:
-    """The stand-in in its own process, and its URL once it listens."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tuner.load.standin", "--port", "0"], stdout=subprocess.PIPE
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline().split()
-    assert line[0] == b"ready", line
-    return process, f"http://127.0.0.1:{int(line[1])}"
 
 
 @pytest.fixture
 def standin() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    process, url = start_standin()
-    try:
-        yield process, url
-    finally:
-        process.terminate()
-        process.wait()
+    """The stand-in in its own process, and its URL once it listens."""
+    with start() as server:
+        yield server.process, server.url
 
 
 def never_asked(host: str, port: int) -> Sequence[str]:

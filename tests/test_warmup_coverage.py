@@ -1,7 +1,8 @@
 """Kernels compiled while serving: vLLM 0.26's JIT monitor logs each, and a trial records how many
 came during tuner's warm-up and how many during its window (a window's kernel made requests
-wait). Against the stand-in server (``stand_in_vllm.py``), which logs the monitor's lines at the
-request numbers it is given; the CPU build compiles no Triton kernel and has nothing to log."""
+wait). Against the stand-in server (``tuner.testing.standin``), which logs the monitor's lines
+at the request numbers it is given; the CPU build compiles no Triton kernel and has nothing to
+log."""
 
 from __future__ import annotations
 

@@ -18,12 +18,10 @@ if TYPE_CHECKING:
     from tuner.load.metrics import RequestResult, parse_scrape, replay_figures, summarize_client
     from tuner.load.open_loop import replay_in_process
     from tuner.load.spread import replay
-    from tuner.load.standin import body_key
 
 _FACE = {
     "ReplaySettings": "tuner.load.http",
     "RequestResult": "tuner.load.metrics",
-    "body_key": "tuner.load.standin",
     "client_behind": "tuner.load.health",
     "parse_scrape": "tuner.load.metrics",
     "replay": "tuner.load.spread",
@@ -36,7 +34,6 @@ _FACE = {
 __all__ = [
     "ReplaySettings",
     "RequestResult",
-    "body_key",
     "client_behind",
     "parse_scrape",
     "replay",
