@@ -265,12 +265,13 @@ def rates_plot(
     report: StudyReport, numbers: list[int] | None, slos: dict[str, float], path: Path
 ) -> Path | None:
     """``tuner report``'s latency against offered rate (``tuner.report.build``): of the trials
-    ``numbers`` only, else of those it chooses."""
+    ``numbers`` only, else of those it chooses; in the words of the study's presenter."""
     if numbers is None:
         rows, most = report.rows, MOST_CURVES
     else:
         rows, most = tuple(r for r in report.rows if r.number in numbers), len(numbers)
-    return plot_rates(curves(rows, report.parameters, slos, most), slos, path)
+    drawn = curves(rows, report.parameters, slos, most)
+    return plot_rates(drawn, slos, path, presenter_of(report.objective))
 
 
 def plots(trials: list[FrozenTrial], out: Path, slos: dict[str, float] | None) -> list[str]:
