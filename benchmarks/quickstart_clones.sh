@@ -5,16 +5,23 @@
 #
 # Each clone (under a fresh temporary folder, or WORK) runs `bash .ci/setup`, then `tuner run
 # --trace traces/azure-conv-peak.csv --study demo`; DIR/K holds its setup.log, run.log,
-# config.yaml and demo.db, and this prints each run's exit status, seconds and last lines. DIR is
-# then a result folder (benchmarks/harness.py): README.md (date, commit, this command, the
-# machine, what was printed), summary.txt, and each log's last lines as K/setup.tail.txt and
-# K/run.tail.txt; DIR=benchmarks/results/NAME makes it one of this repository's results (the
-# .log files stay out of git).
+# config.yaml and demo.db, and this prints each run's exit status, seconds and last lines.
+# .ci/setup prints nothing when it succeeds (pip -q with pip's warnings filtered, the venv and
+# the import check silent), so setup.log is its trace (bash -x), each line stamped with the
+# time, then the versions it installed. DIR is then a result folder (benchmarks/harness.py):
+# README.md (date, commit, this command, the machine, what was printed) and the last lines of
+# each log; DIR=benchmarks/results/NAME makes it one of this repository's results (the .log
+# files stay out of git).
 set -u
 n=${1:-5}
 out=$(mkdir -p "${2:-/tmp/qs}" && cd "${2:-/tmp/qs}" && pwd)
 src=$(cd "$(dirname "$0")/.." && pwd)
 work=${WORK:-$(mktemp -d)}
+# Each line read, after the UTC time it was read at.
+stamp() {
+  local line
+  while IFS= read -r line || [ -n "$line" ]; do printf '%s %s\n' "$(date -u +%T)" "$line"; done
+}
 clones() {
 for k in $(seq 1 "$n"); do
   dir=$out/$k
@@ -24,8 +31,11 @@ for k in $(seq 1 "$n"); do
   git rev-parse --short HEAD > "$out/commit.txt"  # the commit the clones ran, for the header
   echo "== clone $k at $(git rev-parse --short HEAD) $(date -u +%FT%TZ)"
   began=$(date +%s)
-  bash .ci/setup > "$dir/setup.log" 2>&1
-  echo "setup exit $? in $(( $(date +%s) - began )) s"
+  bash -x .ci/setup 2>&1 | stamp > "$dir/setup.log"
+  status=${PIPESTATUS[0]}
+  .venv/bin/python -m pip list --format=freeze 2>/dev/null \
+    | grep -i -E '^(torch|vllm[a-z_-]*|optuna|vllm-serve-tuner)==' >> "$dir/setup.log"
+  echo "setup exit $status in $(( $(date +%s) - began )) s" | tee -a "$dir/setup.log"
   began=$(date +%s)
   ( . .venv/bin/activate && tuner run --trace traces/azure-conv-peak.csv --study demo ) > "$dir/run.log" 2>&1
   echo "run exit $? in $(( $(date +%s) - began )) s"
