@@ -97,6 +97,18 @@ def test_results_hold_only_folders_of_results_and_no_scripts_logs_or_archives():
     assert unwanted == [], "scripts go to benchmarks/, raw logs become sections of files.md"
 
 
+def test_a_result_s_small_files_are_sections_of_its_files_page():
+    loose = [
+        str(p.relative_to(RESULTS))
+        for p in tracked(RESULTS)
+        if p.name.endswith(".tail.txt") or p.name in {"env.txt", "completion.json", "summary.txt"}
+    ]
+    assert loose == [], "a log's last lines, the environment, a completion: a section of files.md"
+    for page in RESULTS.rglob(harness.FILES):
+        assert (page.parent / "README.md").is_file(), f"{page}: beside no result's README"
+        assert sections(page.read_text()), f"{page}: no section"
+
+
 PAGES = [REPO / "benchmarks" / "README.md", *sorted(RESULTS.rglob("*.md"))]
 
 
