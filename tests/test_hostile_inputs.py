@@ -283,7 +283,28 @@ def test_the_engine_argument_check_is_skipped_where_vllm_cannot_say(
 
 # The hostile-input suite: each folder of tests/data/hostile/ holds a case's input files and its
 # case.yaml (the command, the exit code, the first line said). A case runs in a copy of its
-# folder, with the 40-request trace.csv where it brings none, offline from the model hub.
+# folder, with the 40-request trace.csv where it brings none, offline from the model hub. An
+# input too large to keep in the tree is written by the test: case.yaml's ``made`` names it,
+# and ``MADE`` how to make it.
+
+
+def big_mooncake(path: Path) -> Path:
+    """Two Mooncake records of 20,000 hash ids each: the first line is over 64 KiB (269,041
+    bytes in all)."""
+    records = (
+        {
+            "timestamp": 1000 * i,
+            "input_length": 10240,
+            "output_length": 8,
+            "hash_ids": list(range(20000 * i, 20000 * (i + 1))),
+        }
+        for i in range(2)
+    )
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path
+
+
+MADE = {"big.jsonl": big_mooncake}
 
 
 @pytest.mark.parametrize("case", sorted(p.name for p in CASES.iterdir()), ids=str)
@@ -294,6 +315,8 @@ def test_a_hostile_case_says_its_line_exits_its_code_and_writes_nothing(
     work = tmp_path / "work" / "here"
     shutil.copytree(CASES / case, work)
     (work / "case.yaml").unlink()
+    for name in expected.get("made", []):
+        MADE[name](work / name)
     if not (work / "trace.csv").exists():
         write_small_trace(work / "trace.csv")
     before = files_in(tmp_path)
@@ -319,7 +342,8 @@ def test_a_hostile_case_says_its_line_exits_its_code_and_writes_nothing(
 def test_a_trace_from_a_pipe_or_a_fifo_is_the_file_s_requests(tmp_path: Path) -> None:
     """``cat trace | tuner trace inspect -`` and a FIFO read every request the file holds."""
     shipped = REPO / "traces" / "azure-conv-peak.csv"
-    mooncake = CASES / "trace-first-record-over-64kib" / "big.jsonl"
+    mooncake = big_mooncake(tmp_path / "big.jsonl")
+    assert len(mooncake.read_text().splitlines()[0]) > 64 << 10
     for trace in (shipped, mooncake):
         figures = []
         fifo = tmp_path / f"{trace.stem}.fifo"
