@@ -1,7 +1,8 @@
 """Tables and plots of a GPU study that came back from the device machine.
 
     python benchmarks/gpu/report.py benchmarks/results/h100-story --name story \
-        --db tests/data/h100-story/study.db --out /tmp/h100-story
+        --db tests/data/h100-story/study.db --configs tests/data/h100-story/configs \
+        --out /tmp/h100-story
 
 Reads ``DIR/study.db`` (the Optuna study) and ``DIR/loop.jsonl`` (each iteration's wall time)
 and, if present, ``DIR/validate-*.json``; writes ``DIR/tables.md`` and PNG plots into ``DIR``
