@@ -376,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--result",
         metavar="NAME",
-        help="write the result to benchmarks/results/NAME/ (README.md, summary.txt, summary.json)",
+        help="write the result to benchmarks/results/NAME/ (README.md, summary.json)",
     )
     options = parser.parse_args(argv)
     logging.disable(logging.INFO)

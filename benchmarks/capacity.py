@@ -340,7 +340,7 @@ def main() -> None:
     parser.add_argument(
         "--result",
         metavar="NAME",
-        help="write the result to benchmarks/results/NAME/ (README.md, summary.txt)",
+        help="write the result to benchmarks/results/NAME/ (README.md)",
     )
     options = parser.parse_args()
 

@@ -1,9 +1,11 @@
 """A result of a benchmark, written as one folder of benchmarks/results/ (benchmarks/README.md,
 "Results"): ``README.md`` whose first lines are the date, tuner's commit, the command that reruns
-it and the machine, then what the script printed; a summary file (``summary.json`` for figures
-as data, ``summary.txt`` for the printed table); the study's database where a study ran
-(``study.db``); and the last lines of raw logs (``NAME.tail.txt``), the logs themselves staying
-out of git (benchmarks/results/.gitignore).
+it and the machine, then what the script printed; ``summary.json`` where its figures are data;
+the study's database where a study ran (``study.db``); and ``files.md``, the result's small
+files one section each under its name: the last lines of each raw log (``NAME.tail.txt``), the
+logs themselves staying out of git (benchmarks/results/.gitignore), and any file given whole
+(a YAML tuner wrote, an environment), which leaves the folder for its section. One file in
+place of many small ones: each would take a disk block of its own.
 
 From a script of benchmarks/ (``sys.path`` holds its folder)::
 
@@ -16,7 +18,7 @@ From a script of benchmarks/ (``sys.path`` holds its folder)::
 From a shell script, once its folder holds what the run wrote::
 
     python benchmarks/harness.py DIR --title "A title" --command "bash ..." \
-        [--summary FILE] [--db FILE] [--tail LOG ...] [--commit C] [--machine M]
+        [--summary FILE] [--db FILE] [--tail LOG ...] [--file FILE ...] [--commit C] [--machine M]
 
 Only the standard library: it runs on the device machines too, where tuner is a copied tree.
 """
@@ -28,8 +30,8 @@ import contextlib
 import io
 import json
 import os
+import re
 import shlex
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -42,6 +44,14 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 # The lines of a raw log a result keeps (its end: the run's outcome and its last errors).
 TAIL_LINES = 60
+# The result's small files, one section each (``files_page``).
+FILES = "files.md"
+FILES_INTRO = (
+    "Each section is one file of this result, under its name: the last lines of a raw log\n"
+    "(`NAME.tail.txt`), or a small file whole. [README.md](README.md) says what they are.\n"
+)
+# A section's code block is marked as its file's kind, where Markdown has a name for it.
+LANGUAGES = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".diff": "diff"}
 
 
 def git_commit(repo: Path = REPO) -> str:
@@ -114,12 +124,37 @@ def header(
     )
 
 
-def tail(log: Path, lines: int = TAIL_LINES) -> Path:
-    """``NAME.tail.txt`` beside ``log`` (``NAME.log``): its last ``lines`` lines."""
-    kept = log.read_text(errors="replace").splitlines(keepends=True)[-lines:]
-    out = log.with_name(log.name.removesuffix(".log") + ".tail.txt")
-    out.write_text("".join(kept))
-    return out
+def tail_name(log: Path) -> str:
+    """The name of ``log``'s (``NAME.log``'s) last lines: ``NAME.tail.txt``."""
+    return log.name.removesuffix(".log") + ".tail.txt"
+
+
+def tail(log: Path, lines: int = TAIL_LINES) -> str:
+    """The last ``lines`` lines of ``log``, as they are (a carriage return stays one)."""
+    text = log.read_bytes().decode(errors="replace")
+    return "".join(text.splitlines(keepends=True)[-lines:])
+
+
+def section(name: str, text: str) -> str:
+    """One file of ``files.md``: a heading of its name, then its text as a code block whose
+    fence is longer than any run of backticks in it. A text that does not end in a newline
+    ends in one here."""
+    if text and not text.endswith("\n"):
+        text += "\n"
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    language = LANGUAGES.get(Path(name).suffix, "text")
+    return f"## {name}\n\n{fence}{language}\n{text}{fence}\n"
+
+
+def anchor(name: str) -> str:
+    """The anchor of ``name``'s section in ``files.md`` (GitHub's, of its heading)."""
+    return re.sub(r"[^\w\- ]", "", name.strip().lower()).replace(" ", "-")
+
+
+def files_page(title: str, files: Sequence[tuple[str, str]], intro: str = FILES_INTRO) -> str:
+    """``files.md``: ``title``, ``intro``, then a section per (name, text) of ``files``."""
+    return f"# {title}\n\n{intro}" + "".join(f"\n{section(n, t)}" for n, t in files)
 
 
 def keep_study(db: Path, folder: Path, name: str = "study.db") -> Path:
@@ -147,15 +182,18 @@ def write_result(
     data: Any = None,
     study_db: Path | None = None,
     tails: Sequence[Path] = (),
+    files: Sequence[Path] = (),
     commit: str | None = None,
     on: str | None = None,
     when: datetime | None = None,
 ) -> Path:
     """Write the result folder ``folder``: README.md (the header, then ``printed`` as a block),
-    ``summary.txt`` (``printed``) where something was printed, ``summary.json`` (``data``)
-    where given, ``study.db`` from ``study_db`` and a tail of each log of ``tails``. Returns
-    the README. A README already there is replaced: a run into the same folder is a new result,
-    and the finding written below the header is written again for it."""
+    ``summary.json`` (``data``) where given, ``study.db`` from ``study_db``, and ``files.md``
+    where there are ``tails`` (a section of each log's last lines) or ``files`` (a section of
+    each whole, the file then removed: its section is its copy). A name is its path below
+    ``folder`` (``K/run.tail.txt``), else its own. Returns the README. A README already there
+    is replaced: a run into the same folder is a new result, and the finding written below the
+    header is written again for it."""
     folder.mkdir(parents=True, exist_ok=True)
     readme = folder / "README.md"
     top = header(
@@ -167,18 +205,31 @@ def write_result(
     )
     body = ""
     if printed:
-        (folder / "summary.txt").write_text(printed)
-        body += f"\nWhat it printed ([summary.txt](summary.txt)):\n\n```\n{printed.rstrip()}\n```\n"
+        body += f"\nWhat it printed:\n\n```\n{printed.rstrip()}\n```\n"
     if data is not None:
         (folder / "summary.json").write_text(json.dumps(data, indent=1) + "\n")
         body += "\nThe figures as data: [summary.json](summary.json).\n"
     if study_db is not None:
         keep_study(study_db, folder)
         body += "\nThe study: `study.db` (`optuna-dashboard sqlite:///study.db`).\n"
-    for log in tails:
-        body += f"\nThe last lines of `{log.name}`: `{tail(log).name}`.\n"
+    sections = [(_named(log.with_name(tail_name(log)), folder), tail(log)) for log in tails]
+    sections += [(_named(f, folder), f.read_bytes().decode(errors="replace")) for f in files]
+    if sections:
+        (folder / FILES).write_text(files_page(f"{title}: its files", sections))
+        for f in files:
+            f.unlink()
+        listed = ", ".join(f"[{n}]({FILES}#{anchor(n)})" for n, _ in sections)
+        body += f"\nIts files ([{FILES}]({FILES})): {listed}.\n"
     readme.write_text(top + body)
     return readme
+
+
+def _named(path: Path, folder: Path) -> str:
+    """``path`` as a section's name: below ``folder`` where it is there, else its own name."""
+    try:
+        return path.resolve().relative_to(folder.resolve()).as_posix()
+    except ValueError:
+        return path.name
 
 
 class Printed(contextlib.AbstractContextManager["Printed"]):
@@ -222,13 +273,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--summary", type=Path, help="a file of what the run printed")
     parser.add_argument("--db", type=Path, help="the study's SQLite database")
     parser.add_argument("--tail", type=Path, nargs="*", default=[], help="raw logs to tail")
+    parser.add_argument(
+        "--file",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="small files kept whole as sections of files.md (and removed from the folder)",
+    )
     parser.add_argument("--commit", help="tuner's commit (default: git's, of this checkout)")
     parser.add_argument("--machine", help="the machine (default: nvidia-smi's GPUs, or the CPU)")
     args = parser.parse_args(argv)
     printed = args.summary.read_text() if args.summary else ""
-    if args.summary and args.summary.resolve() != (args.folder / "summary.txt").resolve():
-        args.folder.mkdir(parents=True, exist_ok=True)
-        shutil.copy(args.summary, args.folder / "summary.txt")
     readme = write_result(
         args.folder,
         args.title,
@@ -236,6 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         printed,
         study_db=args.db,
         tails=[log for log in args.tail if log.is_file()],
+        files=[f for f in args.file if f.is_file()],
         commit=args.commit,
         on=args.machine,
     )

@@ -15,7 +15,9 @@ exact p, and the verdict.
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import optuna
@@ -85,10 +87,24 @@ def _listed(values: list[float]) -> str:
     return "[" + ", ".join(f"{v:.4g}" for v in values) + "]"
 
 
-def main(argv: list[str]) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python benchmarks/rejudge.py",
+        description=__doc__.split("\n\n")[0].replace("\n", " "),
+    )
+    parser.add_argument(
+        "db",
+        nargs="*",
+        help="SQLite study files to judge (default: every *.db under benchmarks/results)",
+    )
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    # SQLite would create a file that is not there: a mistyped path is refused instead.
+    missing = [a for a in args.db if not Path(a).is_file()]
+    if missing:
+        parser.error(f"no such file: {', '.join(missing)}")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    paths = [Path(a).resolve() for a in argv] or sorted(RESULTS.rglob("*.db"))
-    print(f"$ python benchmarks/rejudge.py {' '.join(argv)}".rstrip())
+    paths = [Path(a).resolve() for a in args.db] or sorted(RESULTS.rglob("*.db"))
+    print(f"$ python benchmarks/rejudge.py {' '.join(args.db)}".rstrip())
     for path in paths:
         try:
             for line in judge(path):
@@ -99,4 +115,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main())

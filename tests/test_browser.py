@@ -3,10 +3,10 @@ HTML page of ``tuner report``.
 
 Headless Chromium (the Debian package ``chromium``, which ``.ci/setup --tests`` installs) loads
 each page and prints its DOM after the page's scripts ran (``--dump-dom``, with virtual time to
-let them finish), or takes a screenshot. The study is ``tests/data/cpu-demo.db`` (a copy of
-``benchmarks/results/cpu-demo/cpu-demo.db``), written by a real ``tuner run`` of the quick
-start, copied. Screenshots go to ``$TUNER_SCREENSHOTS`` when set (``benchmarks/results/cpu-demo``
-keeps the ones taken for the docs), else to the test's temporary folder.
+let them finish), or takes a screenshot. The study is ``benchmarks/results/cpu-demo/cpu-demo.db``,
+written by a real ``tuner run`` of the quick start, copied. Screenshots go to
+``$TUNER_SCREENSHOTS`` when set (``benchmarks/results/cpu-demo`` keeps the ones taken for the
+docs), else to the test's temporary folder.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from tuner.engine.local import free_port
 from tuner.report.build import write_report
 from tuner.study.trials.search import open_study
 
-DEMO_DB = REPO / "tests" / "data" / "cpu-demo.db"
+DEMO_DB = REPO / "benchmarks" / "results" / "cpu-demo" / "cpu-demo.db"
 # The configuration the run of DEMO_DB wrote (``configs/demo.yaml`` then).
 DEMO_CONFIG = REPO / "tests" / "data" / "cpu-demo.yaml"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

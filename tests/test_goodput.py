@@ -33,7 +33,10 @@ from tuner.engine.dummy_model import write_model
 from tuner.errors import SpecError
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, ReplayResult, RequestResult
+from tuner.report import rate_plot
 from tuner.report.build import HTML_NAME
+from tuner.report.presenters import presenter_of
+from tuner.report.rate_plot import key
 from tuner.study.capacity.probes import (
     CapacitySettings,
     capacity_score,
@@ -53,6 +56,7 @@ from tuner.study.measure.judge import (
 from tuner.study.measure.trial import TrialOutcome, TrialSetup
 from tuner.study.plan.spec import DEFAULT_SPEC, parse_spec
 from tuner.study.setup.objective import (
+    CAPACITY_OBJECTIVE,
     GOODPUT_OBJECTIVE,
     OBJECTIVES,
     of_spec,
@@ -231,10 +235,22 @@ def goodput_outcome(rate: float, share: float = 0.9) -> TrialOutcome:
     )  # fmt: skip
 
 
-def test_a_goodput_study_is_written_and_reported_as_goodput(tmp_path, cpu_model, capsys):
+def test_a_goodput_study_is_written_and_reported_as_goodput(
+    tmp_path, cpu_model, capsys, monkeypatch
+):
     """A scripted goodput study (the baseline, then a configuration of more goodput): ``tuner
     run`` says its goodput and writes it into the YAML header; ``tuner report`` leads with it and
-    draws the share of requests within every SLO against offered rate."""
+    draws the share of requests within every SLO against offered rate, its key in goodput's
+    words."""
+    legends: list[str] = []
+    saved = rate_plot.save
+
+    def keep_legends(fig, path):
+        for legend in fig.legends:
+            legends.extend(t.get_text() for t in [legend.get_title(), *legend.get_texts()])
+        return saved(fig, path)
+
+    monkeypatch.setattr(rate_plot, "save", keep_legends)
     spec_raw = {
         "model": str(cpu_model),
         "dummy_model": None,
@@ -288,6 +304,17 @@ def test_a_goodput_study_is_written_and_reported_as_goodput(tmp_path, cpu_model,
     assert "requests within every SLO (share), TTFT p95" in page
     assert "the star is the configuration's goodput" in page
     assert (report / "rates.png").read_bytes().startswith(b"\x89PNG")
+    assert "goodput (highest rate with enough requests within every SLO)" in legends, legends
+    assert "configurations, highest goodput first" in legends, legends
+    assert not [text for text in legends if "capacity" in text], legends
+
+
+def test_the_rate_figure_s_key_names_each_objective_s_star():
+    assert key(presenter_of(GOODPUT_OBJECTIVE))[1][3] == (
+        "goodput (highest rate with enough requests within every SLO)"
+    )
+    assert key(presenter_of(CAPACITY_OBJECTIVE))[1][3] == "capacity (highest rate passed)"
+    assert key()[1] == key(presenter_of(CAPACITY_OBJECTIVE))[1]
 
 
 def test_the_command_line_offers_every_objective(tmp_path, capsys):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -37,7 +36,7 @@ from tuner.traces.table import MAX_SPAN_S
 from tuner.urls import shown_url
 
 VLLM = vllm_version()
-CASES = Path(__file__).parent / "data" / "hostile"
+CASES = yaml.safe_load((Path(__file__).parent / "data" / "hostile.yaml").read_text())
 SECRET = "hunter2"
 """The password every case's URLs carry: it must appear in no output and no file."""
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -281,19 +280,52 @@ def test_the_engine_argument_check_is_skipped_where_vllm_cannot_say(
     assert os.listdir(env["XDG_CACHE_HOME"]) == []
 
 
-# The hostile-input suite: each folder of tests/data/hostile/ holds a case's input files and its
-# case.yaml (the command, the exit code, the first line said). A case runs in a copy of its
-# folder, with the 40-request trace.csv where it brings none, offline from the model hub.
+# The hostile-input suite: each case of tests/data/hostile.yaml is a command, its exit code, the
+# first line said and the input files it brings (``files``, their text; ``utf16`` those written
+# in UTF-16). A case runs in a folder of its files, with the 40-request trace.csv where it
+# brings none, offline from the model hub. An input too large to keep in the tree is written by
+# the test: the case's ``made`` names it, and ``MADE`` how to make it.
 
 
-@pytest.mark.parametrize("case", sorted(p.name for p in CASES.iterdir()), ids=str)
+def big_mooncake(path: Path) -> Path:
+    """Two Mooncake records of 20,000 hash ids each: the first line is over 64 KiB (269,041
+    bytes in all)."""
+    records = (
+        {
+            "timestamp": 1000 * i,
+            "input_length": 10240,
+            "output_length": 8,
+            "hash_ids": list(range(20000 * i, 20000 * (i + 1))),
+        }
+        for i in range(2)
+    )
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path
+
+
+MADE = {"big.jsonl": big_mooncake}
+
+
+def write_inputs(case: dict[str, Any], work: Path) -> None:
+    """The case's input files in ``work``: as its text, or UTF-16 (little-endian, after a byte
+    order mark) where ``utf16`` names the file; then those it ``made``."""
+    for name, text in case.get("files", {}).items():
+        path = work / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        utf16 = name in case.get("utf16", [])
+        path.write_bytes(("\ufeff" + text).encode("utf-16-le") if utf16 else text.encode())
+    for name in case.get("made", []):
+        MADE[name](work / name)
+
+
+@pytest.mark.parametrize("case", sorted(CASES), ids=str)
 def test_a_hostile_case_says_its_line_exits_its_code_and_writes_nothing(
     case: str, tmp_path: Path
 ) -> None:
-    expected = yaml.safe_load((CASES / case / "case.yaml").read_text())
+    expected = CASES[case]
     work = tmp_path / "work" / "here"
-    shutil.copytree(CASES / case, work)
-    (work / "case.yaml").unlink()
+    work.mkdir(parents=True)
+    write_inputs(expected, work)
     if not (work / "trace.csv").exists():
         write_small_trace(work / "trace.csv")
     before = files_in(tmp_path)
@@ -319,7 +351,8 @@ def test_a_hostile_case_says_its_line_exits_its_code_and_writes_nothing(
 def test_a_trace_from_a_pipe_or_a_fifo_is_the_file_s_requests(tmp_path: Path) -> None:
     """``cat trace | tuner trace inspect -`` and a FIFO read every request the file holds."""
     shipped = REPO / "traces" / "azure-conv-peak.csv"
-    mooncake = CASES / "trace-first-record-over-64kib" / "big.jsonl"
+    mooncake = big_mooncake(tmp_path / "big.jsonl")
+    assert len(mooncake.read_text().splitlines()[0]) > 64 << 10
     for trace in (shipped, mooncake):
         figures = []
         fifo = tmp_path / f"{trace.stem}.fifo"

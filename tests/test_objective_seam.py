@@ -128,6 +128,29 @@ def test_the_report_asks_its_presenter_not_the_objectives_flags(module: str) -> 
     assert not read, f"tuner/{module}: lines {read} read searches_rates: ask presenter_of"
 
 
+# The scripts of benchmarks/ that draw or tabulate a study through tuner.report, as the page does.
+BENCHMARKS = PACKAGE.parent / "benchmarks"
+REPORTING = sorted(
+    path.relative_to(BENCHMARKS).as_posix()
+    for path in BENCHMARKS.rglob("*.py")
+    if "tuner.report" in path.read_text()
+)
+
+
+def test_the_benchmarks_that_report_are_found() -> None:
+    assert "gpu/report.py" in REPORTING
+
+
+@pytest.mark.parametrize("script", REPORTING)
+def test_a_benchmark_that_reports_asks_the_presenter_too(script: str) -> None:
+    read = [
+        node.lineno
+        for node in ast.walk(ast.parse((BENCHMARKS / script).read_text()))
+        if isinstance(node, ast.Attribute) and node.attr == "searches_rates"
+    ]
+    assert not read, f"benchmarks/{script}: lines {read} read searches_rates: ask presenter_of"
+
+
 @pytest.mark.parametrize("module", MODULES)
 def test_no_module_tests_which_objective_it_is(module: str) -> None:
     found = mode_checks(TREES[module])

@@ -2,8 +2,8 @@
 
 The studies are real Optuna studies in SQLite: one filled by ``run_study`` with a stand-in trial
 runner (the ``runner`` seam) whose outcomes are scripted, one of every kind; and the committed
-``tests/data/cpu-demo.db`` (a copy of ``benchmarks/results/cpu-demo/cpu-demo.db``), written by
-a real ``tuner run`` of the quick start.
+``benchmarks/results/cpu-demo/cpu-demo.db``, written by a real ``tuner run`` of the quick start
+(read there, never written: a test copies it first).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from tuner.study.plan.spec import parse_spec
 from tuner.study.setup.objective import SCORE_NAME
 from tuner.study.trials.search import load_existing, open_study, run_study
 
-DEMO_DB = REPO / "tests" / "data" / "cpu-demo.db"
+DEMO_DB = REPO / "benchmarks" / "results" / "cpu-demo" / "cpu-demo.db"
 # The configuration the run of DEMO_DB wrote.
 DEMO_CONFIG = REPO / "tests" / "data" / "cpu-demo.yaml"
 CAPTURE = "compilation-config.max_cudagraph_capture_size"

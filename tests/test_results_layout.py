@@ -1,6 +1,7 @@
 """benchmarks/results/ in one layout: a folder per result whose README.md names the date, the
 commit and the command that reruns it; no loose pages, scripts, raw logs or archives beside
-them; every relative link of those pages and of benchmarks/README.md resolves. And
+them; a result's small files (the logs' last lines) are sections of its ``files.md``; every
+relative link of those pages and of benchmarks/README.md resolves. And
 ``benchmarks/harness.py``, which the benchmark scripts write their results with, writes that
 layout.
 """
@@ -93,7 +94,19 @@ def test_results_hold_only_folders_of_results_and_no_scripts_logs_or_archives():
         for p in tracked(RESULTS)
         if RAW.search(p.name) or p.suffix in {".py", ".sh"}
     ]
-    assert unwanted == [], "scripts go to benchmarks/, raw logs become NAME.tail.txt"
+    assert unwanted == [], "scripts go to benchmarks/, raw logs become sections of files.md"
+
+
+def test_a_result_s_small_files_are_sections_of_its_files_page():
+    loose = [
+        str(p.relative_to(RESULTS))
+        for p in tracked(RESULTS)
+        if p.name.endswith(".tail.txt") or p.name in {"env.txt", "completion.json", "summary.txt"}
+    ]
+    assert loose == [], "a log's last lines, the environment, a completion: a section of files.md"
+    for page in RESULTS.rglob(harness.FILES):
+        assert (page.parent / "README.md").is_file(), f"{page}: beside no result's README"
+        assert sections(page.read_text()), f"{page}: no section"
 
 
 PAGES = [REPO / "benchmarks" / "README.md", *sorted(RESULTS.rglob("*.md"))]
@@ -117,11 +130,20 @@ def a_study(path: Path) -> Path:
     return path
 
 
+def sections(page: str) -> dict[str, str]:
+    """The sections of a ``files.md``: each heading's name and its code block's text."""
+    found = re.findall(r"^## ([^\n]+)\n\n(`{3,})\w*\n(.*?)^\2$", page, flags=re.S | re.M)
+    return {name: text for name, _, text in found}
+
+
 def test_the_harness_writes_a_result_folder(tmp_path):
     log = tmp_path / "run.log"
     log.write_text("".join(f"line {i}\n" for i in range(100)))
     db = a_study(tmp_path / "work.db")
     folder = tmp_path / "results" / "demo"
+    folder.mkdir(parents=True)
+    config = folder / "config.yaml"
+    config.write_text("max-num-seqs: 8\n# ```a fence inside```\n")
     when = datetime(2026, 12, 3, 11, 40, tzinfo=UTC)
     readme = harness.write_result(
         folder,
@@ -131,6 +153,7 @@ def test_the_harness_writes_a_result_folder(tmp_path):
         data=[{"n": 2, "value": 0.5}],
         study_db=db,
         tails=[log],
+        files=[config],
         commit="1234abc+changes",
         on="AMD EPYC, 2 cores",
         when=when,
@@ -144,13 +167,25 @@ def test_the_harness_writes_a_result_folder(tmp_path):
         "- Command: `python benchmarks/x.py --n 2`",
         "- Machine: AMD EPYC, 2 cores",
     ]
-    assert "2  0.5" in readme.read_text()
-    assert (folder / "summary.txt").read_text() == "n  value\n2  0.5\n"
+    assert "n  value\n2  0.5\n```" in readme.read_text()  # what it printed, in the README only
     assert json.loads((folder / "summary.json").read_text()) == [{"n": 2, "value": 0.5}]
     kept = optuna.load_study(study_name="s", storage=f"sqlite:///{folder / 'study.db'}")
     assert len(kept.trials) == 2
-    tail = (tmp_path / "run.tail.txt").read_text().splitlines()
-    assert tail == [f"line {i}" for i in range(40, 100)]
+    # One files.md of the small files, each a section under its name; a file given whole left
+    # the folder for it, a log stays where it was (out of git).
+    page = (folder / "files.md").read_text()
+    assert sections(page) == {
+        "run.tail.txt": "".join(f"line {i}\n" for i in range(40, 100)),
+        "config.yaml": "max-num-seqs: 8\n# ```a fence inside```\n",
+    }
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "README.md",
+        "files.md",
+        "study.db",
+        "summary.json",
+    ]
+    assert log.exists() and not (tmp_path / "run.tail.txt").exists()
+    assert "[run.tail.txt](files.md#runtailtxt)" in readme.read_text()
     assert commands(readme.read_text()) and commits(readme.read_text())
 
 
@@ -183,7 +218,8 @@ def test_the_harness_command_line_writes_the_folder_a_shell_script_filled(tmp_pa
     text = (folder / "README.md").read_text()
     assert f"- Command: `{command}`" in text and "- Machine: M" in text
     assert DATE.search(text) and "run exit 0 in 12 s" in text
-    assert (folder / "1" / "run.tail.txt").read_text() == "run exit 0 in 12 s\n"
+    assert sections((folder / "files.md").read_text()) == {"1/run.tail.txt": "run exit 0 in 12 s\n"}
+    assert "[1/run.tail.txt](files.md#1runtailtxt)" in text
 
 
 def test_the_machine_is_named():

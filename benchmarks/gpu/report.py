@@ -1,7 +1,8 @@
 """Tables and plots of a GPU study that came back from the device machine.
 
     python benchmarks/gpu/report.py benchmarks/results/h100-story --name story \
-        --db tests/data/h100-story/study.db --out /tmp/h100-story
+        --db tests/data/h100-story/study.db --configs tests/data/h100-story/configs \
+        --out /tmp/h100-story
 
 Reads ``DIR/study.db`` (the Optuna study) and ``DIR/loop.jsonl`` (each iteration's wall time)
 and, if present, ``DIR/validate-*.json``; writes ``DIR/tables.md`` and PNG plots into ``DIR``
@@ -24,6 +25,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.report import (
     MOST_CURVES,
+    RATES,
+    RATES_FIGURE,
     StudyReport,
     curves,
     plot_cost,
@@ -31,6 +34,7 @@ from tuner.report import (
     plot_landscape,
     plot_rates,
     plot_trials,
+    presenter_of,
     read_report,
     rows_of,
     searched_parameters,
@@ -262,12 +266,13 @@ def rates_plot(
     report: StudyReport, numbers: list[int] | None, slos: dict[str, float], path: Path
 ) -> Path | None:
     """``tuner report``'s latency against offered rate (``tuner.report.build``): of the trials
-    ``numbers`` only, else of those it chooses."""
+    ``numbers`` only, else of those it chooses; in the words of the study's presenter."""
     if numbers is None:
         rows, most = report.rows, MOST_CURVES
     else:
         rows, most = tuple(r for r in report.rows if r.number in numbers), len(numbers)
-    return plot_rates(curves(rows, report.parameters, slos, most), slos, path)
+    drawn = curves(rows, report.parameters, slos, most)
+    return plot_rates(drawn, slos, path, presenter_of(report.objective))
 
 
 def plots(trials: list[FrozenTrial], out: Path, slos: dict[str, float] | None) -> list[str]:
@@ -320,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     # The trial tuner writes (tuner.study.result.choice.choose, through tuner report's reading): the
     # median measurement of the feasible configuration with the best median.
     report = read_report(args.name, storage, args.configs or args.dir / "configs")
-    capacity = report.objective.searches_rates
+    # What the study shows follows from its objective, as tuner report's page asks it: the
+    # rates each trial measured (the capacity table) and latency against offered rate.
+    shown = presenter_of(report.objective)
     best = report.chosen if report.meets_slos else None
     written = report.configuration.trial if report.configuration else None
     if report.configuration and report.configuration.written and written != report.chosen:
@@ -335,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
 
         slos = dict(load_spec(args.spec).slos)
     lines = []
-    if capacity:
+    if RATES in shown.rows:
         workload = study.user_attrs.get("workload", {})
         window_s, requests = workload.get("window_s"), workload.get("requests")
         peak = requests / window_s if window_s and requests else None
@@ -347,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     if docs:
         lines += ["### Validation", "", *validation_table(docs), ""]
     pngs = plots(trials, out, slos)
-    if capacity:
+    if RATES_FIGURE in shown.figures:
         limits = slos if slos is not None else slo_limits(report.rows)
         numbers = [int(n) for n in args.rates.split(",")] if args.rates else None
         drawn = rates_plot(report, numbers, limits, out / "rates.png")

@@ -6,8 +6,9 @@
 #   OUT=... bash benchmarks/gpu/user_capacity.sh wait SECONDS
 #                                                  follow it until it ends or SECONDS pass,
 #                                                  then copy the study, log and YAML to $OUT,
-#                                                  a result folder (README.md's header, each
-#                                                  log's tail: benchmarks/harness.py)
+#                                                  a result folder (README.md's header; each
+#                                                  log's tail, the YAML and the environment in
+#                                                  files.md: benchmarks/harness.py)
 #   bash benchmarks/gpu/user_capacity.sh more N SECONDS
 #                                                  once it ended: continue the same study
 #                                                  detached, as a user continues one (`tuner run
@@ -92,10 +93,11 @@ copy_out() {
     grep -v -E 'nanobind|leaked |skipped remainder' "$log" | tail -n 8
   done > "$out/tails.txt"
   tar cJf "$out/runs.tar.xz" -C "$root/work" $(cd "$root/work" && ls -d runs ab 2>/dev/null)
-  # $OUT as a result folder (benchmarks/harness.py): README.md's header, the logs' last lines.
+  # $OUT as a result folder (benchmarks/harness.py): README.md's header, and files.md: the logs'
+  # last lines, the engines' tails, the environment and the YAML, one section each.
   python3 "$here/../harness.py" "$out" --title "A capacity study as a user runs it" \
     --command "$(cat "$root/command.txt" 2>/dev/null)" --commit "$(cat "$src/COMMIT" 2>/dev/null || echo unknown)" \
-    --tail "$out"/*.log > /dev/null
+    --tail "$out"/*.log --file "$out"/env.txt "$out"/prod.yaml "$out"/config.yaml "$out"/tails.txt > /dev/null
 }
 
 # The command that started the study: the variables this script reads that were set, then it.

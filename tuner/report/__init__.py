@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         slo_limits,
     )
     from tuner.report.plots import plot_cost, plot_history, plot_landscape, plot_trials
+    from tuner.report.presenters import RATES, RATES_FIGURE, presenter_of
     from tuner.report.rate_curves import MOST_CURVES, curves
     from tuner.report.rate_plot import plot_rates
 
@@ -38,6 +39,8 @@ _FACE = {
     "FEASIBLE": "tuner.report.data",
     "INTERRUPTED": "tuner.report.data",
     "MOST_CURVES": "tuner.report.rate_curves",
+    "RATES": "tuner.report.presenters",
+    "RATES_FIGURE": "tuner.report.presenters",
     "RUNNING": "tuner.report.data",
     "StudyReport": "tuner.report.data",
     "TrialRow": "tuner.report.data",
@@ -48,6 +51,7 @@ _FACE = {
     "plot_landscape": "tuner.report.plots",
     "plot_rates": "tuner.report.rate_plot",
     "plot_trials": "tuner.report.plots",
+    "presenter_of": "tuner.report.presenters",
     "read_report": "tuner.report.build",
     "row_of": "tuner.report.data",
     "rows_of": "tuner.report.data",
@@ -59,6 +63,8 @@ __all__ = [
     "FEASIBLE",
     "INTERRUPTED",
     "MOST_CURVES",
+    "RATES",
+    "RATES_FIGURE",
     "RUNNING",
     "StudyReport",
     "TrialRow",
@@ -69,6 +75,7 @@ __all__ = [
     "plot_landscape",
     "plot_rates",
     "plot_trials",
+    "presenter_of",
     "read_report",
     "row_of",
     "rows_of",

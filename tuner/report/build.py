@@ -127,8 +127,9 @@ def read_configuration(path: Path, name: str, chosen: FrozenTrial) -> Configurat
 
 def _rates(report: StudyReport, path: Path) -> Path | None:
     """Latency against offered rate, with the panels the study's presenter draws first."""
-    drawn = rate_curves_of(report, presenter_of(report.objective).rate_panels)
-    return plot_rates(drawn, rate_limits(report), path)
+    shown = presenter_of(report.objective)
+    drawn = rate_curves_of(report, shown.rate_panels)
+    return plot_rates(drawn, rate_limits(report), path, shown)
 
 
 FIGURES: tuple[tuple[str, Callable[[StudyReport, Path], Path | None]], ...] = (

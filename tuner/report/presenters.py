@@ -48,8 +48,11 @@ class Presenter:
     figures: ClassVar[tuple[str, ...]] = (LANDSCAPE, TRIALS, HISTORY, COST)
     # The rate figure's panels drawn before the latencies (a figure of the rate points).
     rate_panels: ClassVar[tuple[str, ...]] = ()
-    # What the rate figure's star marks.
+    # What the rate figure's star marks; and the same in the figure's key, in a few words.
     star: ClassVar[str] = ""
+    star_key: ClassVar[str] = ""
+    # The study's value, as the rate figure's configurations are ordered by it.
+    what: ClassVar[str] = "score"
 
     def meets(self, value: float, figures: Mapping[str, Any]) -> str:
         """What the chosen configuration (its value ``value``, its ``figures``) does, in the
@@ -79,6 +82,7 @@ class RatePresenter(Presenter):
     rows = (VALUE, RATES, FIGURES)
     figures = (RATES_FIGURE, *Presenter.figures)
     star = "the configuration's capacity, the highest rate at which it met every SLO"
+    star_key = "capacity (highest rate passed)"
     what = "capacity"
 
     def meets(self, value: float, figures: Mapping[str, Any]) -> str:
@@ -106,6 +110,7 @@ class GoodputPresenter(RatePresenter):
         "the configuration's goodput, the highest rate at which enough of its requests met every "
         "SLO"
     )
+    star_key = "goodput (highest rate with enough requests within every SLO)"
     what = "goodput"
 
     def meets(self, value: float, figures: Mapping[str, Any]) -> str:

@@ -4,7 +4,9 @@ Draws the curves ``tuner.report.rate_curves`` chose, one panel per metric (TTFT 
 the helpers and conventions of ``tuner.report.plots``: a rate that passed is a filled circle,
 one that missed an SLO a cross, one stopped early a hollow triangle (its figures are lower
 bounds, as a pruned trial's are); the star is the configuration's capacity; an SLO is dashed
-where near the curves, named at the axis's edge where far off.
+where near the curves, named at the axis's edge where far off. The key's words for the star and
+the order of the configurations are the study's presenter's (``tuner.report.presenters``):
+capacity, or goodput.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from tuner.report.plots import (
     scale_of,
     set_value_axis,
 )
+from tuner.report.presenters import RATE_PRESENTER, Presenter
 from tuner.report.rate_curves import MISSED, PASSED, STOPPED, Curve, CurveSet
 
 # How each kind of point is drawn, in the curve's colour; and its entry in the key.
@@ -96,8 +99,9 @@ def _panel(ax: Any, drawn: CurveSet, colours: list[str], metric: str, slo: float
     ax.set_ylabel(label_of(metric))
 
 
-def _key() -> tuple[list[Any], list[str]]:
-    """The legend of the markers, in grey: what a point, the star and the dashed line mean."""
+def key(shown: Presenter = RATE_PRESENTER) -> tuple[list[Any], list[str]]:
+    """The legend of the markers, in grey: what a point, the star (``shown``'s words) and the
+    dashed line mean."""
     from matplotlib.lines import Line2D
 
     handles = [
@@ -116,15 +120,18 @@ def _key() -> tuple[list[Any], list[str]]:
             markeredgecolor="black",
         )
     )
-    labels.append("capacity (highest rate passed)")
+    labels.append(shown.star_key)
     handles.append(Line2D([], [], color="grey", linestyle="--", lw=1))
     labels.append("SLO")
     return handles, labels
 
 
-def plot_rates(drawn: CurveSet, slos: Mapping[str, float], path: Path) -> Path | None:
+def plot_rates(
+    drawn: CurveSet, slos: Mapping[str, float], path: Path, shown: Presenter = RATE_PRESENTER
+) -> Path | None:
     """Each drawn configuration's latencies against the offered rate, the key above the panels
-    and the configurations below them; None if there is none."""
+    and the configurations below them, in the words of the study's presenter ``shown``; None if
+    there is none."""
     if not drawn.curves:
         return None
     panels = len(drawn.metrics)
@@ -134,16 +141,16 @@ def plot_rates(drawn: CurveSet, slos: Mapping[str, float], path: Path) -> Path |
     colours = _colours(drawn.curves)
     for ax, metric in zip(axes[0], drawn.metrics, strict=True):
         _panel(ax, drawn, colours, metric, slos.get(metric))
-    key_handles, key_labels = _key()
+    key_handles, key_labels = key(shown)
     fig.legend(
         key_handles, key_labels, loc="outside upper center", ncols=len(key_labels), fontsize=8
     )
     # The configurations' lines; the SLO is in the key above.
     named = zip(*axes[0][0].get_legend_handles_labels(), strict=True)
     lines = [(handle, text) for handle, text in named if text != SLO_LABEL]
-    title = "configurations, highest capacity first"
+    title = f"configurations, highest {shown.what} first"
     if drawn.left_out:
-        title += f"; {len(drawn.left_out)} more left out, of less capacity"
+        title += f"; {len(drawn.left_out)} more left out, of less {shown.what}"
     fig.legend(
         [handle for handle, _ in lines],
         [text for _, text in lines],
