@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import resource
 import signal
 import threading
 import time
@@ -24,6 +23,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from tuner.load.event_loop import loop_factory, open_files
 from tuner.load.http import Clock, ReplaySettings, make_client, send
 from tuner.load.metrics import LiveRequest, ReplayResult, RequestResult
 from tuner.load.observe import Lateness, Observed, observing
@@ -299,13 +299,7 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     (a stream read) uvloop logs the exception, drops that one connection and goes on.
     """
     open_files()
-    try:
-        import uvloop
-    except ImportError:
-        factory = None
-    else:
-        factory = uvloop.new_event_loop
-    with asyncio.Runner(loop_factory=factory) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         try:
             return runner.run(_stopped_by_sigterm(main))
         except _Terminated:
@@ -346,20 +340,3 @@ async def _stopped_by_sigterm(main: Coroutine[Any, Any, T]) -> T:
     if terminated:  # a replay that took the cancellation as a stop, and returned
         raise _Terminated
     return result
-
-
-# Open files a replay asks to be allowed, where the system's hard limit lets it: one connection
-# per request in flight, and a window or its priming can hold thousands (many systems allow a
-# process 1,024 unless it asks; vLLM's own server asks for 65,535).
-OPEN_FILES = 65_536
-
-
-def open_files() -> int:
-    """Raise this process's limit of open files (its soft ``RLIMIT_NOFILE``) to ``OPEN_FILES``
-    or the hard limit, whichever is lower, where it is below; the limit now (-1: unlimited)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = OPEN_FILES if hard == resource.RLIM_INFINITY else min(OPEN_FILES, hard)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]

@@ -35,7 +35,6 @@ import asyncio
 import hashlib
 import json
 import os
-import resource
 import signal
 import socket
 import subprocess
@@ -48,6 +47,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
+
+from tuner.load.event_loop import loop_factory, open_files
 
 _EVENT = (
     b'{"id":"cmpl-standin","object":"text_completion","created":0,"model":"standin",'
@@ -290,26 +291,14 @@ async def serve(
             server.close()
 
 
-# Open files the stand-in asks to be allowed, where the hard limit lets it: a connection is one.
-OPEN_FILES = 65_536
-
-
 def run(main: Coroutine[Any, Any, None]) -> None:
     """Run ``main`` on uvloop's event loop where it is installed (a faster stand-in, not a
-    different one), else asyncio's, once this process may open ``OPEN_FILES`` files (or as
-    many as its hard limit allows). Ctrl-C raises ``KeyboardInterrupt``. The stand-in imports
-    nothing of tuner's, so that it starts as fast as a bare interpreter with PyYAML."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = OPEN_FILES if hard == resource.RLIM_INFINITY else min(OPEN_FILES, hard)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-    try:
-        import uvloop
-    except ImportError:
-        factory = None
-    else:
-        factory = uvloop.new_event_loop
-    with asyncio.Runner(loop_factory=factory) as runner:
+    different one), else asyncio's, once this process may open as many files as a replay may
+    (``tuner.load.event_loop``: a connection is one). Ctrl-C raises ``KeyboardInterrupt``. Of
+    tuner's, the stand-in imports that module alone (the standard library's), so that it starts
+    as fast as a bare interpreter with PyYAML."""
+    open_files()
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(main)
 
 
