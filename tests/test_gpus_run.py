@@ -40,28 +40,30 @@ NVIDIA_SMI = "#!/bin/sh\n" + "".join(
 )
 
 
+def on_two_gpus(tmp_path: Path, stand_in_vllm: dict[str, str], marker: str) -> dict[str, str]:
+    """The environment of a run on the two GPUs ``NVIDIA_SMI`` lists (a stand-in ``nvidia-smi``
+    first on ``PATH``), its servers the stand-in, its processes marked with ``marker``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(NVIDIA_SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {**stand_in_vllm, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", MARKER: marker}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
 def test_two_gpus_run_one_worker_each_and_confirm_on_one(
     tmp_path: Path, cpu_model: Path, stand_in_vllm: dict[str, str]
 ) -> None:
     """Each trial records the GPU its worker was given, and its server saw that GPU; no two
     trials measure one configuration at once; the confirmation's fresh measurements are all on
     GPU 0; the run ends with the study's result, as on one GPU."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(NVIDIA_SMI)
-    (bin_dir / "nvidia-smi").chmod(0o755)
     spec = cpu_spec(cpu_model, window_s=2, time_scale=1, n_trials=5)
     spec |= {"confirm_top_k": 1, "confirm_repeats": 1}
     write_spec(tmp_path / "spec.yaml", spec)
     write_small_trace(tmp_path / "trace.csv")
     marker = uuid.uuid4().hex
-    env = {
-        **stand_in_vllm,
-        "STAND_IN_TOKEN_S": "0.01",
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        MARKER: marker,
-    }
-    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env = {**on_two_gpus(tmp_path, stand_in_vllm, marker), "STAND_IN_TOKEN_S": "0.01"}
     args = ["run", "--trace", tmp_path / "trace.csv", "--study", "g", "--spec"]
     done = run_tuner(*args, tmp_path / "spec.yaml", "--gpus", "all", cwd=tmp_path, env=env,
                      timeout_s=600)  # fmt: skip
@@ -122,20 +124,11 @@ def test_interrupted_gpus_run_stops_every_worker(
     servers) or SIGTERM to tuner alone (``kill``, a container stopped) while both workers
     measure: exit 130, no worker and no server left, no trial left RUNNING, no confirmation
     started."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(NVIDIA_SMI)
-    (bin_dir / "nvidia-smi").chmod(0o755)
     # Each trial replays 2 s of trace at time scale 300: ten minutes, far past the signal.
     write_spec(tmp_path / "spec.yaml", cpu_spec(cpu_model, window_s=2, time_scale=300, n_trials=4))
     write_small_trace(tmp_path / "trace.csv")
     marker = uuid.uuid4().hex
-    env = {
-        **os.environ,
-        **stand_in_vllm,
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        MARKER: marker,
-    }
+    env = {**os.environ, **on_two_gpus(tmp_path, stand_in_vllm, marker)}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     command = tuner_command(
         "run", "--trace", tmp_path / "trace.csv", "--study", "i", "--spec", tmp_path / "spec.yaml",
