@@ -12,6 +12,11 @@ SIGTERM. Set in the environment:
 - ``STAND_IN_PIDS``: a folder where each process writes a file named by its pid;
 - ``STAND_IN_SLOTS``: requests streamed at once (default: no limit); the others wait for a slot
   before their first token, so the server has a capacity, as a real one does;
+- a config's ``tensor-parallel-size`` t and ``data-parallel-size`` d (its layout, each 1 where
+  not given) make a server of t x d GPUs: ``STAND_IN_SLOTS`` x t x d slots (each copy of the
+  model d times, each with t GPUs' KV cache) and tokens t times faster (``STAND_IN_TOKEN_S`` /
+  t). So its capacity per GPU grows with t and not with d: of layouts of one t, the smallest
+  server carries as much per GPU. A model of nothing but those two facts;
 - ``STAND_IN_STALL_AFTER``: in a server whose config sets no ``max-num-seqs`` (vLLM's defaults:
   the baseline), each stream stops after this many tokens and the connection is held open;
 - ``STAND_IN_JIT_AT``: request numbers (``3,30``: the 3rd and the 30th to arrive) at which the
@@ -76,6 +81,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, stop)
     done = {"n": 0, "arrived": 0}
     slots = int(os.environ.get("STAND_IN_SLOTS", "0"))
+    tensor, data = (int(config.get(k, 1)) for k in ("tensor-parallel-size", "data-parallel-size"))
+    slots, token_s = slots * tensor * data, token_s / tensor
     slot = threading.BoundedSemaphore(slots) if slots > 0 else contextlib.nullcontext()
 
     class Handler(BaseHTTPRequestHandler):
