@@ -163,8 +163,11 @@ def compared_line(point: Mapping[str, Any], name: str = VLLM_DEFAULTS) -> str:
         for label, key, scale, unit in COMPARED_FIGURES
         if isinstance(point.get(key), int | float)
     ]
-    they, s = ("they", "") if name == VLLM_DEFAULTS else ("it", "s")
-    verdict = f"{'meet' if point.get('passed') else 'miss'}{s} the SLOs"
+    passed = bool(point.get("passed"))
+    if name == VLLM_DEFAULTS:
+        they, verdict = "they", "meet the SLOs" if passed else "miss the SLOs"
+    else:
+        they, verdict = "it", "meets the SLOs" if passed else "misses the SLOs"
     if not point.get("passed") and point.get("reason"):
         verdict += f" ({point['reason']})"
     return (
