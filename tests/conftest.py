@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from stand_in_vllm import AS_MODULES as STAND_IN_MODULES
 
 from tuner.engine.dummy_model import write_model
 from tuner.engine.environment import command_to_serve
@@ -191,7 +192,15 @@ def stand_in_vllm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     package.mkdir(parents=True)
     for folder in (root / "vllm", root / "vllm" / "entrypoints", package):
         (folder / "__init__.py").write_text("")
-    shutil.copy(Path(__file__).with_name("stand_in_vllm.py"), package / "api_server.py")
+    stand_in = Path(__file__).with_name("stand_in_vllm.py")
+    shutil.copy(stand_in, package / "api_server.py")
+    # As vllm serve (tuner.engine.serve), for api-server-count or data-parallel-size: the
+    # modules it imports, each this file (stand_in_vllm.AS_MODULES).
+    for module in STAND_IN_MODULES:
+        for folder in Path(module).parents[:-1]:
+            (root / folder).mkdir(parents=True, exist_ok=True)
+            (root / folder / "__init__.py").touch()
+        shutil.copy(stand_in, root / module)
     path = [str(root), os.environ.get("PYTHONPATH", "")]
     return {"PYTHONPATH": os.pathsep.join(p for p in path if p)}
 

@@ -22,8 +22,14 @@ SIGTERM. Set in the environment:
 - ``STAND_IN_JIT_AT``: request numbers (``3,30``: the 3rd and the 30th to arrive) at which the
   server logs what vLLM 0.26's JIT monitor logs for a kernel compiled while serving, after the
   monitor's own line at start-up.
+
+A server whose config names ``api-server-count`` or ``data-parallel-size`` is started as ``vllm
+serve`` (``python -m tuner.engine.serve``): the fixture also installs this file as each of the
+vLLM modules that module imports (``AS_MODULES``), whose names it defines here
+(``ServeSubcommand`` runs ``main``).
 """
 
+import argparse
 import contextlib
 import json
 import os
@@ -47,6 +53,33 @@ signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 while True:
     time.sleep(1)
 """
+
+
+# The vLLM modules ``tuner.engine.serve`` imports, each installed as a copy of this file.
+AS_MODULES = (
+    "vllm/logger.py",
+    "vllm/entrypoints/cli/serve.py",
+    "vllm/entrypoints/serve/utils/api_utils.py",
+    "vllm/utils/argparse_utils.py",
+)
+FlexibleArgumentParser = argparse.ArgumentParser
+
+
+def cli_env_setup() -> None:
+    """vLLM's environment set-up: nothing to set up here."""
+
+
+class ServeSubcommand:
+    """``vllm serve``: reads ``--config`` and runs this server."""
+
+    def subparser_init(self, subparsers: argparse._SubParsersAction) -> None:
+        subparsers.add_parser("serve").add_argument("--config")
+
+    def validate(self, args: argparse.Namespace) -> None:
+        pass
+
+    def cmd(self, args: argparse.Namespace) -> None:
+        main()
 
 
 def main() -> None:

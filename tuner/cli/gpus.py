@@ -1,15 +1,19 @@
-"""``tuner run --gpus``: one worker per GPU on one study, then one confirmation on one GPU.
+"""``tuner run --gpus``: one worker per GPU, or per group of GPUs, on one study, then one
+confirmation on one GPU or group.
 
 The command given runs as a parent that measures nothing itself. It lists the GPUs (nvidia-smi),
 reads the trace and the spec once (writing the spec if there is none, so that the workers do not
-race to), and starts one ``tuner run`` per GPU: the same command without ``--gpus``, with
-``CUDA_VISIBLE_DEVICES`` naming that GPU, its share of the trials (``--n-trials``), the study's
-storage (``--storage``: as given, else the journal file ``studies/NAME.log``, which the workers
-of one host write at once) and ``--no-confirm``. Each worker's lines are printed as they come,
-after ``gpu N |``.
+race to), and picks the layout each server runs at (``tuner.cli.layouts``: a capacity or goodput
+study first measures the layouts the model fits, one ``tuner run --layout`` each). It then
+starts one ``tuner run`` per group of GPUs of the layout's size (one GPU for vLLM's default
+layout): the same command without ``--gpus``, with ``CUDA_VISIBLE_DEVICES`` naming the group,
+its share of the trials (``--n-trials``), the study's storage (``--storage``: as given, else the
+journal file ``studies/NAME.log``, which the workers of one host write at once), the layout
+(``--layout``, where it is not vLLM's default) and ``--no-confirm``. Each worker's lines are
+printed as they come, after ``gpu N |`` (``gpus N,M |``).
 
 Once every worker has ended, the confirmation (the finalist and the baseline on fresh engines,
-in pairs) runs as ``tuner run --confirm-only`` on the first GPU alone, so that each pair is
+in pairs) runs as ``tuner run --confirm-only`` on the first group alone, so that each pair is
 measured on one device; its lines, the study's result and its exit status are the run's.
 """
 
@@ -126,8 +130,8 @@ def run_on_gpus(args: argparse.Namespace) -> int:
     layout = plan.layout
     if plan.searched:
         phase = measure_layouts(plan, spec, gpus, base, name, storage)
-        if phase.interrupted is not None:
-            return phase.interrupted
+        if phase.failed is not None:
+            return phase.failed
         layout = phase.layout
     at = ["--layout", layout.name] if (plan.given or plan.searched) and layout.args else []
     return _search_and_confirm(args, gpus, layout, [*base, *at], n_trials, name, storage, began)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tuner.cli.children import Child, indices, run_all
-from tuner.cli.exits import EXIT_INTERRUPTED
+from tuner.cli.exits import EXIT_INTERRUPTED, EXIT_MEETS_SLOS
 from tuner.engine.dummy_model import SHAPES, model_config
 from tuner.engine.environment import Gpu
 from tuner.engine.model_size import ModelSize, model_size, size_of_config
@@ -49,25 +49,30 @@ def size_of(spec: StudySpec) -> ModelSize | None:
 
 def plan_of(args: argparse.Namespace, spec: StudySpec, gpus: Sequence[Gpu]) -> LayoutPlan:
     """The run's plan: ``--layout`` where given, else ``plan_layouts``'s; an ``InputError``
-    where the model fits on none of the GPUs."""
+    where the model fits on none of the GPUs, or a server takes more GPUs than are given."""
     given: Layout | None = getattr(args, "layout", None)
     if given is not None:
-        if given.gpus > len(gpus):
-            raise InputError(f"--layout {given.name}: {given} is more than the {len(gpus)} given")
-        return LayoutPlan((given,), False, f"layout: {given}, as --layout gives it")
-    try:
-        return plan_layouts(spec, gpus, size_of(spec), of_spec(spec).searches_rates)
-    except ValueError as exc:
-        raise InputError(f"--gpus: {exc}") from None
+        plan = LayoutPlan((given,), False, f"layout: {given}, as --layout gives it")
+    else:
+        try:
+            plan = plan_layouts(spec, gpus, size_of(spec), of_spec(spec).searches_rates)
+        except ValueError as exc:
+            raise InputError(f"--gpus: {exc}") from None
+    if plan.layout.gpus > len(gpus):
+        raise InputError(
+            f"--gpus {args.gpus}: {plan.why}: a server takes {plan.layout.gpus} GPUs, more than "
+            f"the {len(gpus)} given"
+        )
+    return plan
 
 
 @dataclass(frozen=True)
 class Phase:
     """How the layout phase ended: the layout kept, or the exit status of a layout trial's run
-    that was interrupted (``interrupted``)."""
+    that failed or was interrupted (``failed``: then no worker starts)."""
 
     layout: Layout
-    interrupted: int | None = None
+    failed: int | None = None
 
 
 def measure_layouts(
@@ -99,8 +104,12 @@ def measure_layouts(
         print(f"layout {layout.name} | {layout} on GPU{'s' if len(on) != 1 else ''} "
               f"{indices(on)}: {child.said()}")  # fmt: skip
         (code,) = run_all([child])
-        if code == EXIT_INTERRUPTED:
-            return Phase(plan.layout, interrupted=code)
+        if code != EXIT_MEETS_SLOS:  # a run that adds its trials exits 0 (--no-confirm)
+            if code != EXIT_INTERRUPTED:
+                print(
+                    f"layout {layout.name}: its run failed (exit status {code}); no worker started"
+                )
+            return Phase(plan.layout, failed=code)
     kept, lines = layout_phase.choose(study, plan.layouts, spec.capacity_resolution)
     print("\n".join(["the layouts measured, each its server's capacity:", *lines]))
     return Phase(kept)

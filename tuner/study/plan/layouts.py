@@ -73,11 +73,11 @@ class Layout:
     @classmethod
     def parse(cls, text: str) -> Layout:
         """``TxD`` (``2x1``) or ``T``; a ``ValueError`` for anything else."""
-        tensor, _, data = text.strip().lower().partition("x")
-        if not tensor.isdigit() or not (data or "1").isdigit():
+        tensor, x, data = text.strip().lower().partition("x")
+        if not tensor.isdigit() or not (data if x else "1").isdigit():
             raise ValueError(f"a layout is TxD (tensor-parallel-size x data-parallel-size, 2x1), "
                              f"not {text!r}")  # fmt: skip
-        layout = cls(int(tensor), int(data or 1))
+        layout = cls(int(tensor), int(data if x else 1))
         if layout.tensor_parallel < 1 or layout.data_parallel < 1:
             raise ValueError(f"a layout's sizes are at least 1, not {text!r}")
         return layout

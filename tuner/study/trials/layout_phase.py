@@ -34,7 +34,10 @@ def layout_of_trial(trial: FrozenTrial) -> Layout:
     if recorded.engine_args:
         return layout_of(recorded.engine_args)
     queued = Queued.of(trial).layout
-    return Layout() if queued is None else Layout.parse(queued)
+    try:
+        return Layout() if queued is None else Layout.parse(queued)
+    except ValueError:  # not a layout tuner wrote
+        return Layout()
 
 
 def kept_layout(study: optuna.Study) -> Layout | None:
