@@ -30,6 +30,11 @@ MAX_CAPTURE_SIZE = f"{COMPILATION_CONFIG}.max_cudagraph_capture_size"
 CAPTURE_SIZES = f"{COMPILATION_CONFIG}.cudagraph_capture_sizes"
 CAPTURE_FIELDS = ("max_cudagraph_capture_size", "cudagraph_capture_sizes")
 
+# How one server spreads over GPUs (its layout, ``tuner.study.plan.layouts``): each layer split
+# over this many GPUs, and this many copies of the model behind the one server.
+TENSOR_PARALLEL = "tensor-parallel-size"
+DATA_PARALLEL = "data-parallel-size"
+
 LOAD_FORMAT = "load-format"
 # vLLM's load format that fills the weights with random values instead of reading them.
 RANDOM_WEIGHTS = "dummy"

@@ -1,15 +1,19 @@
-"""``tuner run --gpus``: one worker per GPU on one study, then one confirmation on one GPU.
+"""``tuner run --gpus``: one worker per GPU, or per group of GPUs, on one study, then one
+confirmation on one GPU or group.
 
 The command given runs as a parent that measures nothing itself. It lists the GPUs (nvidia-smi),
 reads the trace and the spec once (writing the spec if there is none, so that the workers do not
-race to), and starts one ``tuner run`` per GPU: the same command without ``--gpus``, with
-``CUDA_VISIBLE_DEVICES`` naming that GPU, its share of the trials (``--n-trials``), the study's
-storage (``--storage``: as given, else the journal file ``studies/NAME.log``, which the workers
-of one host write at once) and ``--no-confirm``. Each worker's lines are printed as they come,
-after ``gpu N |``.
+race to), and picks the layout each server runs at (``tuner.cli.layouts``: a capacity or goodput
+study first measures the layouts the model fits, one ``tuner run --layout`` each). It then
+starts one ``tuner run`` per group of GPUs of the layout's size (one GPU for vLLM's default
+layout): the same command without ``--gpus``, with ``CUDA_VISIBLE_DEVICES`` naming the group,
+its share of the trials (``--n-trials``), the study's storage (``--storage``: as given, else the
+journal file ``studies/NAME.log``, which the workers of one host write at once), the layout
+(``--layout``, where it is not vLLM's default) and ``--no-confirm``. Each worker's lines are
+printed as they come, after ``gpu N |`` (``gpus N,M |``).
 
 Once every worker has ended, the confirmation (the finalist and the baseline on fresh engines,
-in pairs) runs as ``tuner run --confirm-only`` on the first GPU alone, so that each pair is
+in pairs) runs as ``tuner run --confirm-only`` on the first group alone, so that each pair is
 measured on one device; its lines, the study's result and its exit status are the run's.
 """
 
@@ -17,28 +21,24 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO
 
+from tuner.cli.children import Child, head_of, indices, run_all
 from tuner.cli.exits import EXIT_INTERRUPTED, EXIT_MEETS_SLOS
 from tuner.cli.inputs import read_trace, study_of
+from tuner.cli.layouts import groups_of, measure_layouts, plan_of
 from tuner.cli.spec import load_study_spec
 from tuner.engine.environment import Gpu, nvidia_smi_gpus, visible_gpus
 from tuner.errors import InputError
+from tuner.study.plan.layouts import Layout
 from tuner.study.store.storage import JOURNAL
 from tuner.traces.source import is_stdin
 from tuner.urls import shown_url
 
 ALL = "all"
-
-# Seconds the workers have to stop once told to: a trial's server stops within 30 s (SIGTERM to
-# its group, then SIGKILL), with room for the worker's own writes to the study.
-STOP_WAIT_S = 90.0
 
 
 def gpus_of(choice: str, query_gpus: Callable[[], str] = nvidia_smi_gpus) -> list[Gpu]:
@@ -93,12 +93,13 @@ def without(argv: Sequence[str], *options: str) -> list[str]:
 
 
 # What the parent sets for each child: given once, not after the user's own.
-SET_FOR_EACH = ("--gpus", "--n-trials", "--time-budget-s", "--storage")
+SET_FOR_EACH = ("--gpus", "--n-trials", "--time-budget-s", "--storage", "--layout")
 
 
 def run_on_gpus(args: argparse.Namespace) -> int:
-    """``tuner run --gpus``: the workers, then the confirmation; the confirmation's exit status
-    (a worker's, where none added its trials)."""
+    """``tuner run --gpus``: the layout (measured first where the study compares several), the
+    workers, one a group of GPUs of the layout's size, then the confirmation on the first group;
+    the confirmation's exit status (a worker's, where none added its trials)."""
     gpus = gpus_of(args.gpus)
     if args.confirm_only or args.no_confirm:
         given = "--confirm-only" if args.confirm_only else "--no-confirm"
@@ -124,21 +125,61 @@ def run_on_gpus(args: argparse.Namespace) -> int:
         "--storage",
         storage,
     ]
-    dealt = [(gpu, k) for gpu, k in zip(gpus, shares(n_trials, len(gpus)), strict=True) if k]
-    print(
-        f"{len(dealt)} worker{'s' if len(dealt) != 1 else ''}, one per GPU, {n_trials} trials "
-        f"in all, on study {name!r} in "
-        f"{shown_url(storage)}; then the confirmation on GPU {gpus[0].index}"
-    )
-    budget = [] if args.time_budget_s is None else ["--time-budget-s", f"{args.time_budget_s:g}"]
-    workers = [
-        (gpu, [*base, "--n-trials", str(k), *budget, "--no-confirm"], _on(gpu)) for gpu, k in dealt
+    plan = plan_of(args, spec, gpus)
+    print(plan.why)
+    layout = plan.layout
+    if plan.searched:
+        phase = measure_layouts(plan, spec, gpus, base, name, storage)
+        if phase.failed is not None:
+            return phase.failed
+        layout = phase.layout
+    at = ["--layout", layout.name] if (plan.given or plan.searched) and layout.args else []
+    return _search_and_confirm(args, gpus, layout, [*base, *at], n_trials, name, storage, began)
+
+
+def _search_and_confirm(
+    args: argparse.Namespace,
+    gpus: Sequence[Gpu],
+    layout: Layout,
+    base: list[str],
+    n_trials: int,
+    name: str,
+    storage: str,
+    began: float,
+) -> int:
+    """The workers, one a group of ``gpus`` of the layout's size, then the confirmation on the
+    first group alone; its exit status (a worker's, where none added its trials)."""
+    groups = groups_of(gpus, layout)
+    left = gpus[len(groups) * layout.gpus :]
+    if left:
+        print(f"GPU{'s' if len(left) != 1 else ''} {indices(left)} left out: a server takes "
+              f"{layout.gpus}")  # fmt: skip
+    dealt = [
+        (group, k) for group, k in zip(groups, shares(n_trials, len(groups)), strict=True) if k
     ]
-    for gpu, argv, _ in workers:
-        print(f"gpu {gpu.index} | {gpu.name} ({gpu.uuid}): {_said(argv, gpu)}")
-    codes = _run_all(workers)
-    failed = [f"GPU {gpu.index}: {code}" for (gpu, _, _), code in zip(workers, codes, strict=True)]
-    failed = [said for said, code in zip(failed, codes, strict=True) if code != EXIT_MEETS_SLOS]
+    each = "one per GPU" if layout.gpus == 1 else f"one per {layout.gpus} GPUs ({layout})"
+    first = groups[0]
+    print(
+        f"{len(dealt)} worker{'s' if len(dealt) != 1 else ''}, {each}, {n_trials} trials "
+        f"in all, on study {name!r} in "
+        f"{shown_url(storage)}; then the confirmation on {_gpus_said(first)}"
+    )
+    budget = (
+        [] if args.time_budget_s is None else ["--time-budget-s", f"{_left_s(args, began):.0f}"]
+    )
+    workers = [
+        Child([*base, "--n-trials", str(k), *budget, "--no-confirm"], group, head_of(group))
+        for group, k in dealt
+    ]
+    for worker in workers:
+        names = ", ".join(f"{gpu.name} ({gpu.uuid})" for gpu in worker.gpus)
+        print(f"{worker.head}{names}: {worker.said()}")
+    codes = run_all(workers)
+    failed = [
+        f"{_gpus_said(w.gpus)}: {code}"
+        for w, code in zip(workers, codes, strict=True)
+        if code != EXIT_MEETS_SLOS
+    ]
     if EXIT_INTERRUPTED in codes:
         return EXIT_INTERRUPTED
     if workers and len(failed) == len(workers):
@@ -148,74 +189,16 @@ def run_on_gpus(args: argparse.Namespace) -> int:
         print(f"workers that failed (exit status): {', '.join(failed)}")
     confirm = [*base, "--confirm-only"]
     if args.time_budget_s is not None:
-        left_s = max(args.time_budget_s - (time.monotonic() - began), 1.0)
-        confirm += ["--time-budget-s", f"{left_s:.0f}"]
-    first = gpus[0]
-    print(f"\nconfirming on GPU {first.index} alone: {_said(confirm, first)}")
-    return _run_all([(first, confirm, _on(first))], prefix=False)[0]
+        confirm += ["--time-budget-s", f"{_left_s(args, began):.0f}"]
+    child = Child(confirm, first)
+    print(f"\nconfirming on {_gpus_said(first)} alone: {child.said()}")
+    return run_all([child])[0]
 
 
-def _on(gpu: Gpu) -> dict[str, str]:
-    return {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu.index)}
+def _gpus_said(gpus: Sequence[Gpu]) -> str:
+    return f"GPU{'s' if len(gpus) != 1 else ''} {indices(gpus)}"
 
 
-def _said(argv: Sequence[str], gpu: Gpu) -> str:
-    """The worker's command as a person would type it."""
-    words = ["tuner", *argv[3:]]
-    words = [shown_url(w) if w.startswith(("postgresql", "mysql")) else w for w in words]
-    return f"CUDA_VISIBLE_DEVICES={gpu.index} " + " ".join(words)
-
-
-def _run_all(
-    workers: Sequence[tuple[Gpu, list[str], dict[str, str]]], prefix: bool = True
-) -> list[int]:
-    """Run every worker at once, printing each line it writes as it comes (after ``gpu N |``
-    where ``prefix``); their exit statuses. Ctrl-C or SIGTERM stops them (``_stop``)."""
-    lock = threading.Lock()
-    procs = []
-    readers = []
-    try:
-        for gpu, argv, env in workers:
-            proc = subprocess.Popen(
-                argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0
-            )
-            procs.append(proc)
-            head = f"gpu {gpu.index} | " if prefix else ""
-            assert proc.stdout is not None
-            reader = threading.Thread(target=_relay, args=(proc.stdout, head, lock), daemon=True)
-            reader.start()
-            readers.append(reader)
-        codes = [proc.wait() for proc in procs]
-    except KeyboardInterrupt:
-        _stop(procs)
-        raise
-    for reader in readers:
-        reader.join(timeout=5)
-    return codes
-
-
-def _stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM to each worker still running, as tuner stops on it (its running trial marked
-    FAIL, its server stopped); one that has not ended ``STOP_WAIT_S`` later is killed, its trial
-    left to its lease."""
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    deadline = time.monotonic() + STOP_WAIT_S
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
-        except subprocess.TimeoutExpired:
-            print(f"a worker (pid {proc.pid}) did not stop in {STOP_WAIT_S:.0f} s: killed; its "
-                  "trial is failed once its lease runs out", file=sys.stderr)  # fmt: skip
-            proc.kill()
-            proc.wait()
-
-
-def _relay(stream: IO[bytes], head: str, lock: threading.Lock) -> None:
-    """Print ``stream``'s lines after ``head`` until it ends; a live line's redraws (``\\r``)
-    are kept to their last state."""
-    for raw in iter(stream.readline, b""):
-        line = raw.decode(errors="replace").rstrip("\n").rpartition("\r")[2]
-        with lock:
-            print(head + line, flush=True)
+def _left_s(args: argparse.Namespace, began: float) -> float:
+    """What is left of ``--time-budget-s`` since the run began, at least a second."""
+    return max(args.time_budget_s - (time.monotonic() - began), 1.0)

@@ -12,6 +12,7 @@ import tuner
 from tuner import build
 from tuner.engine.launchers import AUTO as AUTO_LAUNCHER
 from tuner.engine.launchers import LAUNCHERS
+from tuner.study.plan.layouts import Layout
 from tuner.study.plan.spec import SCORED_METRICS
 from tuner.study.plan.spec_values import LEAST_SCALE, MOST_SCALE
 from tuner.study.setup.objective import OBJECTIVES
@@ -159,6 +160,14 @@ def add_worker_options(run: argparse.ArgumentParser) -> None:
         "confirmation on the first (default: one worker on the GPUs CUDA_VISIBLE_DEVICES gives)",
     )
     run.add_argument(
+        "--layout",
+        type=layout,
+        metavar="TxD",
+        help="every trial's server at tensor-parallel-size T and data-parallel-size D, on the "
+        "T*D GPUs CUDA_VISIBLE_DEVICES gives (default: the layout the study kept, else 1x1; "
+        "--gpus picks one itself: docs/workers.md)",
+    )
+    run.add_argument(
         "--no-confirm",
         action="store_true",
         help="add trials, then exit 0 writing nothing: the confirmation and the configuration "
@@ -240,6 +249,14 @@ def png_path(text: str) -> Path:
     if not text.lower().endswith(".png"):
         raise argparse.ArgumentTypeError(f"must name a .png file, got {text!r}")
     return Path(text)
+
+
+def layout(text: str) -> Layout:
+    """``--layout``: ``TxD``, tensor-parallel-size x data-parallel-size."""
+    try:
+        return Layout.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def client_procs(text: str) -> int | str:

@@ -14,6 +14,7 @@ from tuner.cli.inputs import spec_path
 from tuner.engine.environment import command_to_serve
 from tuner.load.observe import LOOP_LAG_WARNING_S
 from tuner.study.measure.trial import ENGINE_START_S, TRIAL_S, WINDOW_S
+from tuner.study.plan.layouts import layout_of
 from tuner.study.result.choice import DEFAULTS, TUNED
 from tuner.study.result.emit import HEADLINE, format_figure, verdict_lines
 from tuner.study.result.words import words_of
@@ -58,6 +59,9 @@ def trial_line(trial: Any, space_names: Sequence[str]) -> str:
         state += f", {recorded.move}"
     if recorded.confirms is not None:
         state += f", repeats trial {recorded.confirms}"
+    layout = layout_of(recorded.engine_args)
+    if layout.args:
+        state += f", {layout}"
     parts = [
         f"trial {trial.number:>3}",
         fmt_params(recorded.engine_args, space_names),

@@ -84,7 +84,15 @@ def run_config(
 ) -> RunConfig:
     """The run's configuration: the command line's values over the spec's (``resolve``), the
     study ``name``'s engine logs under ``--runs`` and its configuration written in
-    ``--configs``."""
+    ``--configs``. An ``InputError`` where ``--layout`` asks for more GPUs than nvidia-smi
+    lists under ``CUDA_VISIBLE_DEVICES``."""
+    layout = getattr(args, "layout", None)
+    visible = environment.visible_gpus() if layout is not None else []
+    if layout is not None and visible and len(visible) < layout.gpus:
+        raise InputError(
+            f"--layout {layout.name}: a server of {layout} needs {layout.gpus} GPUs; "
+            f"CUDA_VISIBLE_DEVICES gives {len(visible)}"
+        )
     return resolve(
         spec,
         name,
@@ -98,6 +106,7 @@ def run_config(
         time_scale=args.time_scale,
         launcher=args.launcher,
         began=began,
+        layout=layout,
     )
 
 

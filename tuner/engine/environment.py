@@ -105,6 +105,18 @@ def device_name(
     return " + ".join(name if n == 1 else f"{n}x {name}" for name, n in counts.items())
 
 
+def device_kind(device: str) -> str:
+    """A device as ``device_name`` says it, without how many of each GPU (``2x NVIDIA H200 +
+    NVIDIA L4`` is ``NVIDIA H200 + NVIDIA L4``): what trials on layouts of several sizes share."""
+    parts = [part.strip() for part in device.split(" + ")]
+    return " + ".join(_without_count(part) for part in parts)
+
+
+def _without_count(part: str) -> str:
+    count, x, name = part.partition("x ")
+    return name if x and count.isdigit() and name else part
+
+
 def _parse_gpus(csv: str) -> list[Gpu]:
     """The GPUs of nvidia-smi's CSV lines; lines not of that shape are skipped."""
     gpus = []

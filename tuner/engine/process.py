@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from tuner.engine import startup
 from tuner.engine.handle import LogMark, ServerHandle
 from tuner.engine.launchers import Launch, Launcher, ProcessLauncher
-from tuner.flags import config_yaml, flag_name
+from tuner.flags import DATA_PARALLEL, config_yaml, flag_name
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ SERVER_ENV_DEFAULTS = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
 # neither, so a server whose arguments name either runs as ``vllm serve``
 # (``tuner.engine.serve``): what was measured is what ``vllm serve --config`` of the YAML runs.
 API_SERVER_COUNT = "api-server-count"
-SERVE_COMMAND_ARGUMENTS = frozenset({API_SERVER_COUNT, "data-parallel-size"})
+SERVE_COMMAND_ARGUMENTS = frozenset({API_SERVER_COUNT, DATA_PARALLEL})
 
 
 def needs_serve_command(args: Mapping[str, Any]) -> bool:

@@ -87,17 +87,34 @@ if __name__ == "__main__":
 '''
 
 
+# The vLLM modules ``vllm serve`` (``tuner.engine.serve``) imports, and what each holds here:
+# the stand-in's own name it imports there (none: an empty module).
+AS_SERVE = {
+    "vllm/logger.py": "",  # vLLM 0.26's: no logging set-up from the arguments
+    "vllm/entrypoints/cli/serve.py": "ServeSubcommand",
+    "vllm/entrypoints/serve/utils/api_utils.py": "cli_env_setup",
+    "vllm/utils/argparse_utils.py": "FlexibleArgumentParser",
+}
+
+
 def install_as_vllm(root: Path) -> dict[str, str]:
     """Write a ``vllm`` package under ``root`` holding only
     ``vllm.entrypoints.openai.api_server``, which runs the stand-in (``--config FILE``: vLLM's
-    shape, ``tuner.testing.standin.serve_as_vllm``); return the environment, over this
-    process's, under which ``tuner run``, unchanged, starts it in place of vLLM with either
-    launcher: ``PYTHONPATH`` with ``root`` first (tuner itself imports no vLLM to run a study).
-    The server imports tuner: it must be importable there as it is here."""
+    shape, ``tuner.testing.standin.serve_as_vllm``), and the modules ``vllm serve`` imports
+    (``AS_SERVE``: for a config that names ``api-server-count`` or ``data-parallel-size``).
+    Return the environment, over this process's, under which ``tuner run``, unchanged, starts
+    it in place of vLLM with either launcher: ``PYTHONPATH`` with ``root`` first (tuner itself
+    imports no vLLM to run a study). The server imports tuner: it must be importable there as
+    it is here."""
     package = root / "vllm" / "entrypoints" / "openai"
     package.mkdir(parents=True, exist_ok=True)
     for folder in (root / "vllm", root / "vllm" / "entrypoints", package):
         (folder / "__init__.py").write_text("")
     (package / "api_server.py").write_text(API_SERVER)
+    for module, name in AS_SERVE.items():
+        for folder in Path(module).parents[:-1]:
+            (root / folder).mkdir(parents=True, exist_ok=True)
+            (root / folder / "__init__.py").touch()
+        (root / module).write_text(f"from {MODULE} import {name}  # noqa: F401\n" if name else "")
     path = [str(root), os.environ.get("PYTHONPATH", "")]
     return {"PYTHONPATH": os.pathsep.join(p for p in path if p)}

@@ -23,7 +23,9 @@ cannot write the events fast enough, several stand-ins share a port (``--shared`
 answering ``/stats`` for its own requests on a port of its own: ``ready PORT OWN_PORT``.
 
 The second is vLLM's own shape, ``python -m vllm.entrypoints.openai.api_server --config FILE``
-(``tuner.testing.install_as_vllm`` installs it under that name): it listens on the YAML's
+(``tuner.testing.install_as_vllm`` installs it under that name, and as the modules ``vllm
+serve`` needs, for a server whose config names ``api-server-count`` or ``data-parallel-size``:
+``ServeSubcommand``): it listens on the YAML's
 ``host`` and ``port``, starts a worker process (vLLM's engine core) that it stops on SIGTERM,
 and reads its ``Settings`` from the environment (``Settings.from_environment``).
 """
@@ -115,13 +117,21 @@ class Settings:
         - ``STAND_IN_STALL_AFTER``: ``stall_after``, only where ``config`` sets no
           ``max-num-seqs`` (vLLM's defaults: a study's baseline);
         - ``STAND_IN_JIT_AT``: ``jit_at``, comma-separated (``3,30``).
+
+        ``config``'s ``tensor-parallel-size`` t and ``data-parallel-size`` d (each 1 where not
+        given) make a server of t x d GPUs: t x d times the slots (d copies of the model, each
+        with t GPUs' KV cache) and tokens t times faster. So its capacity per GPU grows with t
+        and not with d: of the layouts of one t, the smallest server carries as much per GPU.
         """
-        token_s = float(env.get("STAND_IN_TOKEN_S", "0.002"))
+        tensor, data = (
+            int(config.get(k, 1)) for k in ("tensor-parallel-size", "data-parallel-size")
+        )
+        token_s = float(env.get("STAND_IN_TOKEN_S", "0.002")) / tensor
         stall_after = int(env.get("STAND_IN_STALL_AFTER", "-1"))
         return cls(
             ttft_s=token_s,
             itl_s=token_s,
-            slots=max(0, int(env.get("STAND_IN_SLOTS", "0"))),
+            slots=max(0, int(env.get("STAND_IN_SLOTS", "0"))) * tensor * data,
             stall_after=-1 if "max-num-seqs" in config else stall_after,
             jit_at=frozenset(int(n) for n in env.get("STAND_IN_JIT_AT", "").split(",") if n),
         )
@@ -372,6 +382,27 @@ def serve_as_vllm(config_path: Path, env: Mapping[str, str] = os.environ) -> NoR
         stop_worker(worker)
         raise
     stopped()
+
+
+# ``vllm serve`` (``tuner.engine.serve``), standing in: the names that module imports from vLLM.
+FlexibleArgumentParser = argparse.ArgumentParser
+
+
+def cli_env_setup() -> None:
+    """vLLM's environment set-up: nothing to set up here."""
+
+
+class ServeSubcommand:
+    """``vllm serve``: reads ``--config`` and serves as vLLM (``serve_as_vllm``)."""
+
+    def subparser_init(self, subparsers: argparse._SubParsersAction[Any]) -> None:
+        subparsers.add_parser("serve").add_argument("--config", type=Path, required=True)
+
+    def validate(self, args: argparse.Namespace) -> None:
+        """vLLM checks the arguments here; the stand-in takes any."""
+
+    def cmd(self, args: argparse.Namespace) -> None:
+        serve_as_vllm(args.config)
 
 
 def serve_at_port(port: int, settings: Settings, shared: bool = False) -> None:

@@ -1,6 +1,8 @@
 """What a capacity study says in the user's terms: req/s per server, as a multiple of the
-trace's peak rate, and the servers that peak needs. Pure: builds text from rates (a capacity
-study's lines from a trial's attributes are ``tuner.study.result.words``')."""
+trace's peak rate, and the servers that peak needs; for a server of several GPUs (its layout,
+``tuner.study.plan.layouts``), its req/s per GPU and the GPUs that peak needs. Pure: builds
+text from rates (a capacity study's lines from a trial's attributes are
+``tuner.study.result.words``')."""
 
 from __future__ import annotations
 
@@ -8,7 +10,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tuner.study.plan.layouts import Layout, per_gpu
 from tuner.study.store.record import CAPACITY_ATTR, VLLM_DEFAULTS
+
+# vLLM's default layout: one GPU a server.
+ONE_GPU = Layout()
 
 # The figures said of vLLM's defaults at another configuration's capacity.
 COMPARED_FIGURES = (
@@ -34,16 +40,28 @@ def num(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
 
 
-def servers_line(capacity_req_per_s: float, peak_req_per_s: float | None, label: str) -> str:
-    """How many servers like ``label`` carry the peak rate, with the division shown."""
+def servers_line(
+    capacity_req_per_s: float,
+    peak_req_per_s: float | None,
+    label: str,
+    layout: Layout = ONE_GPU,
+) -> str:
+    """How many servers like ``label`` carry the peak rate, with the division shown; for a
+    server on several GPUs (``layout``), the GPUs they take and what one carries per GPU."""
     if not peak_req_per_s:
         return "servers for the peak: n/a (no peak rate known)"
     count = servers_for(peak_req_per_s, capacity_req_per_s)
     if count is None:
         return f"servers for the peak ({num(peak_req_per_s)} req/s): n/a, {label} met no rate"
-    return (
+    line = (
         f"servers for the peak ({num(peak_req_per_s)} req/s): {count} like {label} "
         f"(ceil({num(peak_req_per_s)} / {num(capacity_req_per_s)}), if the load splits evenly)"
+    )
+    if layout.gpus == 1:
+        return line
+    return (
+        f"{line}, {count * layout.gpus} GPUs: one server ({layout}) carries "
+        f"{num(capacity_req_per_s)} req/s, {num(per_gpu(capacity_req_per_s, layout))} per GPU"
     )
 
 
@@ -82,9 +100,11 @@ def table_rows(
     baseline: Mapping[str, Any] | None,
     peak_req_per_s: float | None,
     what: str = "capacity",
+    layouts: tuple[Layout, Layout] = (ONE_GPU, ONE_GPU),
 ) -> list[tuple[str, str, str]]:
     """``(row, chosen, baseline)`` for the end table: the rate (named ``what``), multiple of
-    peak, servers."""
+    peak, servers; where either server (its layout of ``layouts``) is on several GPUs, also its
+    rate per GPU and the GPUs for the peak."""
 
     def multiple(attrs: Mapping[str, Any] | None) -> str:
         capacity = capacity_of(attrs)
@@ -102,11 +122,37 @@ def table_rows(
     def base(show: Callable[[Mapping[str, Any] | None], str]) -> str:
         return show(baseline) if baseline is not None else "n/a"
 
-    return [
+    rows = [
         (what, _req(capacity_of(chosen)), base(lambda a: _req(capacity_of(a)))),
         ("x trace peak", multiple(chosen), base(multiple)),
         ("servers for peak", servers(chosen), base(servers)),
     ]
+    if max(layout.gpus for layout in layouts) == 1:
+        return rows
+    return [*rows, *_gpu_rows(chosen, baseline, peak_req_per_s, layouts)]
+
+
+def _gpu_rows(
+    chosen: Mapping[str, Any],
+    baseline: Mapping[str, Any] | None,
+    peak_req_per_s: float | None,
+    layouts: tuple[Layout, Layout],
+) -> list[tuple[str, str, str]]:
+    """The end table's rows of servers on several GPUs: GPUs a server, req/s per GPU, GPUs for
+    the peak."""
+
+    def each(attrs: Mapping[str, Any] | None, layout: Layout) -> tuple[str, str, str]:
+        capacity = capacity_of(attrs) if attrs is not None else None
+        if capacity is None:
+            return str(layout.gpus), "n/a", "n/a"
+        count = servers_for(peak_req_per_s, capacity) if peak_req_per_s else None
+        gpus = "n/a" if count is None else str(count * layout.gpus)
+        return str(layout.gpus), _req(per_gpu(capacity, layout)), gpus
+
+    mine = each(chosen, layouts[0])
+    theirs = each(baseline, layouts[1]) if baseline is not None else ("n/a",) * 3
+    names = ("GPUs a server", "per GPU", "GPUs for peak")
+    return [(name, mine[i], theirs[i]) for i, name in enumerate(names)]
 
 
 def compared_line(point: Mapping[str, Any], name: str = VLLM_DEFAULTS) -> str:
@@ -117,8 +163,11 @@ def compared_line(point: Mapping[str, Any], name: str = VLLM_DEFAULTS) -> str:
         for label, key, scale, unit in COMPARED_FIGURES
         if isinstance(point.get(key), int | float)
     ]
-    they, s = ("they", "") if name == VLLM_DEFAULTS else ("it", "s")
-    verdict = f"{'meet' if point.get('passed') else 'miss'}{s} the SLOs"
+    passed = bool(point.get("passed"))
+    if name == VLLM_DEFAULTS:
+        they, verdict = "they", "meet the SLOs" if passed else "miss the SLOs"
+    else:
+        they, verdict = "it", "meets the SLOs" if passed else "misses the SLOs"
     if not point.get("passed") and point.get("reason"):
         verdict += f" ({point['reason']})"
     return (

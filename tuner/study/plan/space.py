@@ -359,6 +359,10 @@ SPEC_HEADER = (
     "# warm_prefix_cache: where the trace records shared prompt blocks (hash_ids), each replay\n"
     "#   first sends those the trace sent before the window, as a running server would hold\n"
     "#   them in its prefix cache; false: every replay starts from an empty cache.\n"
+    "# search_layout: with --gpus, a capacity or goodput study first measures vLLM's\n"
+    "#   defaults at each layout (tensor-parallel-size x data-parallel-size) the model fits on\n"
+    "#   the GPUs, and searches on the one with the most req/s per GPU (docs/workers.md);\n"
+    "#   false: the smallest layout that fits.\n"
     "# server: your own app around vLLM's AsyncLLM, started per trial instead of vLLM's\n"
     "#   server: its command and request (docs/own-server.md); null: vLLM's server.\n"
 )

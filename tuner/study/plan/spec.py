@@ -150,6 +150,11 @@ class StudySpec:
     # Before each measured replay, vLLM's prefix cache primed with the shared prompt blocks the
     # trace sent before its window (tuner.load.priming); false: every replay starts cold.
     warm_prefix_cache: bool = True
+    # ``tuner run --gpus``: before the search, a capacity or goodput study measures vLLM's
+    # defaults at each layout (tensor-parallel-size x data-parallel-size) the model fits on the
+    # GPUs given, and searches on the one with the most req/s per GPU
+    # (tuner.study.plan.layouts); false: the smallest layout that fits.
+    search_layout: bool = True
     # "incumbent": from vLLM's defaults, one dimension at a time, moving with the best so far
     # (tuner.study.trials.incumbent), TPE once it has nothing left to propose; "tpe": TPE
     # throughout.
@@ -367,7 +372,7 @@ def _settings(path: str, merged: Mapping[str, Any]) -> dict[str, Any]:
     )
     if not 0 <= max_error_rate <= 1:
         raise SpecError(path, "max_error_rate", "must be between 0 and 1")
-    for flag in ("confirm_candidates", "warm_prefix_cache"):
+    for flag in ("confirm_candidates", "warm_prefix_cache", "search_layout"):
         if not isinstance(merged[flag], bool):
             raise SpecError(path, flag, "must be true or false")
     if merged["search"] not in SEARCHES:
@@ -409,6 +414,7 @@ def _settings(path: str, merged: Mapping[str, Any]) -> dict[str, Any]:
         ),
         "confirm_candidates": merged["confirm_candidates"],
         "warm_prefix_cache": merged["warm_prefix_cache"],
+        "search_layout": merged["search_layout"],
         "search": merged["search"],
     }
 

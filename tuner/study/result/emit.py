@@ -25,6 +25,7 @@ from tuner.engine.own_server import ServerCommand
 from tuner.flags import LOAD_FORMAT, RANDOM_WEIGHTS, SERVER_ONLY, config_yaml, random_weights
 from tuner.study.capacity.probes import NO_RATE
 from tuner.study.measure.scoring import Miss, Verdict
+from tuner.study.plan.layouts import layout_of
 
 # The header's last line, and what it names the file by.
 SERVE_WITH = "# Serve with: "
@@ -99,6 +100,15 @@ def random_weights_lines(model: str) -> list[str]:
         f"# {served_model(model)} holds no weights: the config below serves",
         "# once the model's real weights are in that folder.",
     ]
+
+
+def gpus_lines(engine_args: Mapping[str, Any]) -> list[str]:
+    """The header's line of a server on several GPUs (its layout): how many it needs."""
+    layout = layout_of(engine_args)
+    if layout.gpus == 1:
+        return []
+    args = ", ".join(f"{name} {value}" for name, value in layout.args.items())
+    return [f"# One server on {layout.gpus} GPUs ({args}): CUDA_VISIBLE_DEVICES names them."]
 
 
 def format_figure(metrics: Mapping[str, Any], key: str, scale: float, unit: str) -> str:
@@ -179,5 +189,6 @@ def render(
         if other is not None:
             row += f"   {other_label} {format_figure(other, key, scale, unit):>14}"
         lines.append(row)
+    lines += gpus_lines(engine_args)
     lines.append(SERVE_WITH + serve_command(THIS_FILE, server))
     return "\n".join(lines) + "\n" + served_config(model, engine_args, server)

@@ -43,7 +43,7 @@ from tuner.study.setup import calibrate as calibration
 from tuner.study.setup.objective import of_spec
 from tuner.study.setup.prepare import Workload, open_loop_replay, replay_lines, trial_setup
 from tuner.study.store.record import TrialRecord
-from tuner.study.trials import confirm, fingerprint, search
+from tuner.study.trials import confirm, fingerprint, layout_phase, search
 from tuner.study.trials.budget import (
     ENGINE_START_GUESS_S,
     GPU_CONFIRM_SHARE,
@@ -115,6 +115,9 @@ class Run:
         self.runner = runner
         self.tell: Teller = teller if teller is not None else LogTeller()
         self.n_trials = config.n_trials
+        # Every trial's layout: the one given, else the study's kept one (InputError if the two,
+        # or the spec's engine arguments, disagree).
+        self.layout = layout_phase.run_layout(study, config.layout, spec.engine_args)
         measures = launcher is not None
         # Asked once a run, and only to add trials: a report may be written on another machine.
         self.machine = fingerprint.measured_on() if measures else {}
@@ -167,6 +170,8 @@ class Run:
             self.tell.say(
                 f"pinned after trial 0, so that trials share vLLM's compiles: {key}={value}"
             )
+        if self.layout is not None and self.layout.args:
+            self.tell.say(f"layout: every trial's server on {self.layout}")
         self._plan()
 
         def finished(trial: FrozenTrial) -> None:
@@ -191,6 +196,7 @@ class Run:
             budget=budget,
             pinned=pinned,
             measured_on=self.machine,
+            layout=self.layout,
         )
         if ran < self.n_trials:
             self.tell.say(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tuner.engine.launchers import AUTO as AUTO_LAUNCHER
 from tuner.study.measure.scoring import Criteria
+from tuner.study.plan.layouts import Layout
 from tuner.study.plan.spec import StudySpec
 from tuner.study.setup.calibrate import TimeScale
 
@@ -32,8 +33,10 @@ class RunConfig:
     budget in seconds from ``began`` (``time.monotonic()``; None: no budget; ``budget_given``:
     set for the run, not taken from the spec), the window's seconds in the trace, its time scale
     as given (a number or ``auto``: ``TimeScale``), the launcher asked for (a name of
-    ``tuner.engine.launchers.LAUNCHERS``, or ``auto``), the study's seed, and the SLO criteria
-    every trial, capacity search, calibration and confirmation is judged by."""
+    ``tuner.engine.launchers.LAUNCHERS``, or ``auto``), the study's seed, the SLO criteria
+    every trial, capacity search, calibration and confirmation is judged by, and the layout
+    every trial runs at where one is given (``tuner run --layout``; None: the study's kept
+    layout, else vLLM's default)."""
 
     study: str
     storage: str
@@ -49,6 +52,7 @@ class RunConfig:
     seed: int
     criteria: Criteria
     began: float
+    layout: Layout | None = None
 
     @property
     def measures(self) -> bool:
@@ -70,6 +74,7 @@ def resolve(
     time_scale: float | None = None,
     launcher: str = AUTO_LAUNCHER,
     began: float | None = None,
+    layout: Layout | None = None,
 ) -> RunConfig:
     """The run's configuration: each value given (not None) over the spec's ``n_trials``,
     ``time_budget_s``, ``window_s`` and ``time_scale``, the spec's where none is given;
@@ -90,4 +95,5 @@ def resolve(
         seed=spec.seed,
         criteria=Criteria.of(spec),
         began=time.monotonic() if began is None else began,
+        layout=layout,
     )

@@ -28,6 +28,7 @@ from tuner.study.capacity.text import (
 from tuner.study.measure.judge import GOODPUT_SHARE
 from tuner.study.measure.next_steps import Offered, next_steps
 from tuner.study.measure.scoring import Miss
+from tuner.study.plan.layouts import Layout, layout_of, per_gpu
 from tuner.study.setup.objective import (
     CAPACITY_OBJECTIVE,
     GOODPUT_OBJECTIVE,
@@ -63,10 +64,12 @@ class ValueWords:
         other: Mapping[str, Any] | None,
         peak_req_per_s: float | None,
         other_label: str = "defaults",
+        other_layout: Layout | None = None,
     ) -> tuple[Rows, list[str], str]:
         """What the result says besides the latency figures: rows of the end table (name, the
         chosen trial's, the other's: the defaults', or where they are kept the closest searched
-        configuration's), headline lines, and where the figures were measured."""
+        configuration's; ``other_layout``: the other's layout, by default the chosen's),
+        headline lines, and where the figures were measured."""
         return [], [], "on that window, each figure the median measurement's"
 
     def at_one_rate(self, defaults: Sequence[FrozenTrial], name: str = VLLM_DEFAULTS) -> list[str]:
@@ -109,8 +112,10 @@ class RateWords(ValueWords):
     def trial_words(self, trial: FrozenTrial) -> str | None:
         recorded = TrialRecord.of(trial)
         if recorded.capacity_req_per_s is not None:
-            rates = recorded.rates_measured
-            return f"{self.name} {num(recorded.capacity_req_per_s)} req/s ({rates} rates measured)"
+            rates, capacity = recorded.rates_measured, recorded.capacity_req_per_s
+            layout = layout_of(recorded.engine_args)
+            each = "" if layout.gpus == 1 else f", {num(per_gpu(capacity, layout))} per GPU"
+            return f"{self.name} {num(capacity)} req/s{each} ({rates} rates measured)"
         if recorded.below_req_per_s is not None:
             return f"{self.name} below {num(recorded.below_req_per_s)} req/s"
         return super().trial_words(trial)
@@ -131,14 +136,17 @@ class RateWords(ValueWords):
         other: Mapping[str, Any] | None,
         peak_req_per_s: float | None,
         other_label: str = "defaults",
+        other_layout: Layout | None = None,
     ) -> tuple[Rows, list[str], str]:
-        figures = TrialRecord.of(chosen).figures
+        recorded = TrialRecord.of(chosen)
+        figures, layout = recorded.figures, layout_of(recorded.engine_args)
         found = capacity_of(figures) or 0.0
         lines = [
             self.headline(chosen, other, peak_req_per_s, other_label),
-            servers_line(found, peak_req_per_s, f"trial {chosen.number}"),
+            servers_line(found, peak_req_per_s, f"trial {chosen.number}", layout),
         ]
-        rows = table_rows(figures, other, peak_req_per_s, self.name)
+        layouts = (layout, layout if other_layout is None else other_layout)
+        rows = table_rows(figures, other, peak_req_per_s, self.name, layouts)
         mine = f"{num(found)} req/s" if found else "the lowest rate it tried"
         where = f"each at its own {self.name} (this configuration at {mine}"
         if other is not None:

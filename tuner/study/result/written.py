@@ -22,6 +22,7 @@ from tuner import build
 from tuner.errors import TunerError
 from tuner.study.measure import scoring
 from tuner.study.measure.time_spent import time_lines
+from tuner.study.plan.layouts import layout_of
 from tuner.study.plan.spec import StudySpec
 from tuner.study.result.choice import Choice, choose, summary
 from tuner.study.result.emit import Provenance, render, serve_command
@@ -83,11 +84,15 @@ def write_configuration(
     chosen = choice.trial
     figures = TrialRecord.of(chosen).figures
     verdict = scoring.verdict(picks.constraints_of(chosen), figures)
-    other = TrialRecord.of(choice.other.median_trial).figures if choice.other is not None else None
+    beside = TrialRecord.of(choice.other.median_trial) if choice.other is not None else None
+    other = beside.figures if beside is not None else None
     labels = _labels(choice)
     objective = of_study(study)
     peak = workload.replay.peak_req_per_s
-    rows, lines, measured = words_of(objective).result_lines(chosen, other, peak, labels[1])
+    other_layout = layout_of(beside.engine_args) if beside is not None else None
+    rows, lines, measured = words_of(objective).result_lines(
+        chosen, other, peak, labels[1], other_layout
+    )
     server = None if spec.server is None else spec.server.command
     lines += summary(choice, spec.vllm_defaults) + _time_spent(choice, spec.vllm_defaults)
     text = render(

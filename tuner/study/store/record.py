@@ -33,6 +33,10 @@ CONFIRMS_ATTR = "confirms"
 # A fresh measurement of the confirmation of finalist trial N (its own or the baseline's).
 FRESH_ATTR = "fresh_for"
 MOVE_ATTR = "move"
+# The layout a reference point was queued at (``TxD``, ``tuner.study.plan.layouts.Layout.name``):
+# the baseline and each candidate are measured once per layout. The trial's engine arguments
+# hold it too (``tensor-parallel-size``, ``data-parallel-size``).
+LAYOUT_ATTR = "layout"
 # Who measured it (``tuner.study.trials.workers``), on what, with which engine arguments.
 WORKER_ATTR = "worker"
 # Until when (Unix seconds) its worker holds it (``tuner.study.trials.lease``), and where it
@@ -76,8 +80,8 @@ LOG_TAIL_CHARS = 4000
 _OWN = frozenset(
     {
         BASELINE_ATTR, SPEC_BASELINE_ATTR, DEFAULTS_CANDIDATE_ATTR, CANDIDATE_ATTR,
-        CONFIRMS_ATTR, FRESH_ATTR, MOVE_ATTR, WORKER_ATTR, LEASE_ATTR, PLACE_ATTR, TUNER_ATTR,
-        *MEASURED_ON,
+        CONFIRMS_ATTR, FRESH_ATTR, MOVE_ATTR, LAYOUT_ATTR, WORKER_ATTR, LEASE_ATTR, PLACE_ATTR,
+        TUNER_ATTR, *MEASURED_ON,
         ARGS_ATTR, FEASIBLE_ATTR, REASON_ATTR, LOG_ATTR, COMPILE_KEY_ATTR, CACHE_HIT_ATTR,
         POINTS_ATTR, COMPARED_ATTR,
     }
@@ -138,8 +142,9 @@ class Queued:
     """What a trial was queued as: the baseline (vLLM's defaults, or the spec's own
     ``baseline`` where ``spec_baseline``), the spec's candidate ``candidate``, a re-measurement
     of trial ``confirms`` (``fresh``: one of the confirmation of finalist trial ``fresh``), the
-    incumbent search's ``move``; none of them for a trial the sampler drew. Readable while the
-    trial is measured."""
+    incumbent search's ``move``; none of them for a trial the sampler drew. A reference point
+    (the baseline, a candidate) queued by a run on a layout names it (``layout``, ``TxD``).
+    Readable while the trial is measured."""
 
     baseline: bool = False
     candidate: int | None = None
@@ -148,6 +153,7 @@ class Queued:
     fresh: int | None = None
     spec_baseline: bool = False
     defaults_candidate: bool = False
+    layout: str | None = None
 
     @classmethod
     def of(cls, trial: Attributed) -> Queued:
@@ -160,6 +166,7 @@ class Queued:
             fresh=_int(attrs.get(FRESH_ATTR)),
             spec_baseline=bool(attrs.get(SPEC_BASELINE_ATTR)),
             defaults_candidate=bool(attrs.get(DEFAULTS_CANDIDATE_ATTR)),
+            layout=_str(attrs.get(LAYOUT_ATTR)),
         )
 
     @property
@@ -178,6 +185,7 @@ class Queued:
             SPEC_BASELINE_ATTR: (self.baseline and self.spec_baseline) or None,
             DEFAULTS_CANDIDATE_ATTR: (self.candidate is not None and self.defaults_candidate)
             or None,
+            LAYOUT_ATTR: self.layout if self.reference else None,
         }
         return {key: value for key, value in named.items() if value is not None}
 

@@ -2,8 +2,11 @@
 
 Trials of one study compare only if they replayed the same window of the same trace, were
 scored against the same SLOs and weights, searched the same space with the same fixed engine
-arguments on the same model, and ran on the same vLLM and device. The fingerprint holds all of
-that, as the storage keeps it (JSON), and a resumed study is refused where it differs.
+arguments on the same model, and ran on the same vLLM and kind of device. The fingerprint holds
+all of that, as the storage keeps it (JSON), and a resumed study is refused where it differs.
+The device is kept without how many GPUs a worker sees (``environment.device_kind``): a study
+measures layouts of several sizes (``tuner.study.plan.layouts``), each trial its own, and a
+study recorded with a count (``2x NVIDIA H200``) reads as that kind.
 
 The vLLM version and device are also recorded on each trial, when it is measured, so that the
 configuration written names what the chosen trial ran on, whichever machine writes it.
@@ -49,7 +52,7 @@ def of_study(
         "slos": dict(spec.slos),
         "weights": dict(spec.weights),
         "max_error_rate": spec.max_error_rate,
-        **machine,
+        **_kind(machine),
     }
     fields |= of_spec(spec).fingerprint(spec)
     if spec.server is not None:
@@ -74,6 +77,7 @@ def check_workload(study: optuna.Study, fingerprint: Mapping[str, Any]) -> str |
     if recorded is None:
         study.set_user_attr(WORKLOAD_ATTR, dict(fingerprint))
         return None
+    recorded = _kind(recorded)
     differ = differences(recorded, fingerprint)
     if differ:
         raise InputError(
@@ -91,6 +95,14 @@ def check_workload(study: optuna.Study, fingerprint: Mapping[str, Any]) -> str |
         f"study {study.study_name!r} predates tuner checking {', '.join(sorted(missing))}: "
         f"its {len(study.trials)} trials were not checked against them; recorded now"
     )
+
+
+def _kind(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """``facts`` with the device as its kind (``environment.device_kind``)."""
+    device = facts.get(DEVICE)
+    if not isinstance(device, str):
+        return dict(facts)
+    return {**facts, DEVICE: environment.device_kind(device)}
 
 
 def differences(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:

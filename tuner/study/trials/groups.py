@@ -19,6 +19,7 @@ from optuna.trial import FrozenTrial
 from tuner.study.setup.objective import StudyObjective, of_study
 from tuner.study.store.record import TrialRecord
 from tuner.study.trials import significance
+from tuner.study.trials.layout_phase import of_kept_layout
 from tuner.study.trials.picks import served
 
 
@@ -110,9 +111,12 @@ class Group:
 
 
 def groups(study: optuna.Study) -> list[Group]:
-    """The served trials, grouped by configuration (a first trial and its re-measurements)."""
+    """The served trials, grouped by configuration (a first trial and its re-measurements); of
+    the study's kept layout only, where it keeps one."""
     objective = of_study(study)
-    trials = [t for t in study.get_trials(deepcopy=False) if served(t)]
+    # Where the study keeps a layout, the configurations at it (its layout trials compared
+    # layouts per GPU already: tuner.study.trials.layout_phase).
+    trials = of_kept_layout(study, (t for t in study.get_trials(deepcopy=False) if served(t)))
     members: dict[int, list[FrozenTrial]] = {}
     left_out: dict[int, list[FrozenTrial]] = {}
     firsts: dict[int, FrozenTrial] = {}

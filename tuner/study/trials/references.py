@@ -1,4 +1,6 @@
-"""The reference points of a study, measured once in all: the baseline, then the candidates.
+"""The reference points of a study, measured once in all: the baseline, then the candidates;
+once per layout where a study measures several (``tuner.study.plan.layouts``: a run on a layout
+other than vLLM's default queues its own, ``Queued.layout``).
 
 Several workers may run one study (one per GPU, on a shared PostgreSQL storage). The next
 reference point not yet taken is queued (Optuna's ``enqueue_trial``) and taken by ``ask``, which
@@ -13,6 +15,7 @@ from __future__ import annotations
 import optuna
 from optuna.trial import Trial, TrialState
 
+from tuner.study.plan.layouts import Layout
 from tuner.study.plan.spec import StudySpec
 from tuner.study.store import record
 from tuner.study.store.record import Queued
@@ -29,39 +32,57 @@ def has_baseline(study: optuna.Study) -> bool:
     )
 
 
-def _point(queued: Queued) -> tuple[bool, int | None] | None:
-    """The reference point a trial was queued to take (the baseline, or a candidate's index),
-    or None for a trial that takes none."""
+Point = tuple[bool, int | None, str | None]
+
+
+def _point(queued: Queued) -> Point | None:
+    """The reference point a trial was queued to take (the baseline, or a candidate's index, at
+    its layout), or None for a trial that takes none."""
     if not queued.reference:
         return None
-    return (True, None) if queued.baseline else (False, queued.candidate)
+    if queued.baseline:
+        return (True, None, queued.layout)
+    return (False, queued.candidate, queued.layout)
 
 
-def _taken(study: optuna.Study) -> set[tuple[bool, int | None]]:
+def _taken(study: optuna.Study) -> set[Point]:
     points = (_point(Queued.of(t)) for t in study.get_trials(deepcopy=False, states=TAKEN))
     return {point for point in points if point is not None}
 
 
-def next_candidate(study: optuna.Study, spec: StudySpec) -> int | None:
-    """The first of the spec's candidates that no trial has taken, if any."""
-    taken = _taken(study)
-    return next((i for i in range(len(spec.candidates)) if (False, i) not in taken), None)
+def layout_name(layout: Layout | None) -> str | None:
+    """How a reference point names its layout: None for vLLM's default one (and for none)."""
+    return layout.name if layout is not None and layout.args else None
 
 
-def queue_next(study: optuna.Study, spec: StudySpec) -> bool:
-    """Queue the baseline if no trial has taken it, else the next candidate no trial has;
-    whether one was queued."""
-    if (True, None) not in _taken(study):
-        queued = Queued(baseline=True, spec_baseline=spec.names_baseline)
+def baseline_taken(study: optuna.Study, layout: Layout | None = None) -> bool:
+    """Whether a trial took the baseline at ``layout`` (waiting, running or measured)."""
+    return (True, None, layout_name(layout)) in _taken(study)
+
+
+def next_candidate(
+    study: optuna.Study, spec: StudySpec, layout: Layout | None = None
+) -> int | None:
+    """The first of the spec's candidates that no trial has taken at ``layout``, if any."""
+    taken, at = _taken(study), layout_name(layout)
+    return next((i for i in range(len(spec.candidates)) if (False, i, at) not in taken), None)
+
+
+def queue_next(study: optuna.Study, spec: StudySpec, layout: Layout | None = None) -> bool:
+    """Queue the baseline if no trial has taken it (at ``layout``), else the next candidate no
+    trial has; whether one was queued."""
+    at = layout_name(layout)
+    if not baseline_taken(study, layout):
+        queued = Queued(baseline=True, spec_baseline=spec.names_baseline, layout=at)
         study.enqueue_trial({}, user_attrs=queued.attrs())
         return True
-    index = next_candidate(study, spec)
+    index = next_candidate(study, spec, layout)
     if index is None:
         return False
     names = {d.name for d in spec.space}
     params = {k: v for k, v in spec.candidates[index].items() if k in names}
     # Out-of-range values are kept (Optuna warns): the candidate is what it is.
-    queued = Queued(candidate=index, defaults_candidate=index == spec.defaults_candidate)
+    queued = Queued(candidate=index, defaults_candidate=index == spec.defaults_candidate, layout=at)
     study.enqueue_trial(params, user_attrs=queued.attrs())
     return True
 

@@ -23,6 +23,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from tuner.errors import InputError, TunerError
 from tuner.flags import flag_name
 from tuner.study.measure.trial import TrialOutcome, TrialSetup, run_trial
+from tuner.study.plan.layouts import Layout
 from tuner.study.plan.spec import INCUMBENT, Dimension, StudySpec
 from tuner.study.setup.objective import LATENCY_OBJECTIVE, StudyObjective, of_spec, of_study
 from tuner.study.store import record
@@ -41,6 +42,7 @@ from tuner.study.store.storage import (
 )
 from tuner.study.trials import fingerprint, groups, incumbent, references
 from tuner.study.trials.budget import Budget
+from tuner.study.trials.layout_phase import of_kept_layout
 from tuner.study.trials.lease import LEASE_S, Lease
 from tuner.study.trials.picks import best_trial
 from tuner.study.trials.workers import fail_expired, this_placement, this_worker
@@ -195,12 +197,14 @@ def suggest(trial: Trial, space: tuple[Dimension, ...], fixed: Mapping[str, Any]
     return args
 
 
-def _next_trial(study: optuna.Study, spec: StudySpec) -> optuna.Trial | None:
-    """The next trial: a queued reference (the baseline, a candidate), else the incumbent
-    search's move (``search: incumbent``), else the sampler's; None where it repeated a
-    reference already measured (and was dropped)."""
+def _next_trial(
+    study: optuna.Study, spec: StudySpec, layout: Layout | None = None
+) -> optuna.Trial | None:
+    """The next trial: a queued reference (the baseline, a candidate, at ``layout``), else the
+    incumbent search's move (``search: incumbent``), else the sampler's; None where it repeated
+    a reference already measured (and was dropped)."""
     try:
-        if not references.queue_next(study, spec) and spec.search == INCUMBENT:
+        if not references.queue_next(study, spec, layout) and spec.search == INCUMBENT:
             queue_move(study, spec)
         trial = study.ask()
         record.claimed(trial, this_worker())
@@ -259,6 +263,7 @@ def run_study(
     budget: Budget | None = None,
     pinned: Mapping[str, Any] | None = None,
     measured_on: Mapping[str, str] | None = None,
+    layout: Layout | None = None,
 ) -> int:
     """Run ``n_trials`` more trials, the baseline first if the study has none yet; return how many.
 
@@ -267,7 +272,8 @@ def run_study(
     defaults, nor into the spec's candidates, which are measured as given.
 
     ``measured_on`` (the vLLM version and device; by default this machine's) is recorded on each
-    trial.
+    trial. At a ``layout``, every trial runs with its engine arguments, and the baseline and the
+    candidates are that layout's (``tuner.study.trials.references``).
 
     With a ``budget``, no trial is started after the first unless it and the confirm step
     the budget holds back would end within it (``Budget.may_search``); each trial's cost is
@@ -277,7 +283,7 @@ def run_study(
     the running trial FAIL with the reason, so the storage never keeps a trial RUNNING; unless
     the storage itself failed for good, which the ``TunerError`` raised for it then says.
     """
-    fixed = dict(spec.engine_args)
+    fixed = {**spec.engine_args, **(layout.args if layout is not None else {})}
     pinned = dict(pinned or {})
     machine = fingerprint.measured_on() if measured_on is None else measured_on
     done = 0
@@ -286,7 +292,7 @@ def run_study(
             logger.info("time budget reached after %d trials", done)
             return done
         began = time.monotonic()
-        trial = _next_trial(study, spec)
+        trial = _next_trial(study, spec, layout)
         if trial is None:
             continue
         args = _trial_args(study, trial, spec, fixed, pinned)
@@ -382,7 +388,7 @@ def _measured(
             how.on_start(trial.number, args)
         setup = how.setup
         measure = setup.measure.for_trial(
-            lambda: study.get_trials(deepcopy=False),
+            lambda: of_kept_layout(study, study.get_trials(deepcopy=False)),
             args,
             trial.params,
             gate=lambda: _gate(study) if gated else None,
@@ -419,7 +425,7 @@ def queue_move(study: optuna.Study, spec: StudySpec) -> None:
     # the confirm step's re-measurements), as the winner is chosen.
     medians = {t.number: (g.median, g.feasible) for g in groups.groups(study) for t in g.trials}
     taken = []
-    for t in study.get_trials(deepcopy=False, states=references.TAKEN):
+    for t in of_kept_layout(study, study.get_trials(deepcopy=False, states=references.TAKEN)):
         # What the trial set: its engine arguments, its queued values, its drawn ones.
         recorded = TrialRecord.of(t)
         values = {k: v for k, v in recorded.engine_args.items() if k in names}
