@@ -185,3 +185,25 @@ def test_the_plan_names_the_candidates_the_confirmation_measures_again() -> None
     two = Budget(ends=1e9, confirm_trials=3 * 4, estimate_s=100.0, clock=lambda: 0.0, candidates=2)
     assert "and the 2 candidates 3 more times each" in two.eta(5, 3)
     assert "candidate" not in Budget(ends=1e9, confirm_trials=6, estimate_s=1.0).plan(5, 3)
+
+
+def test_a_confirmation_alone_plans_from_its_measurements_after_the_first() -> None:
+    """``--confirm-only`` on one H200 (benchmarks/results/h200-gpus-one-confirmed/): the first
+    fresh measurement took 126 s (the launcher's start and the process's first engine start),
+    the next four 93, 94, 82 and 82 s, and 121 s were left for the sixth. Planned at the first,
+    it did not fit; planned at the longest after it, it does. A confirmation after a search in
+    the same run keeps every measurement in the plan."""
+    clock = Clock()
+    alone = gpu_budget(610.0, clock)
+    for took in (126.0, 93.0, 94.0, 82.0, 82.0):
+        alone.spent(took, confirming=True)
+    clock.now = 610.0 - 121.0
+    assert alone.confirm_s == 94.0 and alone.may_confirm()
+    first = gpu_budget(610.0, Clock())
+    first.spent(126.0, confirming=True)
+    assert first.confirm_s == 126.0  # the only one measured still plans the next
+    searched = gpu_budget(1200.0, clock)
+    searched.spent(170.0)
+    for took in (126.0, 93.0):
+        searched.spent(took, confirming=True)
+    assert searched.confirm_s == 126.0
