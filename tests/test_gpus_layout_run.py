@@ -44,7 +44,7 @@ MEASURED = {"1x1": (0,), "1x4": (0, 1, 2, 3), "2x1": (0, 1), "2x2": (0, 1, 2, 3)
 
 
 def test_four_gpus_measure_the_layouts_then_search_on_groups_of_the_one_kept(
-    tmp_path: Path, cpu_model: Path, stand_in_vllm: dict[str, str]
+    tmp_path: Path, cpu_model: Path, stand_in_vllm: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -79,7 +79,9 @@ def test_four_gpus_measure_the_layouts_then_search_on_groups_of_the_one_kept(
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         MARKER: marker,
     }
-    env.pop("CUDA_VISIBLE_DEVICES", None)
+    # A run's environment is this process's with ``env`` over it: ``--gpus all`` means the GPUs
+    # the test's own CUDA_VISIBLE_DEVICES leaves visible, so that is unset.
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     args = ["run", "--trace", tmp_path / "trace.csv", "--study", "g", "--spec"]
     done = run_tuner(*args, tmp_path / "spec.yaml", "--gpus", "all", cwd=tmp_path, env=env,
                      timeout_s=900)  # fmt: skip

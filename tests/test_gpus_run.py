@@ -40,20 +40,23 @@ NVIDIA_SMI = "#!/bin/sh\n" + "".join(
 )
 
 
-def on_two_gpus(tmp_path: Path, stand_in_vllm: dict[str, str], marker: str) -> dict[str, str]:
+def on_two_gpus(
+    tmp_path: Path, stand_in_vllm: dict[str, str], marker: str, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
     """The environment of a run on the two GPUs ``NVIDIA_SMI`` lists (a stand-in ``nvidia-smi``
-    first on ``PATH``), its servers the stand-in, its processes marked with ``marker``."""
+    first on ``PATH``), its servers the stand-in, its processes marked with ``marker``; the
+    test's own ``CUDA_VISIBLE_DEVICES`` unset (a run's environment is this process's with the
+    returned one over it, and ``--gpus all`` means the GPUs it leaves visible)."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text(NVIDIA_SMI)
     (bin_dir / "nvidia-smi").chmod(0o755)
-    env = {**stand_in_vllm, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", MARKER: marker}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    return env
+    return {**stand_in_vllm, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", MARKER: marker}
 
 
 def test_two_gpus_run_one_worker_each_and_confirm_on_one(
-    tmp_path: Path, cpu_model: Path, stand_in_vllm: dict[str, str]
+    tmp_path: Path, cpu_model: Path, stand_in_vllm: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each trial records the GPU its worker was given, and its server saw that GPU; no two
     trials measure one configuration at once; the confirmation's fresh measurements are all on
@@ -63,7 +66,7 @@ def test_two_gpus_run_one_worker_each_and_confirm_on_one(
     write_spec(tmp_path / "spec.yaml", spec)
     write_small_trace(tmp_path / "trace.csv")
     marker = uuid.uuid4().hex
-    env = {**on_two_gpus(tmp_path, stand_in_vllm, marker), "STAND_IN_TOKEN_S": "0.01"}
+    env = {**on_two_gpus(tmp_path, stand_in_vllm, marker, monkeypatch), "STAND_IN_TOKEN_S": "0.01"}
     args = ["run", "--trace", tmp_path / "trace.csv", "--study", "g", "--spec"]
     done = run_tuner(*args, tmp_path / "spec.yaml", "--gpus", "all", cwd=tmp_path, env=env,
                      timeout_s=600)  # fmt: skip
@@ -118,7 +121,12 @@ def gpus_of(trial: optuna.trial.FrozenTrial) -> tuple[int, ...]:
     ids=["Ctrl-C-to-the-terminal's-group", "SIGTERM-to-tuner-alone"],
 )
 def test_interrupted_gpus_run_stops_every_worker(
-    tmp_path: Path, cpu_model: Path, stand_in_vllm: dict[str, str], sig: int, to_group: bool
+    tmp_path: Path,
+    cpu_model: Path,
+    stand_in_vllm: dict[str, str],
+    sig: int,
+    to_group: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Ctrl-C at the terminal (SIGINT to the whole foreground group: tuner, its workers, their
     servers) or SIGTERM to tuner alone (``kill``, a container stopped) while both workers
@@ -128,8 +136,7 @@ def test_interrupted_gpus_run_stops_every_worker(
     write_spec(tmp_path / "spec.yaml", cpu_spec(cpu_model, window_s=2, time_scale=300, n_trials=4))
     write_small_trace(tmp_path / "trace.csv")
     marker = uuid.uuid4().hex
-    env = {**os.environ, **on_two_gpus(tmp_path, stand_in_vllm, marker)}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env = {**os.environ, **on_two_gpus(tmp_path, stand_in_vllm, marker, monkeypatch)}
     command = tuner_command(
         "run", "--trace", tmp_path / "trace.csv", "--study", "i", "--spec", tmp_path / "spec.yaml",
         "--gpus", "all",
