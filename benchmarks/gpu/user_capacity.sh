@@ -14,6 +14,9 @@
 #                                                  detached, as a user continues one (`tuner run
 #                                                  ... --n-trials N --time-budget-s SECONDS`),
 #                                                  into more.log; then `wait` again
+#   bash benchmarks/gpu/user_capacity.sh confirm SECONDS
+#                                                  the same with `--confirm-only`: finish a
+#                                                  confirmation the budget cut short
 #   OUT=... bash benchmarks/gpu/user_capacity.sh serve
 #                                                  once it ended: serve the YAML it wrote with
 #                                                  `vllm serve --config`, from another folder,
@@ -205,15 +208,22 @@ EOF
     echo "started in $root"
     cat "$root/env.txt"
     ;;
-  more)
-    trials=${2:?trials} seconds=${3:?seconds}
+  more|confirm)
+    if [ "$1" = more ]; then
+      trials=${2:?trials} seconds=${3:?seconds} what="--n-trials ${2:-}"
+    else
+      seconds=${2:?seconds} what=--confirm-only
+    fi
     [ -e "$root/DONE" ] || { echo "the study in $root is still running"; exit 1; }
     rm -f "$root/DONE"
     prod=$(cd "$root/work" && ls prod.* | head -1)  # the trace as `start` copied it
+    # The storage `start` used: the journal file of a `--gpus` run, else studies/prod.db.
+    storage=
+    [ -e "$root/work/studies/prod.log" ] && storage="--storage journal:studies/prod.log"
     cat > "$root/more.sh" <<EOF
 cd "$root/work"
-echo "== tuner run (continued)"
-python3 -m tuner.cli -v run --trace $prod --study prod --n-trials $trials --time-budget-s $seconds
+echo "== tuner run (continued: $what)"
+python3 -m tuner.cli -v run --trace $prod --study prod $storage $what --time-budget-s $seconds
 echo "exit \$?"
 echo "== configs/prod.yaml"
 cat configs/prod.yaml
