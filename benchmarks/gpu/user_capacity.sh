@@ -210,7 +210,7 @@ EOF
     ;;
   more|confirm)
     if [ "$1" = more ]; then
-      trials=${2:?trials} seconds=${3:?seconds} what="--n-trials ${2:-}"
+      what="--n-trials ${2:?trials}" seconds=${3:?seconds}
     else
       seconds=${2:?seconds} what=--confirm-only
     fi

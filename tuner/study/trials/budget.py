@@ -87,9 +87,7 @@ class Budget:
     def trial_s(self) -> float:
         """What the next searched trial is planned to cost: the longest measured after the run's
         first, else the first, else the estimate."""
-        if len(self.costs) > 1:
-            return max(self.costs[1:])
-        return self.costs[0] if self.costs else self.estimate_s
+        return _longest_after_first(self.costs) if self.costs else self.estimate_s
 
     @property
     def confirm_s(self) -> float:
@@ -98,8 +96,9 @@ class Budget:
         the longest searched trial after the first, else ``confirm_share`` of the first (or of
         the estimate)."""
         if self.confirm_costs:
-            first_of_run = not self.costs and len(self.confirm_costs) > 1
-            return max(self.confirm_costs[1:] if first_of_run else self.confirm_costs)
+            if self.costs:  # the run's first trial was a searched one
+                return max(self.confirm_costs)
+            return _longest_after_first(self.confirm_costs)
         if len(self.costs) > 1:
             return self.trial_s
         return self.confirm_share * self.trial_s
@@ -217,3 +216,9 @@ def confirm_trials(top_k: int, repeats: int, candidates: int = 0) -> int:
     if top_k <= 0 or repeats <= 0:
         return 0
     return repeats * (2 + candidates)
+
+
+def _longest_after_first(costs: list[float]) -> float:
+    """The longest of ``costs`` after the first, the run's first trial (it carries the run's
+    one-off costs); the first while it is the only one."""
+    return max(costs[1:]) if len(costs) > 1 else costs[0]
