@@ -3,8 +3,8 @@
 The slow tier carries ``@pytest.mark.vllm``: tests that start vLLM (its CPU build, or the stand-in
 server of ``stand_in_vllm`` under whole ``tuner run``s), PostgreSQL, Prometheus or Chromium, or
 that wait out tens of seconds of real time (a capacity search's windows, a connect timeout).
-``pytest -m "not vllm"`` runs the fast tier, the rest, in under 3 minutes on two cores (README,
-"Quick start").
+``pytest -m "not vllm and not packaging"`` runs the fast tier; ``.ci/tiers`` runs each tier
+and prints its seconds (``tests/ci_durations.py`` records them).
 """
 
 from __future__ import annotations
@@ -29,6 +29,12 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from cap_load import CapLoad, measure_cap_load
+from ci_durations import (  # noqa: F401 (pytest's hooks, recording the suite's durations)
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+    pytest_sessionstart,
+)
 
 from tuner.engine.dummy_model import write_model
 from tuner.engine.environment import command_to_serve
@@ -261,6 +267,14 @@ def postgres() -> Iterator[str]:
     finally:
         subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], **quiet)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cap_load(tmp_path_factory: pytest.TempPathFactory) -> CapLoad:
+    """The load of the capacity and goodput studies on vLLM's CPU build (``tests/cap_load.py``),
+    measured once per test process: the tests that read it carry
+    ``pytest.mark.xdist_group("cap-load")``, so ``--dist loadgroup`` runs them in one."""
+    return measure_cap_load(tmp_path_factory.mktemp("cap-load"))
 
 
 # The Hugging Face id under which ``hub_cache`` serves ``tiny_model`` offline.

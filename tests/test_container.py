@@ -98,6 +98,7 @@ def test_the_job_runs_one_study_on_one_gpu_and_never_retries_by_itself() -> None
     assert mounts == {"work": container["workingDir"], "shm": "/dev/shm"} and volumes == set(mounts)
 
 
+@pytest.mark.packaging  # pip resolves the install against the environment: seconds
 def test_pip_keeps_every_installed_package_as_the_image_install_asks(tmp_path: Path) -> None:
     # The image's step on this virtualenv (vLLM's CPU build, tuner's needs): pinned to what is
     # installed, pip finds nothing to change but tuner itself.

@@ -288,6 +288,7 @@ def scraped_run(tmp_path_factory, cpu_model):
             prometheus.wait(timeout=30)
 
 
+@pytest.mark.xdist_group("from-prometheus-scraped-run")
 @pytest.mark.vllm
 def test_rebuilt_trace_matches_known_trace(scraped_run):
     known, result, url, start_s, end_s, _ = scraped_run
@@ -337,6 +338,7 @@ def test_rebuilt_trace_matches_known_trace(scraped_run):
     assert mean == pytest.approx(running_s / covered_s, rel=0.35), (mean, running_s / covered_s)
 
 
+@pytest.mark.xdist_group("from-prometheus-scraped-run")
 @pytest.mark.vllm
 def test_cli_writes_a_canonical_trace_and_concurrency(scraped_run, tmp_path):
     known, _, url, start_s, end_s, _ = scraped_run
@@ -365,6 +367,7 @@ def test_cli_writes_a_canonical_trace_and_concurrency(scraped_run, tmp_path):
     assert "timestamp,concurrency" in concurrency.read_text()
 
 
+@pytest.mark.xdist_group("from-prometheus-scraped-run")
 @pytest.mark.vllm
 def test_unreachable_or_bad_selector_exit_cleanly(scraped_run, tmp_path):
     _, _, url, start_s, end_s, _ = scraped_run
@@ -507,6 +510,7 @@ def _password_file(folder: Path, password: str = PASSWORD) -> Path:
     return path
 
 
+@pytest.mark.xdist_group("from-prometheus-guarded-prometheus")
 @pytest.mark.vllm
 def test_tls_is_verified_unless_insecure(guarded_prometheus):
     url, start_s, end_s, cert = guarded_prometheus
@@ -530,6 +534,7 @@ def test_tls_is_verified_unless_insecure(guarded_prometheus):
         assert observed == pytest.approx(np.full(len(observed), 0.5))
 
 
+@pytest.mark.xdist_group("from-prometheus-guarded-prometheus")
 @pytest.mark.vllm
 def test_cli_verifies_tls_and_insecure_or_ca_file_opts_out(guarded_prometheus, tmp_path):
     url, start_s, end_s, cert = guarded_prometheus
@@ -547,6 +552,7 @@ def test_cli_verifies_tls_and_insecure_or_ca_file_opts_out(guarded_prometheus, t
         out.unlink()
 
 
+@pytest.mark.xdist_group("from-prometheus-guarded-prometheus")
 @pytest.mark.vllm
 def test_basic_auth_is_needed_and_enough(guarded_prometheus, tmp_path):
     """Without credentials, or with a wrong password, a one-line error naming the options and
@@ -577,6 +583,7 @@ def test_basic_auth_is_needed_and_enough(guarded_prometheus, tmp_path):
     assert PASSWORD not in done.stdout + done.stderr
 
 
+@pytest.mark.xdist_group("from-prometheus-guarded-prometheus")
 @pytest.mark.vllm
 def test_header_is_sent_with_every_query(guarded_prometheus, tmp_path):
     """Prometheus reads basic auth from the Authorization header: a real check that --header
@@ -651,6 +658,7 @@ def test_times_are_finite():
             parse_time(text)
 
 
+@pytest.mark.xdist_group("from-prometheus-guarded-prometheus")
 @pytest.mark.vllm
 def test_prometheus_error_is_one_line_naming_it(guarded_prometheus, tmp_path):
     url, start_s, end_s, _ = guarded_prometheus
@@ -675,6 +683,7 @@ def test_unreachable_prometheus_is_a_tool_error():
     assert type(refused.value) is TunerError
 
 
+@pytest.mark.xdist_group("from-prometheus-guarded-prometheus")
 @pytest.mark.vllm
 def test_an_answer_not_from_prometheus_api_is_a_tool_error(guarded_prometheus):
     url, start_s, end_s, _ = guarded_prometheus

@@ -12,24 +12,18 @@ import re
 
 import optuna
 import pytest
-import yaml
-from conftest import REPO, run_tuner, write_small_trace, write_spec
+from cap_load import CAP_WINDOW_S, CapLoad
+from conftest import run_tuner, write_small_trace, write_spec
 from test_capacity import (
-    CAP_TRACE,
-    CAP_WINDOW_S,
     CAPACITY_REQ_PER_S,
     FAST_S,
     JUDGED_FROM,
-    MAX_MODEL_LEN,
     SLOW_S,
     StandIn,
-    calibrated,
-    served_alone,
 )
 
 from tuner.cli.exits import EXIT_MEETS_SLOS
 from tuner.cli.main import main
-from tuner.engine.dummy_model import write_model
 from tuner.errors import SpecError
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, ReplayResult, RequestResult
@@ -66,9 +60,7 @@ from tuner.study.setup.objective import (
 from tuner.study.store.record import CAPACITY_ATTR, POINTS_ATTR
 from tuner.study.trials import fingerprint
 from tuner.study.trials.search import open_study, run_study
-from tuner.traces.formats import load_trace
 from tuner.traces.model import Request
-from tuner.traces.workload import build_workload
 
 SLOS = {"ttft_p95_s": 0.5, "ttft_p50_s": 0.3, "tpot_p95_s": 0.05, "e2e_p99_s": 2.0}
 
@@ -328,40 +320,34 @@ def test_the_command_line_offers_every_objective(tmp_path, capsys):
 
 
 @pytest.mark.vllm
-def test_a_goodput_study_on_vllm_finds_a_rate_and_writes_it(tmp_path):
+@pytest.mark.xdist_group("cap-load")
+def test_a_goodput_study_on_vllm_finds_a_rate_and_writes_it(cap_load: CapLoad, tmp_path) -> None:
     """vLLM's CPU build, cpu-tiny, the baseline and one configuration, each searching a few
-    rates (the load and SLOs from what this machine serves, as the capacity study's are): the
-    study's value is a rate that a window passed with 90 % of its requests within every SLO,
-    the YAML says its goodput and the report builds."""
-    trace = tmp_path / "trace.csv"
-    rows = "".join(f"{t},{i},{o}\n" for t, i, o in CAP_TRACE)
-    trace.write_text("timestamp,input_tokens,output_tokens\n" + rows)
-    workload = build_workload(load_trace(trace), CAP_WINDOW_S, 1.0, MAX_MODEL_LEN)
-    window, peak_req_per_s = workload.trace, workload.peak_req_per_s
-    shape = Request(0.0, round(window.input_tokens.mean()), round(window.output_tokens.mean()))
-    spec = yaml.safe_load((REPO / "studies" / "cap.yaml").read_text())
-    model = write_model(tmp_path / "models" / "cpu-tiny", "cpu-tiny")
-    baseline = {**spec["engine_args"], "gpu-memory-utilization": 0.2}
-    alone = served_alone(model, baseline, shape, tmp_path / "calibration")
-    load = calibrated(alone, peak_req_per_s, window)
-    spec |= load | {
-        "model": str(model),
-        "objective_mode": "goodput",
-        "goodput_share": 0.9,
-        "candidates": [{"max-num-seqs": 16, "gpu-memory-utilization": 0.2}],
-        "n_trials": 2,
-        "warmup_requests": 2,
-        "window_s": CAP_WINDOW_S,
-        "capacity_resolution": 0.5,
-        "capacity_min_requests": 10,
-        "capacity_max_probes": 4,
-        "confirm_repeats": 0,
-    }
+    rates (the load and SLOs from what this machine serves, the capacity study's ``cap_load``):
+    the study's value is a rate that a window passed with 90 % of its requests within every
+    SLO, the YAML says its goodput and the report builds."""
+    alone, load = cap_load.alone, cap_load.load
+    spec = (
+        cap_load.spec
+        | load
+        | {
+            "model": str(cap_load.model),
+            "objective_mode": "goodput",
+            "goodput_share": 0.9,
+            "candidates": [{"max-num-seqs": 16, "gpu-memory-utilization": 0.2}],
+            "n_trials": 2,
+            "warmup_requests": 2,
+            "window_s": CAP_WINDOW_S,
+            "capacity_resolution": 0.5,
+            "capacity_min_requests": 10,
+            "capacity_max_probes": 4,
+            "confirm_repeats": 0,
+        }
+    )
     spec_file = write_spec(tmp_path / "gp.yaml", spec)
-    drained_s = 2 * load["capacity_probe_s"] + load["slos"]["e2e_p99_s"]
-    budget_s = 2 * (2 * alone.healthy_s + 4 * drained_s) + 120
+    budget_s = 2 * (2 * alone.healthy_s + 4 * cap_load.drained_s()) + 120
     done = run_tuner(
-        "run", "--trace", trace, "--study", "gp", "--spec", spec_file, cwd=tmp_path,
+        "run", "--trace", cap_load.trace, "--study", "gp", "--spec", spec_file, cwd=tmp_path,
         timeout_s=budget_s,
     )  # fmt: skip
     said = f"{alone}\n{load}\n{done.stdout}"

@@ -102,9 +102,9 @@ def killed_elsewhere_is_failed_here(url: str, tmp_path: Path) -> None:
         worker.wait(timeout=10)
         killed_at = time.time()
     finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
+        with worker:  # its pipes closed once it has exited
+            if worker.poll() is None:
+                worker.kill()
     # The worker's host is not this one: only its lease can tell that it is gone.
     # Each opening is another process (seconds on a busy machine): when each began, and what
     # it failed.

@@ -36,7 +36,7 @@ def _frozen(venv: Path) -> dict[str, str]:
     return {name.lower(): version for name, _, version in (s.partition("==") for s in lines)}
 
 
-@pytest.mark.vllm  # a virtualenv with torch and vLLM installed, then a run: minutes
+@pytest.mark.packaging  # a virtualenv with torch and vLLM installed, then a run: minutes
 def test_the_quick_start_runs_beside_another_vllm_and_keeps_it(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

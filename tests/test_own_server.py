@@ -402,9 +402,9 @@ def test_the_app_dies_with_a_tuner_that_is_killed(tmp_path: Path, app: ServerCom
         text=True,
     )
     assert tuner.stdout is not None
-    pid = int(tuner.stdout.readline())
-    os.kill(tuner.pid, signal.SIGKILL)
-    tuner.wait()
+    with tuner:  # its pipe closed once it has exited
+        pid = int(tuner.stdout.readline())
+        os.kill(tuner.pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while not gone(pid) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -107,6 +107,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> Tuned:
     return Tuned(folder, result, trials, wait_for_no_processes(marker))
 
 
+@pytest.mark.xdist_group("own-server-e2e-tuned")
 @pytest.mark.vllm
 def test_trials_start_the_app_and_replay_its_endpoint(tuned: Tuned) -> None:
     assert tuned.result.returncode in MEETS_SLOS_EXITS, tuned.result.stderr[-3000:]
@@ -150,6 +151,7 @@ def served(tuned: Tuned) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         log.close()
 
 
+@pytest.mark.xdist_group("own-server-e2e-tuned")
 @pytest.mark.vllm
 def test_the_app_started_with_the_written_file_answers(
     served: tuple[str, subprocess.Popen[bytes]], tuned: Tuned

@@ -145,6 +145,7 @@ def study(demo_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
     return run
 
 
+@pytest.mark.xdist_group("run-e2e-study")
 @pytest.mark.vllm
 def test_run_of_three_trials(study: Run) -> None:
     result = study.result
@@ -179,11 +180,13 @@ def test_run_of_three_trials(study: Run) -> None:
     assert study.config.exists()
 
 
+@pytest.mark.xdist_group("run-e2e-study")
 @pytest.mark.vllm
 def test_no_process_outlives_the_run(study: Run) -> None:
     assert study.left_behind == []
 
 
+@pytest.mark.xdist_group("run-e2e-study")
 @pytest.mark.vllm
 def test_servers_listen_on_127_0_0_1_only(study: Run) -> None:
     """Every socket that tuner or a vLLM process of the run listened on was on 127.0.0.1."""
@@ -191,6 +194,7 @@ def test_servers_listen_on_127_0_0_1_only(study: Run) -> None:
     assert {address for address, _ in study.listening} == {"127.0.0.1"}, study.listening
 
 
+@pytest.mark.xdist_group("run-e2e-study")
 @pytest.mark.vllm
 def test_no_secret_in_any_file_written(study: Run) -> None:
     """``HF_TOKEN`` was set for the run (vLLM needs it for gated models): it is in no file the
@@ -203,6 +207,7 @@ def test_no_secret_in_any_file_written(study: Run) -> None:
     assert holding == []
 
 
+@pytest.mark.xdist_group("run-e2e-study")
 @pytest.mark.vllm
 def test_emitted_config_is_what_the_chosen_trial_measured(study: Run, demo_model: Path) -> None:
     text = study.config.read_text()
@@ -223,6 +228,7 @@ def test_emitted_config_is_what_the_chosen_trial_measured(study: Run, demo_model
     assert yaml.safe_load(text) == {"model": str(demo_model), **args}
 
 
+@pytest.mark.xdist_group("run-e2e-study")
 @pytest.mark.vllm
 def test_client_and_server_means_agree(study: Run) -> None:
     """tuner's own TTFT and end-to-end means agree with what vLLM measured.
@@ -284,6 +290,7 @@ def served(study: Run) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         log.close()
 
 
+@pytest.mark.xdist_group("run-e2e-study")
 @pytest.mark.vllm
 def test_emitted_config_serves(served: tuple[str, subprocess.Popen[bytes]], study: Run) -> None:
     url, server = served
@@ -318,6 +325,7 @@ def test_emitted_config_serves(served: tuple[str, subprocess.Popen[bytes]], stud
     assert answer["choices"][0]["text"]
 
 
+@pytest.mark.xdist_group("run-e2e-study")
 @pytest.mark.vllm
 def test_resume_adds_trials_and_keeps_the_baseline(study: Run) -> None:
     marker = uuid.uuid4().hex
@@ -334,6 +342,7 @@ def test_resume_adds_trials_and_keeps_the_baseline(study: Run) -> None:
     assert wait_for_no_processes(marker) == []
 
 
+@pytest.mark.xdist_group("run-e2e-study")
 @pytest.mark.vllm
 def test_zero_trials_writes_the_best_so_far_and_starts_nothing(study: Run) -> None:
     before = load_trials(study.storage, STUDY)

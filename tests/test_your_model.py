@@ -9,6 +9,7 @@ another folder, as a user would, and asked for one completion.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -27,7 +28,9 @@ from conftest import (
     write_spec,
 )
 
+from tuner.engine.dummy_model import SHAPES, write_model
 from tuner.study.store.record import ARGS_ATTR
+from tuner.traces.workload import ModelInfo, _plain_config, model_info
 
 # Lenient SLOs: the point is that a configuration is written (exit 0 or 3), not that two shared
 # CPU cores meet them.
@@ -93,48 +96,34 @@ def test_local_folder_with_saved_weights_tunes_and_serves_from_anywhere(
 
 
 @pytest.mark.vllm
-def test_hub_id_from_the_offline_cache_tunes_and_serves(
+def test_hub_id_from_the_offline_cache_measured_on_random_weights_serves_its_weights(
     hub_cache: dict[str, str], tmp_path: Path
 ) -> None:
+    """A Hugging Face id from the offline cache, measured with ``--dummy-weights``: the trials
+    load random weights, the YAML written names the id without ``load-format`` and serves the
+    cached weights, as vLLM loads them."""
     work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
     (work / "studies").mkdir(parents=True)
     elsewhere.mkdir()
     trace = write_small_trace(tmp_path / "small.csv")
     write_spec(work / "studies" / "small.yaml", cheap_spec(HUB_MODEL_ID))
 
-    tuner_run(trace, HUB_MODEL_ID, work, hub_cache)
+    result = tuner_run(trace, HUB_MODEL_ID, work, hub_cache, "--dummy-weights")
 
     assert sorted(p.name for p in work.iterdir()) == ["configs", "runs", "studies"]
-    config = config_of((work / "configs" / "small.yaml").read_text())
-    assert config["model"] == HUB_MODEL_ID
-    assert "load-format" not in config and "load_format" not in config
-    with served(work / "configs" / "small.yaml", elsewhere, hub_cache) as url:
-        one_completion(url, HUB_MODEL_ID)
-
-
-@pytest.mark.vllm
-def test_dummy_weights_are_measured_and_never_emitted(
-    hub_cache: dict[str, str], tmp_path: Path
-) -> None:
-    trace = write_small_trace(tmp_path / "small.csv")
-    (tmp_path / "studies").mkdir()
-    write_spec(tmp_path / "studies" / "small.yaml", cheap_spec(HUB_MODEL_ID))
-
-    result = tuner_run(trace, HUB_MODEL_ID, tmp_path, hub_cache, "--dummy-weights")
-
     assert "measuring on random weights" in result.stdout
-    engine = yaml.safe_load(
-        (tmp_path / "runs" / "small" / "trial-0000" / "engine.yaml").read_text()
-    )
+    engine = yaml.safe_load((work / "runs" / "small" / "trial-0000" / "engine.yaml").read_text())
     assert engine["load-format"] == "dummy"
-    study = optuna.load_study(study_name="small", storage=f"sqlite:///{tmp_path}/studies/small.db")
+    study = optuna.load_study(study_name="small", storage=f"sqlite:///{work}/studies/small.db")
     assert study.trials[0].user_attrs[ARGS_ATTR]["load-format"] == "dummy"
-    text = (tmp_path / "configs" / "small.yaml").read_text()
+    text = (work / "configs" / "small.yaml").read_text()
     header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
     assert "Measured on random weights (load-format: dummy)" in header
     config = config_of(text)
     assert config["model"] == HUB_MODEL_ID
     assert "load-format" not in config and "load_format" not in config
+    with served(work / "configs" / "small.yaml", elsewhere, hub_cache) as url:
+        one_completion(url, HUB_MODEL_ID)
 
 
 def test_huggingface_hub_resolves_the_cache_as_laid_out(
@@ -208,3 +197,33 @@ def test_an_id_missing_from_the_offline_cache_is_bad_input(
         assert len(lines) == 1, result.stderr
         assert "tuner-tests/absent" in lines[0]
         assert [p.name for p in tmp_path.iterdir()] == ["small.csv"]
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_a_plain_config_reads_as_transformers_reads_it(tmp_path: Path, shape: str) -> None:
+    """A folder's ``config.json`` read as JSON gives what transformers reads from it."""
+    from transformers import AutoConfig
+
+    folder = write_model(tmp_path / shape, shape, weights=False)
+    text = AutoConfig.from_pretrained(folder).get_text_config()
+    assert model_info(str(folder), None) == ModelInfo(text.vocab_size, text.max_position_embeddings)
+    assert model_info(str(folder), 2048).max_model_len == 2048
+
+
+def test_a_config_json_with_code_of_its_own_or_no_figures_is_read_by_transformers(
+    tmp_path: Path,
+) -> None:
+    folder = write_model(tmp_path / "m", "cpu-tiny", weights=False)
+    config = json.loads((folder / "config.json").read_text())
+    assert _plain_config(folder, None) is not None
+    for changed in (
+        {**config, "auto_map": {"AutoConfig": "mine.Config"}},
+        {k: v for k, v in config.items() if k != "max_position_embeddings"},
+        {**config, "vocab_size": True},
+        {**config, "text_config": "none"},
+    ):
+        (folder / "config.json").write_text(json.dumps(changed))
+        assert _plain_config(folder, None) is None
+    (folder / "config.json").write_text(json.dumps({**config, "text_config": {**config}}))
+    assert _plain_config(folder, None) == model_info(str(folder), None)
+    assert _plain_config(tmp_path / "nowhere", None) is None

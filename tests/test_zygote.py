@@ -388,8 +388,8 @@ def test_servers_do_not_outlive_a_killed_tuner(tmp_path, fake_path):
         server = int(log.split("pid=", 1)[1].split()[0])
         zygote = parent(server)
     finally:
-        tuner.kill()
-        tuner.wait()
+        with tuner:  # its pipe closed once it has exited
+            tuner.kill()
     assert wait_gone(server, 25)
     assert wait_gone(zygote, 25)
 

@@ -33,9 +33,9 @@ class Started:
         return dict(httpx.get(self.stats_url + "/stats", timeout=30).json())
 
     def stop(self) -> None:
-        """Stop it (SIGTERM) and wait until it has exited."""
-        self.process.terminate()
-        self.process.wait()
+        """Stop it (SIGTERM), wait until it has exited and close its pipe."""
+        with self.process:  # closes its stdout after the wait
+            self.process.terminate()
 
     def __enter__(self) -> Started:
         return self
@@ -68,8 +68,8 @@ def start(
     assert process.stdout is not None
     line = process.stdout.readline().split()
     if not line or line[0] != b"ready":
-        process.kill()
-        process.wait()
+        with process:
+            process.kill()
         raise RuntimeError(f"the stand-in server did not start: {shlex.join(command)}")
     ports = [int(word) for word in line[1:]]
     return Started(process, f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[-1]}")

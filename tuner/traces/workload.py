@@ -6,6 +6,7 @@ Every trial of a study replays exactly the same requests; this is where they are
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,14 @@ def model_info(
 ) -> ModelInfo:
     """What replay needs of ``model``: a local folder, or a Hugging Face model id resolved as vLLM
     resolves it (the Hugging Face cache under ``HF_HOME``, offline with ``HF_HUB_OFFLINE=1``, at
-    ``revision``). Its config is read by transformers; an ``InputError`` where it cannot be."""
+    ``revision``). Its config is read by transformers; an ``InputError`` where it cannot be.
+    A local folder whose ``config.json`` states both figures plainly is read as JSON
+    (``_plain_config``): importing transformers takes seconds that tuner would spend before its
+    first line."""
+    if not trust_remote_code and revision is None:
+        plain = _plain_config(Path(model), max_model_len)
+        if plain is not None:
+            return plain
     try:
         from transformers import AutoConfig
 
@@ -53,6 +61,33 @@ def model_info(
     except (AttributeError, TypeError, ValueError) as exc:
         raise InputError(f"the model {model!r}'s config lacks a usable {exc}") from None
     return ModelInfo(vocab_size=vocab_size, max_model_len=context)
+
+
+def _plain_config(folder: Path, max_model_len: int | None) -> ModelInfo | None:
+    """``ModelInfo`` from ``folder/config.json`` where it names no code of its own (``auto_map``)
+    and its text model's ``vocab_size`` and ``max_position_embeddings`` (where ``max_model_len``
+    is not given) are whole numbers: the values transformers reads for them
+    (``get_text_config``: the ``text_config`` section where there is one). None where any of that
+    does not hold: transformers reads it, with its aliases and defaults."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or "auto_map" in config:
+        return None
+    text = config.get("text_config", config)
+    if not isinstance(text, dict):
+        return None
+    vocab_size = _whole(text.get("vocab_size"))
+    context = max_model_len or _whole(text.get("max_position_embeddings"))
+    if vocab_size is None or context is None:
+        return None
+    return ModelInfo(vocab_size=vocab_size, max_model_len=context)
+
+
+def _whole(value: object) -> int | None:
+    """``value`` where it is a whole number above 0 (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 @dataclass(frozen=True)

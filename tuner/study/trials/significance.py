@@ -26,8 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-
-from scipy.stats import mannwhitneyu
+from typing import Any
 
 # The chance, at most, that a finalist no better than the baseline is written.
 ALPHA = 0.05
@@ -35,6 +34,14 @@ ALPHA = 0.05
 MIN_FRESH = 3
 # The gain's interval, as printed.
 CONFIDENCE = 0.9
+
+
+def mannwhitneyu(*args: Any, **kwargs: Any) -> Any:
+    """scipy's exact Mann-Whitney test, imported on the first call: scipy.stats takes most of a
+    second to import, which every ``tuner`` command would pay at its start."""
+    from scipy.stats import mannwhitneyu as test
+
+    return test(*args, **kwargs)
 
 
 def fewest_fresh(alpha: float = ALPHA) -> int:
