@@ -21,9 +21,11 @@ from typing import Any
 import pytest
 
 OUT = "TUNER_DURATIONS_OUT"
-# The seconds each per-commit tier may take on a clean clone of a 2-core machine (CI's): the
-# whole command, setup and lint included, must stay under 1,800.
-BUDGET_S = {"fast": 180.0, "vllm": 1200.0}
+# The seconds each per-commit tier may take on a clean clone of a 2-core machine (CI's). The
+# whole command must stay under 1,800: `.ci/setup --tests` (about 3 minutes where pip's cache
+# and the Debian packages are there, as on CI's machine), lint (about a minute), the fast tier
+# and the vllm tier, with a minute to spare.
+BUDGET_S = {"fast": 180.0, "vllm": 1320.0}
 WORKERS = 2
 
 _seconds: dict[str, float] = {}

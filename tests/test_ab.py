@@ -2,13 +2,14 @@
 in turns until each has its repeats, resumed from the study, and reported per arm.
 
 The fast tests measure with a scripted runner (``Run``'s ``runner``, values per configuration,
-no engine) in a real Optuna study in SQLite; one test runs the harness as a user does, on vLLM's
-CPU build with the tiny model, two arms, one measurement each.
+no engine) in a real Optuna study in SQLite; one test runs the harness as a user does, two arms,
+one measurement each, on the stand-in server in vLLM's shape.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -266,13 +267,18 @@ def test_an_arms_file_that_is_not_two_configurations_is_refused(tmp_path, cpu_mo
 
 
 @pytest.mark.vllm
-def test_the_harness_measures_two_arms_on_vllm_and_reports_them(tmp_path, tiny_model):
-    spec = write_spec(tmp_path / "spec.yaml", cpu_spec(tiny_model, confirm_top_k=0))
+def test_the_harness_measures_two_arms_and_reports_them(tmp_path, cpu_model, stand_in_vllm):
+    """``benchmarks/ab.py`` as a user runs it, each arm's server the stand-in in vLLM's shape
+    (the engine itself is measured on vLLM's CPU build by ``tests/test_run_e2e.py``)."""
+    spec = write_spec(tmp_path / "spec.yaml", cpu_spec(cpu_model, confirm_top_k=0))
     trace = write_small_trace(tmp_path / "trace.csv")
     arms = arms_file(tmp_path, {"seqs2": {"max-num-seqs": 2}, "seqs4": {"max-num-seqs": 4}})
     command = [sys.executable, str(REPO / "benchmarks" / "ab.py"), str(arms), "--spec", str(spec),
                "--trace", str(trace), "--out", str(tmp_path / "out"), "--repeats", "1"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    env = {**os.environ, **stand_in_vllm}
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=900, check=False, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     # The first table (the second, after a blank line, says where the time went).
     rows = [line for line in done.stdout.split("\n\n")[0].splitlines() if line.startswith("| seqs")]
@@ -282,7 +288,9 @@ def test_the_harness_measures_two_arms_on_vllm_and_reports_them(tmp_path, tiny_m
     )
     # Each arm's median TTFT p95 and engine start were measured, not left out.
     assert all("| - |" not in row for row in rows), rows
-    again = subprocess.run([*command, "--report"], capture_output=True, text=True, timeout=120)
+    again = subprocess.run(
+        [*command, "--report"], capture_output=True, text=True, timeout=120, env=env
+    )
     assert (
         again.returncode == 0
         and [r for r in again.stdout.splitlines() if r.startswith("| seqs")][:2] == rows
