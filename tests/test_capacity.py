@@ -46,10 +46,10 @@ from tuner.study.capacity.probes import (
     StartHint,
     after_lead_in,
     capacity_score,
-    lost_slos,
     measure_capacity,
     measure_rate,
 )
+from tuner.study.capacity.lost import lost_slos
 from tuner.study.capacity.rate_search import RateSearch, start_hint
 from tuner.study.capacity.rates import RatePoint, hinted_step, search_capacity
 from tuner.study.capacity.text import num

@@ -1,18 +1,26 @@
 """The capacity search: the highest arrival rate at which one running server meets every SLO.
 
 Pure: ``search_capacity`` is handed ``measure``, which replays the window at a rate and says
-whether it passed, and decides which rates to try. It brackets from a starting rate (the
-trace's own, or a capacity already measured in the study), growing or shrinking it geometrically
-until one rate passes and one fails, then bisects (geometrically) until the two are within the
-requested relative resolution. The capacity is the highest rate that passed; 0 if none did down
-to ``floor_req_per_s``, the floor itself tried (as the ceiling is) where a halving would skip past
-it.
+whether it passed, and decides which rates to try. The capacity is the highest rate that
+passed; 0 if none did down to ``floor_req_per_s``, the floor itself tried (as the ceiling is)
+where a halving would skip past it.
 
-The bracket doubles or halves at each window, except from the configuration's own capacity
-measured before (a re-measurement): there the first step is small (``hinted_step``: two
-resolutions) and each further step squares the last, up to a doubling. At a resolution of 10 %
-a capacity within 21 % of that start is then resolved in 3 windows instead of 5; one further
-off costs at most 2 windows more than doubling from the same start would.
+Where the search has no capacity measured before to start from (a study's first trial), it is
+also handed ``saturate``: one window offered far above the start (``SATURATING`` times it),
+whose figures carry the requests the engine completed per second while more waited
+(``SUSTAINED``). No rate above that throughput can be carried for long, so it bounds the
+capacity from above (one resolution up, for its own error); the search then bisects on a log
+scale below that bound over ``BOUND_BISECTIONS`` halvings of the bound's log range, which at a
+resolution of 10 % resolves a capacity from 0.56 of the bound up in 3 windows: 4 with the
+saturating one. A capacity below that range is bracketed downward from the lowest rate failed.
+
+From a capacity already measured (a re-measurement's own, a neighbour's, or the gate: the best
+capacity so far), the search brackets from there, growing or shrinking the rate geometrically
+until one rate passes and one fails, then bisects (geometrically) until the two are within the
+requested relative resolution. The first step is small (``hinted_step``: two resolutions) and
+each further step squares the last, up to a doubling: a capacity within 21 % of the start is
+resolved in 3 windows at a resolution of 10 %; one further off costs at most 2 windows more
+than doubling from the same start would.
 """
 
 from __future__ import annotations
@@ -27,6 +35,16 @@ logger = logging.getLogger(__name__)
 
 # How much the bracket grows or shrinks the rate per window, at most.
 GROWTH = 2.0
+# How far above the start a saturating window offers the window's requests.
+SATURATING = 32.0
+# The figure of a saturating window's point: what the engine completed per second while more
+# requests waited than it ran.
+SUSTAINED = "sustained_req_per_s"
+# The halvings (on a log scale) of the range below a saturating bound that the search plans:
+# the range spans ``(1 + resolution) ** (2 ** BOUND_BISECTIONS)``.
+BOUND_BISECTIONS = 3
+# Two rates whose ratio is within this much of the resolution are within it (rounding).
+_ROUNDING = 1e-9
 
 
 def hinted_step(resolution: float) -> float:
@@ -108,17 +126,25 @@ def search_capacity(
     ceiling_req_per_s: float = math.inf,
     first_step: float = GROWTH,
     gate_req_per_s: float | None = None,
+    saturate: RateMeasure | None = None,
 ) -> CapacityFound:
-    """Bracket from ``start_req_per_s``, then bisect to ``resolution`` (0.1: the passing and the
-    failing rate within 10 % of each other); at most ``max_probes`` calls of ``measure``.
+    """The highest rate that passes, to ``resolution`` (0.1: the passing and the failing rate
+    within 10 % of each other); at most ``max_probes`` windows, a saturating one included.
+
+    With ``saturate`` (and no gate), the first window offers ``SATURATING`` times
+    ``start_req_per_s`` (at most the ceiling) through it; where its point carries the
+    throughput the engine sustained (``SUSTAINED``, and its client kept up), the search bisects
+    below that bound (``_Search.below``). A saturating window that passed is a rate passed,
+    from which the search brackets upward; one that measured no throughput is a window spent,
+    and the search starts from ``start_req_per_s`` as without one.
 
     With ``gate_req_per_s`` (the best capacity measured so far), the first window is at that
     rate instead, and a failure there ends the search (``below_req_per_s``): a configuration
     that cannot carry the best capacity so far cannot beat it, and one window says so. A pass
     brackets upward from the gate in small steps (``hinted_step``).
 
-    The bracket's first step is ``first_step`` (a factor above 1); each further step squares the
-    last one, up to ``GROWTH``.
+    Otherwise the bracket starts at ``start_req_per_s`` with a first step of ``first_step`` (a
+    factor above 1); each further step squares the last one, up to ``GROWTH``.
 
     Below ``floor_req_per_s`` (a window too sparse to judge) the search stops with capacity 0,
     once the floor itself has failed: a step that would jump from above the floor to below it
@@ -135,18 +161,23 @@ def search_capacity(
     search = _Search(measure, max_probes)
     try:
         if gate_req_per_s is not None:
-            start_req_per_s = gate_req_per_s
-            first_step = hinted_step(resolution)
-        rate = min(start_req_per_s, ceiling_req_per_s)
-        first = search.at(rate)
-        if gate_req_per_s is not None and not first.passed:
-            why = f"failed at {rate:.3g} req/s, the best capacity so far: it cannot beat that"
-            return CapacityFound(0.0, tuple(search.points), False, why, below_req_per_s=rate)
-        lo, hi = (rate, math.inf) if first.passed else (0.0, rate)
-        bracket = search.bracket(lo, hi, first_step, floor_req_per_s, ceiling_req_per_s)
-        if isinstance(bracket, CapacityFound):
-            return bracket
-        return search.bisect(*bracket, resolution)
+            return _gated(search, gate_req_per_s, resolution, floor_req_per_s, ceiling_req_per_s)
+        saturated: tuple[float, float] | CapacityFound | None = None
+        if saturate is not None:
+            offered = min(start_req_per_s * SATURATING, ceiling_req_per_s)
+            saturated = search.saturated(saturate, offered, resolution, floor_req_per_s)
+        if isinstance(saturated, CapacityFound):
+            return saturated
+        if saturated is not None:
+            (lo, hi), step = saturated, GROWTH
+        else:
+            rate = min(start_req_per_s, ceiling_req_per_s)
+            lo, hi = (rate, math.inf) if search.at(rate).passed else (0.0, rate)
+            step = first_step
+        found = search.bracket(lo, hi, step, floor_req_per_s, ceiling_req_per_s)
+        if isinstance(found, CapacityFound):
+            return found
+        return search.bisect(*found, resolution)
     except _ClientBehind as behind:
         found = search.found(
             False,
@@ -154,6 +185,21 @@ def search_capacity(
             "capacity is at least the highest rate passed (more client processes: --client-procs)",
         )
         return replace(found, client_behind_at=behind.rate_req_per_s)
+
+
+def _gated(
+    search: _Search, gate: float, resolution: float, floor: float, ceiling: float
+) -> CapacityFound:
+    """The gate measured first: a failure there ends the search; a pass brackets upward in
+    small steps, then bisects."""
+    rate = min(gate, ceiling)
+    if not search.at(rate).passed:
+        why = f"failed at {rate:.3g} req/s, the best capacity so far: it cannot beat that"
+        return CapacityFound(0.0, tuple(search.points), False, why, below_req_per_s=rate)
+    found = search.bracket(rate, math.inf, hinted_step(resolution), floor, ceiling)
+    if isinstance(found, CapacityFound):
+        return found
+    return search.bisect(*found, resolution)
 
 
 class _Search:
@@ -184,6 +230,52 @@ class _Search:
 
     def full(self) -> bool:
         return len(self.points) >= self.max_probes
+
+    def saturated(
+        self, saturate: RateMeasure, offered: float, resolution: float, floor: float
+    ) -> tuple[float, float] | CapacityFound | None:
+        """The saturating window at ``offered``, then the bisection below its bound
+        (``below``): a passing and a failing rate, or a failing one only (``lo`` 0: the
+        capacity is below the range bisected), or the search's end. ``(offered, inf)`` where
+        the window passed; None where it measured no throughput of the server's (its client
+        behind, or no figure): the search then starts as without it."""
+        point = saturate(offered)
+        self.points.append(point)
+        sustained = point.figures.get(SUSTAINED)
+        logger.info(
+            "saturating window at %.3f req/s: %s",
+            offered,
+            f"{sustained:.3f} req/s sustained" if sustained is not None else "no throughput",
+        )
+        if point.passed:
+            return offered, math.inf
+        if sustained is None or not sustained > 0 or point.client_behind:
+            return None
+        return self.below(min(offered, sustained * (1.0 + resolution)), resolution, floor)
+
+    def below(
+        self, bound: float, resolution: float, floor: float
+    ) -> tuple[float, float] | CapacityFound:
+        """Bisect on a log scale between ``bound``, a rate the engine cannot carry, and
+        ``bound / (1 + resolution) ** (2 ** BOUND_BISECTIONS)``, no rate passed yet: the
+        passing and failing rates found (within the resolution once one passed), or the
+        failing rate alone (``lo`` 0) where every rate tried failed; the search's end at its
+        window limit. A rate below ``floor`` is left to the bracket, which tries the floor."""
+        low = bound / (1.0 + resolution) ** (2**BOUND_BISECTIONS)
+        lo, hi = 0.0, bound
+        while hi / max(lo, low) > (1.0 + resolution) * (1.0 + _ROUNDING):
+            rate = math.sqrt(max(lo, low) * hi)
+            if rate < floor:
+                break
+            if self.full():
+                return self.found(
+                    False, f"probe limit ({self.max_probes}) reached below the saturating bound"
+                )
+            if self.at(rate).passed:
+                lo = rate
+            else:
+                hi = rate
+        return lo, hi
 
     def bracket(
         self, lo: float, hi: float, first_step: float, floor: float, ceiling: float
@@ -218,7 +310,7 @@ class _Search:
     def bisect(self, lo: float, hi: float, resolution: float) -> CapacityFound:
         """Bisect on a log scale (the resolution is relative) until the passing and failing
         rates are within ``resolution`` of each other."""
-        while hi / lo > 1.0 + resolution:
+        while hi / lo > (1.0 + resolution) * (1.0 + _ROUNDING):
             if self.full():
                 return self.found(False, f"probe limit ({self.max_probes}) reached while bisecting")
             rate = math.sqrt(lo * hi)
