@@ -325,7 +325,7 @@ def measure_saturated(
     reason = None
     if not judged.passed:
         reason = f"saturating window: {sustained:.3g} req/s completed in its second half"
-    return RatePoint(rate, judged.passed, figures, reason, judged.client_behind)
+    return RatePoint(rate, judged.passed, figures, reason, judged.client_to_blame)
 
 
 def _ready(

@@ -162,19 +162,23 @@ def search_capacity(
     try:
         if gate_req_per_s is not None:
             return _gated(search, gate_req_per_s, resolution, floor_req_per_s, ceiling_req_per_s)
-        saturated: tuple[float, float] | CapacityFound | None = None
+        saturated: tuple[float, float, float] | CapacityFound | None = None
         if saturate is not None:
             offered = min(start_req_per_s * SATURATING, ceiling_req_per_s)
             saturated = search.saturated(saturate, offered, resolution, floor_req_per_s)
         if isinstance(saturated, CapacityFound):
             return saturated
+        lo, hi, step, cap = 0.0, math.inf, first_step, math.inf
         if saturated is not None:
-            (lo, hi), step = saturated, GROWTH
-        else:
+            lo, hi, step = saturated
+            if lo == 0.0 and start_req_per_s < hi:
+                # Every rate tried below the bound failed, all above the start: on from the
+                # start as without a saturating window, below the lowest rate failed.
+                lo, hi, step, cap = 0.0, math.inf, first_step, hi
+        if lo == 0.0 and math.isinf(hi):
             rate = min(start_req_per_s, ceiling_req_per_s)
             lo, hi = (rate, math.inf) if search.at(rate).passed else (0.0, rate)
-            step = first_step
-        found = search.bracket(lo, hi, step, floor_req_per_s, ceiling_req_per_s)
+        found = search.bracket(lo, hi, step, floor_req_per_s, ceiling_req_per_s, cap)
         if isinstance(found, CapacityFound):
             return found
         return search.bisect(*found, resolution)
@@ -233,12 +237,17 @@ class _Search:
 
     def saturated(
         self, saturate: RateMeasure, offered: float, resolution: float, floor: float
-    ) -> tuple[float, float] | CapacityFound | None:
+    ) -> tuple[float, float, float] | CapacityFound | None:
         """The saturating window at ``offered``, then the bisection below its bound
-        (``below``): a passing and a failing rate, or a failing one only (``lo`` 0: the
-        capacity is below the range bisected), or the search's end. ``(offered, inf)`` where
-        the window passed; None where it measured no throughput of the server's (its client
-        behind, or no figure): the search then starts as without it."""
+        (``below``): where the bracket goes on from (a passing rate, a failing one, and the
+        bracket's first step; ``lo`` 0 where every rate tried failed), or the search's end.
+
+        The bound is a rate measured only where it is the window's own; where the rate just
+        below it passed, the bound is measured next (a throughput read low must not cap the
+        capacity), and where it passes too the bracket grows from it in small steps.
+        ``(offered, inf, GROWTH)`` where the window passed; None where it measured no
+        throughput of the server's (none, or its failure may be its client's): the search then
+        starts as without it."""
         point = saturate(offered)
         self.points.append(point)
         sustained = point.figures.get(SUSTAINED)
@@ -248,10 +257,21 @@ class _Search:
             f"{sustained:.3f} req/s sustained" if sustained is not None else "no throughput",
         )
         if point.passed:
-            return offered, math.inf
+            return offered, math.inf, GROWTH
         if sustained is None or not sustained > 0 or point.client_behind:
             return None
-        return self.below(min(offered, sustained * (1.0 + resolution)), resolution, floor)
+        bound = min(offered, sustained * (1.0 + resolution))
+        below = self.below(bound, resolution, floor)
+        if isinstance(below, CapacityFound):
+            return below
+        lo, hi = below
+        if lo > 0 and hi == bound < offered and not self.full():
+            # The throughput may have been read low: the bound is measured before it is
+            # believed, and where it passes the bracket grows from it in small steps.
+            if self.at(bound).passed:
+                return bound, math.inf, hinted_step(resolution)
+            hi = bound
+        return lo, hi, GROWTH
 
     def below(
         self, bound: float, resolution: float, floor: float
@@ -278,12 +298,21 @@ class _Search:
         return lo, hi
 
     def bracket(
-        self, lo: float, hi: float, first_step: float, floor: float, ceiling: float
+        self,
+        lo: float,
+        hi: float,
+        first_step: float,
+        floor: float,
+        ceiling: float,
+        cap: float = math.inf,
     ) -> tuple[float, float] | CapacityFound:
         """Grow from ``lo`` while passing, shrink from ``hi`` while failing, each step the square
-        of the last (at most ``GROWTH``): the passing and failing rates, or the search's end."""
+        of the last (at most ``GROWTH``): the passing and failing rates, or the search's end.
+        Growing stops below ``cap``, a rate already failed."""
         step = min(first_step, GROWTH)
         while math.isinf(hi) or lo == 0.0:
+            if math.isinf(hi) and lo * step >= cap:
+                return lo, cap
             if self.full():
                 return self.found(
                     False, f"probe limit ({self.max_probes}) reached while bracketing"
