@@ -11,7 +11,7 @@ whose figures carry the requests the engine completed per second while more wait
 (``SUSTAINED``). No rate above that throughput can be carried for long, so it bounds the
 capacity from above (one resolution up, for its own error); the search then bisects on a log
 scale below that bound over ``BOUND_BISECTIONS`` halvings of the bound's log range, which at a
-resolution of 10 % resolves a capacity from 0.56 of the bound up in 3 windows: 4 with the
+resolution of 10 % resolves a capacity from 0.56 of the throughput up in 3 windows: 4 with the
 saturating one. A capacity below that range is bracketed downward from the lowest rate failed,
 or, where the start lies within as wide a range below that rate, from the start.
 
