@@ -319,7 +319,7 @@ def measure_saturated(
 
     result = replay(base_url, window, seeded, monitor=monitor)
     judged = settings.judged(result, criteria)
-    done = [r.done_s for r in result.live if r.done_s is not None]
+    done = [r.sent_s + r.e2e_s for r in result.results if r.ok and r.e2e_s is not None]
     sustained = sum(1 for d in done if span_s / 2 <= d <= span_s) / (span_s / 2)
     figures = {**judged.figures, "requests": len(window), **ready, SUSTAINED: sustained}
     reason = None
