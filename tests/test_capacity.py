@@ -179,13 +179,13 @@ def saturating(true_req_per_s: float, sustained_req_per_s: float, calls: list[fl
     return saturate
 
 
-def first_search(true_req_per_s, share, resolution, start, max_probes=10):
+def first_search(true_req_per_s, share, resolution, start, max_probes=10, floor_req_per_s=0.0):
     """The search of a study's first trial on a server whose capacity is ``share`` of the
     throughput it sustains; the rates tried, the saturating window's first."""
     calls: list[float] = []
     sustained = true_req_per_s / share
     found = search_capacity(
-        threshold(true_req_per_s, calls), start, resolution, max_probes,
+        threshold(true_req_per_s, calls), start, resolution, max_probes, floor_req_per_s,
         saturate=saturating(true_req_per_s, sustained, calls),
     )  # fmt: skip
     return found, calls
@@ -258,6 +258,41 @@ def test_a_first_search_lands_wherever_its_capacity_and_start_are(
     assert lands(found, true_req_per_s, resolution), (calls, found.why_stopped)
     plain = search_capacity(threshold(true_req_per_s, []), start, resolution, 40)
     assert len(calls) <= len(plain.points) + 5, calls
+
+
+@given(
+    true_req_per_s=st.floats(0.5, 500.0),
+    resolution=st.sampled_from([0.05, 0.1, 0.25]),
+    read_low=st.floats(1.0, 5.0),
+    floor_share=st.floats(0.05, 0.95),
+)
+@settings(max_examples=300, deadline=None)
+def test_a_throughput_read_far_low_near_the_floor_caps_nothing(
+    true_req_per_s, resolution, read_low, floor_share
+):
+    """A saturating window still filling the engine in its second half reads far less than it
+    sustains (vLLM's CPU build, flooded at 32 times the window's rate, read 0.67 req/s where
+    the window's own rate passed): the bound, near the floor, is measured before it is
+    believed, and the capacity is found above it."""
+    floor = true_req_per_s * floor_share
+    found, calls = first_search(
+        true_req_per_s, read_low, resolution, start=true_req_per_s, max_probes=40,
+        floor_req_per_s=floor,
+    )  # fmt: skip
+    assert lands(found, true_req_per_s, resolution), (calls, found.why_stopped)
+
+
+def test_the_cpu_build_s_flooded_window_is_measured_past():
+    """The case above as it happened: 2.24 req/s the window's rate, 0.667 read, the floor 0.667
+    (10 requests in 15 s): the floor and the bound pass, and the search grows from there."""
+    calls: list[float] = []
+    found = search_capacity(
+        threshold(2.0, calls), 2.24, 0.1, 10, 10 / 15,
+        saturate=saturating(2.0, 2.0 / 3.0, calls),
+    )  # fmt: skip
+    bound = 2.0 / 3.0 * 1.1
+    assert calls[:3] == [pytest.approx(71.68), pytest.approx(bound), pytest.approx(bound * 1.21)]
+    assert lands(found, 2.0, 0.1), (calls, found.why_stopped)
 
 
 def test_the_saturating_window_is_a_point_and_counts_against_the_window_limit():
@@ -656,6 +691,22 @@ def test_a_saturating_window_measures_what_the_server_sustains():
     assert 16.0 <= point.figures[SUSTAINED] <= 20.5, point.figures
     assert point.figures["requests"] == 320
     assert point.figures["stopped_at_s"] <= 4.0 * 1.25 + 1.0
+
+
+def test_a_saturating_window_that_completed_too_few_bounds_nothing():
+    """One request at a time, half a second each: 2 completed in the window's second half,
+    fewer than the floor's requests, so the window gives no throughput to bound by."""
+    server = StandIn(slots=1, service_s=0.5)
+    try:
+        window = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
+        settings = CapacitySettings(window, period_s=1.0, probe_s=2.0, min_requests=0)
+        replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30)
+        criteria = Criteria({"ttft_p95_s": 0.5}, {})
+        point = measure_saturated(server.url, settings, replay, criteria, 40.0)
+    finally:
+        server.close()
+    assert SUSTAINED not in point.figures and point.figures[probes.COMPLETED] <= 3, point
+    assert "requests completed in its second half" in (point.reason or "")
 
 
 def test_a_first_search_brackets_from_the_saturating_window_on_a_running_server():

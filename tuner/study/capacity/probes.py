@@ -74,6 +74,9 @@ IDLE_POLL_S = 0.5
 # How long after its last arrival a saturating window waits for what is left, as a share of its
 # seconds.
 SATURATED_GRACE = 0.25
+# A saturating window's figure: the requests it completed in its second half. Fewer than
+# ``MIN_WINDOW_REQUESTS`` give it no throughput (``SUSTAINED``) to bound the capacity by.
+COMPLETED = "saturated_completed"
 # How often a window checks whether its SLOs are lost.
 LOST_CHECK_S = 1.0
 # Seeds of successive windows: far apart from the study's seed and from each other.
@@ -305,7 +308,8 @@ def measure_saturated(
 ) -> RatePoint:
     """Offer the window at ``rate``, far above what the server carries, for
     ``settings.probe_s`` seconds, and measure what it sustains: the requests completed per
-    second over the window's second half (``SUSTAINED``; by then more wait than run). The
+    second over the window's second half (``SUSTAINED``; by then more wait than run), where
+    at least ``MIN_WINDOW_REQUESTS`` completed there (``COMPLETED``: how many did). The
     window is not stopped when its SLOs are lost, but a quarter of ``probe_s`` after its
     last arrival, abandoning what is left; one that finished everything by then is judged as
     any rate is. Prepared as ``measure_rate`` prepares a rate (idle, primed or reset)."""
@@ -320,11 +324,13 @@ def measure_saturated(
     result = replay(base_url, window, seeded, monitor=monitor)
     judged = settings.judged(result, criteria)
     done = [r.sent_s + r.e2e_s for r in result.results if r.ok and r.e2e_s is not None]
-    sustained = sum(1 for d in done if span_s / 2 <= d <= span_s) / (span_s / 2)
-    figures = {**judged.figures, "requests": len(window), **ready, SUSTAINED: sustained}
-    reason = None
-    if not judged.passed:
-        reason = f"saturating window: {sustained:.3g} req/s completed in its second half"
+    completed = sum(1 for d in done if span_s / 2 <= d <= span_s)
+    figures = {**judged.figures, "requests": len(window), **ready, COMPLETED: float(completed)}
+    said = f"{completed} requests completed in its second half"
+    if completed >= MIN_WINDOW_REQUESTS:  # fewer say too little of a rate to bound by it
+        figures[SUSTAINED] = completed / (span_s / 2)
+        said = f"{figures[SUSTAINED]:.3g} req/s completed in its second half"
+    reason = None if judged.passed else f"saturating window: {said}"
     return RatePoint(rate, judged.passed, figures, reason, judged.client_to_blame)
 
 

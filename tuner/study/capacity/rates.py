@@ -270,9 +270,9 @@ class _Search:
         (``below``): where the bracket goes on from (a passing rate, a failing one, and the
         bracket's first step; ``lo`` 0 where every rate tried failed), or the search's end.
 
-        The bound is a rate measured only where it is the window's own; where the rate just
-        below it passed, the bound is measured next (a throughput read low must not cap the
-        capacity), and where it passes too the bracket grows from it in small steps.
+        The bound is a rate measured only where it is the window's own; where no rate below
+        it failed, it is measured next (a throughput read low must not cap the capacity), and
+        where it passes the bracket grows from it in small steps.
         ``(offered, inf, GROWTH)`` where the window passed; None where it measured no
         throughput of the server's (none, or its failure may be its client's): the search then
         starts as without it."""
@@ -293,12 +293,12 @@ class _Search:
         if isinstance(below, CapacityFound):
             return below
         lo, hi = below
-        if lo > 0 and hi == bound < offered and not self.full():
-            # The throughput may have been read low: the bound is measured before it is
-            # believed, and where it passes the bracket grows from it in small steps.
-            if self.at(bound).passed:
-                return bound, math.inf, hinted_step(resolution)
-            hi = bound
+        # No rate failed below the bound, and the throughput may have been read low (a
+        # window's second half still filling the engine): the bound is measured before it is
+        # believed, and where it passes the bracket grows from it in small steps.
+        unmeasured = hi == bound < offered and not self.full()
+        if unmeasured and self.at(bound).passed:
+            return bound, math.inf, hinted_step(resolution)
         return lo, hi, GROWTH
 
     def below(
