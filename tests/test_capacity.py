@@ -57,6 +57,7 @@ from tuner.study.capacity.probes import (
 )
 from tuner.study.capacity.rate_search import RateSearch, start_hint
 from tuner.study.capacity.rates import (
+    COMPLETED,
     SATURATING,
     SUSTAINED,
     RatePoint,
@@ -705,7 +706,7 @@ def test_a_saturating_window_that_completed_too_few_bounds_nothing():
         point = measure_saturated(server.url, settings, replay, criteria, 40.0)
     finally:
         server.close()
-    assert SUSTAINED not in point.figures and point.figures[probes.COMPLETED] <= 3, point
+    assert SUSTAINED not in point.figures and point.figures[COMPLETED] <= 3, point
     assert "requests completed in its second half" in (point.reason or "")
 
 

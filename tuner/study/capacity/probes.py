@@ -40,6 +40,7 @@ from tuner.load.priming import prime
 from tuner.load.spread import replay
 from tuner.study.capacity.lost import lost_goodput, lost_slos
 from tuner.study.capacity.rates import (
+    COMPLETED,
     GROWTH,
     SUSTAINED,
     CapacityFound,
@@ -74,9 +75,6 @@ IDLE_POLL_S = 0.5
 # How long after its last arrival a saturating window waits for what is left, as a share of its
 # seconds.
 SATURATED_GRACE = 0.25
-# A saturating window's figure: the requests it completed in its second half. Fewer than
-# ``MIN_WINDOW_REQUESTS`` give it no throughput (``SUSTAINED``) to bound the capacity by.
-COMPLETED = "saturated_completed"
 # How often a window checks whether its SLOs are lost.
 LOST_CHECK_S = 1.0
 # Seeds of successive windows: far apart from the study's seed and from each other.
@@ -327,7 +325,7 @@ def measure_saturated(
     completed = sum(1 for d in done if span_s / 2 <= d <= span_s)
     figures = {**judged.figures, "requests": len(window), **ready, COMPLETED: float(completed)}
     said = f"{completed} requests completed in its second half"
-    if completed >= MIN_WINDOW_REQUESTS:  # fewer say too little of a rate to bound by it
+    if completed >= MIN_WINDOW_REQUESTS:  # fewer say too little to bound a capacity by
         figures[SUSTAINED] = completed / (span_s / 2)
         said = f"{figures[SUSTAINED]:.3g} req/s completed in its second half"
     reason = None if judged.passed else f"saturating window: {said}"

@@ -38,8 +38,9 @@ logger = logging.getLogger(__name__)
 GROWTH = 2.0
 # How far above the start a saturating window offers the window's requests.
 SATURATING = 32.0
-# The figure of a saturating window's point: what the engine completed per second while more
-# requests waited than it ran.
+# The figures of a saturating window's point: the requests the engine completed in the window's
+# second half, while more waited than it ran, and per second (where they were enough to say).
+COMPLETED = "saturated_completed"
 SUSTAINED = "sustained_req_per_s"
 # The halvings (on a log scale) of the range below a saturating bound that the search plans:
 # the range spans ``(1 + resolution) ** (2 ** BOUND_BISECTIONS)``.
