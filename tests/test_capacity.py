@@ -719,9 +719,12 @@ def test_a_first_search_brackets_from_the_saturating_window_on_a_running_server(
         gaps = random.Random(7)
         arrivals = itertools.accumulate(gaps.expovariate(2.0) for _ in range(20))
         window = [Request(t, 8, 2) for t in arrivals]  # random arrivals, 2 req/s
+        # On a loaded machine tuner's client runs late near this server's limit: its lateness
+        # is not to blame here, where the search's course is the subject.
         settings = CapacitySettings(
-            window, period_s=10.0, probe_s=3.0, min_requests=0, saturate=True, max_probes=8
-        )
+            window, period_s=10.0, probe_s=3.0, min_requests=0, saturate=True, max_probes=8,
+            client_tolerance_s=60.0,
+        )  # fmt: skip
         assert settings.saturates
         replay = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30)
         found = measure_capacity(server.url, settings, replay, Criteria({"ttft_p95_s": 0.5}, {}))
