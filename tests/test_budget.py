@@ -6,9 +6,18 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import optuna
 import pytest
 
-from tuner.study.trials.budget import GPU_CONFIRM_SHARE, Budget, confirm_trials
+from tuner.study.measure.trial import WINDOW_S
+from tuner.study.store.record import CAPACITY_ATTR, RATES_ATTR, TIME_PREFIX
+from tuner.study.trials.budget import (
+    GPU_CONFIRM_SHARE,
+    LATER_WINDOWS,
+    Budget,
+    Parts,
+    confirm_trials,
+)
 
 
 class Clock:
@@ -207,3 +216,67 @@ def test_a_confirmation_alone_plans_from_its_measurements_after_the_first() -> N
     for took in (126.0, 93.0):
         searched.spent(took, confirming=True)
     assert searched.confirm_s == 126.0
+
+
+def test_a_later_trial_is_priced_from_the_first_s_start_and_a_later_search_s_windows() -> None:
+    """One H100, the README's capacity study: trial 0 took 380 s, of which 249 s a capacity
+    search of 9 windows (the rest its cold start and warm-up); the two later engines took 135
+    and 89 s. Priced at 380 s (and a re-measurement at 0.7 of it), a 1200 s budget bought no
+    second configuration; priced at its start and warm-up and 3 windows of its seconds a
+    window (214 s), it buys one, and the confirmation's first turn still fits after it."""
+    clock = Clock()
+    budget = gpu_budget(1200.0, clock, contender=False)
+    budget.spent(380.0, parts=Parts(measure_s=249.0, windows=9))
+    clock.now = 380.0
+    assert budget.trial_s == pytest.approx(380.0 - 249.0 * (1 - LATER_WINDOWS / 9))
+    assert budget.trial_s == pytest.approx(214.0)
+    assert budget.confirm_s == pytest.approx(GPU_CONFIRM_SHARE * 214.0)
+    assert budget.may_search() and budget.searched_trials() == 1
+    unpriced = gpu_budget(1200.0, clock, contender=False)
+    unpriced.spent(380.0)
+    assert not unpriced.may_search() and unpriced.searched_trials() == 0
+    # Once a later trial is measured, the longest after the first plans the rest.
+    budget.spent(135.0, parts=Parts(measure_s=80.0, windows=3))
+    assert budget.trial_s == 135.0 and budget.confirm_s == 135.0
+
+
+def test_a_first_trial_of_few_windows_or_none_is_priced_as_it_took() -> None:
+    """A latency trial's one replay, a capacity search already within the later windows, or
+    an engine that never measured (no parts): the first's own seconds plan the next."""
+    for parts in (Parts(measure_s=60.0, windows=1), Parts(60.0, LATER_WINDOWS), None):
+        budget = Budget(ends=1000.0, confirm_trials=2, estimate_s=50.0, clock=Clock())
+        budget.spent(150.0, parts=parts)
+        assert budget.trial_s == 150.0
+    # Only the run's first searched trial's parts price: a confirming measurement's do not.
+    budget = Budget(ends=1000.0, confirm_trials=2, estimate_s=50.0, clock=Clock())
+    budget.spent(100.0, confirming=True, parts=Parts(60.0, 9))
+    assert budget.first_parts is None
+
+
+def test_a_trial_s_parts_are_read_from_its_record() -> None:
+    timed = optuna.trial.create_trial(
+        value=12.0,
+        user_attrs={f"{TIME_PREFIX}{WINDOW_S}": 249.0, RATES_ATTR: 9.0, CAPACITY_ATTR: 12.0},
+    )
+    assert Parts.of(timed) == Parts(measure_s=249.0, windows=9)
+    latency = optuna.trial.create_trial(value=0.4, user_attrs={f"{TIME_PREFIX}{WINDOW_S}": 60.0})
+    assert Parts.of(latency) == Parts(measure_s=60.0, windows=1)
+    assert Parts.of(optuna.trial.create_trial(value=0.0)) is None  # its engine never served
+
+
+def test_the_plan_says_the_fresh_measurements_it_buys_and_is_said_again_of_the_trials_left() -> (
+    None
+):
+    clock = Clock()
+    budget = Budget(ends=1000.0, confirm_trials=6, estimate_s=100.0, clock=clock, contender=False)
+    budget.spent(100.0)
+    clock.now = 100.0
+    # 900 s left: 3 more trials, then the whole confirmation, 6 x 100 s.
+    said = budget.plan(20, 3, ran=1)
+    assert said.startswith("the budget buys about 3 more of the 19 trials left, then the finalist")
+    # 500 s left: one more trial (no contender yet: it leaves room for the first turn only),
+    # then 400 s, which hold 4 of the 6 fresh measurements.
+    clock.now = 500.0
+    said = budget.plan(20, 3, ran=5)
+    assert "about 1 more of the 15 trials left, then as much of the confirmation" in said
+    assert "about 4 of its 6 fresh measurements" in said

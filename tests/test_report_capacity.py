@@ -45,7 +45,7 @@ from tuner.report.rate_curves import (
 )
 from tuner.report.rate_plot import plot_rates
 from tuner.study.capacity.probes import CAPACITY_FAILED, capacity_score
-from tuner.study.capacity.rates import RatePoint, search_capacity
+from tuner.study.capacity.rates import COMPLETED, RatePoint, search_capacity
 from tuner.study.measure.trial import Criteria, TrialOutcome, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.setup.objective import CAPACITY_OBJECTIVE
@@ -129,6 +129,15 @@ def test_a_trials_rates_are_in_rate_order_and_split_by_how_they_ended() -> None:
     # The capacity is marked at the highest rate passed, at what it measured there.
     assert curve.capacity_mark("ttft_p95_s") == (4.76, 1.4)
     assert curve.capacity_mark("e2e_p99_s") == (4.76, 6.0)
+
+
+def test_a_saturating_window_is_no_rate_of_the_curve() -> None:
+    """A study's first search begins with a window far above the rest, its latencies its
+    queue's: kept on the trial, not drawn (it would squeeze every other rate to the left)."""
+    saturating = point(128.0, False, 17.0, stopped_at_s=19.6, **{COMPLETED: 6.0})
+    curve = curve_of(row(0, [saturating, *MEASURED], kind="baseline"), PARAMETERS)
+    assert curve is not None
+    assert [p.rate_req_per_s for p in curve.points] == [4.0, 4.76, 5.66, 8.0]
 
 
 def test_a_trial_that_passed_no_rate_has_no_capacity_mark_and_one_without_rates_no_curve():

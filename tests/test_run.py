@@ -243,22 +243,25 @@ def test_a_confirmation_the_budget_stops_says_so(tmp_path, cpu_model):
 
 
 def test_a_budget_is_planned_and_told_before_the_first_trial(tmp_path, cpu_model):
-    scripted = Scripted({None: [1.0], 4: [0.5]})
-    spec = parse_spec(spec_dict(cpu_model, confirm_top_k=0, n_trials=2))
+    scripted = Scripted({None: [1.0], 4: [0.5], 8: [0.6]})
+    spec = parse_spec(spec_dict(cpu_model, confirm_top_k=0, n_trials=3))
     study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
     heard = Heard()
     run = a_run(study, spec, tmp_path, scripted, heard, time_budget_s=3600.0)
     assert run.budget is not None and run.budget_s == 3600.0
     run.calibrate()
-    assert run.add_trials() == 2
-    # Before the first trial from the estimate, after it from its measured cost, and after the
-    # second from that one's (the first left out: a cold start and a capacity search from scratch).
+    assert run.add_trials() == 3
+    # Before the first trial from the estimate, then after each trial but the last from the
+    # costs measured (the first priced as a later trial: a cold start and a capacity search
+    # from scratch), of the trials left.
     assert [line.rsplit(", ", 1)[-1] for line in heard.lines] == [
         "estimated)",
         "measured)",
         "measured)",
     ]
-    assert heard.lines[0].startswith("the budget buys about 2 of the 2 trials (about ")
+    assert heard.lines[0].startswith("the budget buys about 3 of the 3 trials (about ")
+    assert heard.lines[1].startswith("the budget buys about 2 more of the 2 trials left (about ")
+    assert heard.lines[2].startswith("the budget buys about 1 more of the 1 trial left (about ")
 
 
 def test_a_run_without_a_launcher_measures_nothing(tmp_path, cpu_model):

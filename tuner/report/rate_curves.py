@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tuner.report.data import SLO_ORDER, Parameter, StudyReport, TrialRow, value_of
+from tuner.study.capacity.rates import COMPLETED
 from tuner.study.measure.judge import GOODPUT_SHARE, SHARE_MET
 
 PASSED, MISSED, STOPPED = "passed", "missed", "stopped"
@@ -90,10 +91,13 @@ class CurveSet:
 
 def points_of(points: Sequence[Mapping[str, Any]]) -> tuple[MeasuredRate, ...]:
     """A trial's rates (``TrialRecord.points``), in rate order (rates measured twice in the
-    order measured)."""
+    order measured); not a capacity search's saturating window (``COMPLETED``), whose
+    latencies are its queue's, far above the rates the search then measures."""
     found = []
     for raw in points:
         if not isinstance(raw, Mapping) or not isinstance(raw.get("rate_req_per_s"), int | float):
+            continue
+        if COMPLETED in raw:
             continue
         if raw.get("stopped_at_s") is not None:
             mark = STOPPED

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
         wait_idle,
     )
     from tuner.study.capacity.rate_search import RateSearch
-    from tuner.study.capacity.rates import CapacityFound, RatePoint, search_capacity
+    from tuner.study.capacity.rates import SUSTAINED, CapacityFound, RatePoint, search_capacity
     from tuner.study.capacity.text import servers_for
     from tuner.study.measure.scoring import Criteria, score
     from tuner.study.measure.time_spent import time_spent
@@ -78,6 +78,7 @@ _FACE = {
     "RateSearch": "tuner.study.capacity.rate_search",
     "Run": "tuner.study.result.run",
     "SECTION": "tuner.study.plan.own_server",
+    "SUSTAINED": "tuner.study.capacity.rates",
     "StartHint": "tuner.study.capacity.probes",
     "StudyObjective": "tuner.study.setup.objective",
     "StudySpec": "tuner.study.plan.spec",
@@ -133,6 +134,7 @@ __all__ = [
     "MAX_NUM_SEQS",
     "MIN_FRESH",
     "SECTION",
+    "SUSTAINED",
     "TUNED",
     "CapacityFound",
     "CapacitySettings",

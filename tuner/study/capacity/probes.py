@@ -28,7 +28,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import httpx
@@ -36,24 +36,25 @@ import httpx
 from tuner.load.health import CLIENT_TOLERANCE_S
 from tuner.load.http import ReplaySettings
 from tuner.load.metrics import LiveRequest, ReplayResult, parse_scrape, summarize_client
-from tuner.load.priming import Primed, prime
+from tuner.load.priming import prime
 from tuner.load.spread import replay
+from tuner.study.capacity.lost import lost_goodput, lost_slos
 from tuner.study.capacity.rates import (
+    COMPLETED,
     GROWTH,
+    SUSTAINED,
     CapacityFound,
     RatePoint,
     hinted_step,
     search_capacity,
 )
 from tuner.study.measure.judge import (
-    GOODPUT,
     GOODPUT_SHARE,
     SHARE_MET,
     Criteria,
     Judged,
     judge,
     judge_goodput,
-    request_limits,
 )
 from tuner.study.measure.scoring import Score
 from tuner.study.plan.spec import CAPACITY_MIN_REQUESTS, CAPACITY_PROBE_S
@@ -71,6 +72,9 @@ MAX_SPAN = 4.0
 # window abandoned are aborted by vLLM when tuner's client disconnects).
 IDLE_TIMEOUT_S = 120.0
 IDLE_POLL_S = 0.5
+# How long after its last arrival a saturating window waits for what is left, as a share of its
+# seconds.
+SATURATED_GRACE = 0.25
 # How often a window checks whether its SLOs are lost.
 LOST_CHECK_S = 1.0
 # Seeds of successive windows: far apart from the study's seed and from each other.
@@ -125,6 +129,9 @@ class CapacitySettings:
     # of its requests met every SLO on their own figures (``judge_goodput``), not the
     # percentiles.
     goodput_share: float | None = None
+    # Whether a search with no capacity measured to start from (no hint, no gate) begins with
+    # a saturating window (``measure_saturated``), whose throughput bounds the capacity.
+    saturate: bool = False
 
     def judged(self, result: ReplayResult, criteria: Criteria) -> Judged:
         """A rate's replay judged: by its percentiles, or by ``goodput_share``."""
@@ -178,11 +185,17 @@ class CapacitySettings:
 
     @property
     def first_step(self) -> float:
-        """The bracket's first step: small from the configuration's own capacity (measured again
-        it differs by 10 to 20 %) or from the gate (a pass there is to be resolved near it), a
-        doubling from a neighbour's or the window's rate."""
-        near = self.gate_req_per_s is not None or (self.hint is not None and self.hint.repeat)
+        """The bracket's first step: small from a capacity measured in the study (the
+        configuration's own, measured again it differs by 10 to 20 %; its nearest neighbour's;
+        the gate, where a pass is to be resolved near it), a doubling from the window's rate."""
+        near = self.gate_req_per_s is not None or self.hint is not None
         return hinted_step(self.resolution) if near else GROWTH
+
+    @property
+    def saturates(self) -> bool:
+        """Whether the search begins with a saturating window: where ``saturate`` asks for one
+        and the search has no capacity measured to start from."""
+        return self.saturate and self.hint is None and self.gate_req_per_s is None
 
     @property
     def floor_req_per_s(self) -> float:
@@ -201,73 +214,6 @@ def capacity_score(capacity_req_per_s: float) -> Score:
 
 # A capacity trial whose engine failed: no capacity, and infeasible.
 CAPACITY_FAILED = Score(0.0, {"failed": 1.0, NO_RATE: 1.0})
-
-
-def lost_slos(
-    now_s: float,
-    live: Sequence[LiveRequest],
-    total: int,
-    slos: Mapping[str, float],
-    decoding: int | None = None,
-) -> list[str]:
-    """The TTFT, TPOT and end-to-end SLOs that the window can no longer meet, whatever comes
-    next.
-
-    ``metric_pQ_s`` over ``total`` requests is above its limit once the requests already past
-    it (lower bounds: a request still waiting counts with its wait so far, which only grows)
-    reach ``total - floor(Q/100 * (total - 1))``: then the value at the percentile's lower rank is
-    past the limit, and with it the interpolated percentile. Only requests already sent count:
-    one still waiting for tuner's own client to send it is waiting on tuner, not the server,
-    and its figures will count from when it is sent (on a 2-core machine with vLLM on both
-    cores, the client ran up to 2.4 s late, and a window passing at 742 ms TTFT p95 was
-    stopped as lost when the scheduled times counted). A TPOT counts only once its request is
-    done (until then it may still fall), over the ``decoding`` requests that have one (those
-    asking for two tokens or more; ``total`` where not given): fewer in the end, should some
-    fail before their first token, only lower the count a loss needs.
-    """
-    lost = []
-    for metric, limit in slos.items():
-        prefix, _, rest = metric.partition("_p")
-        if prefix not in ("ttft", "tpot", "e2e") or not rest.endswith("_s"):
-            continue
-        quantile = float(rest.removesuffix("_s"))
-        among = total if prefix != "tpot" or decoding is None else decoding
-        needed = among - math.floor(quantile / 100 * (among - 1))
-        over = sum(1 for r in live if r.sent and _past(r, prefix, now_s, limit))
-        if among > 0 and over >= needed:
-            lost.append(metric)
-    return lost
-
-
-def lost_goodput(
-    now_s: float,
-    live: Sequence[LiveRequest],
-    total: int,
-    slos: Mapping[str, float],
-    share: float,
-) -> list[str]:
-    """``[GOODPUT]`` once more of the window's ``total`` requests are past a limit for good
-    (``tuner.study.measure.judge.request_limits``: a request still waiting counts with its wait
-    so far) than ``share`` lets miss; else nothing. Only requests already sent count, as in
-    ``lost_slos``."""
-    limits = request_limits(slos)
-    over = sum(
-        1
-        for r in live
-        if r.sent and any(_past(r, figure, now_s, limit) for figure, limit in limits.items())
-    )
-    may_miss = total - math.ceil(share * total - 1e-9)
-    return [GOODPUT] if total > 0 and over > may_miss else []
-
-
-def _past(request: LiveRequest, prefix: str, now_s: float, limit_s: float) -> bool:
-    """Whether ``request``'s figure ``prefix`` (``ttft``, ``tpot``, ``e2e``) is past
-    ``limit_s`` for good at ``now_s``."""
-    if prefix == "tpot":
-        tpot_s = request.tpot_s
-        return tpot_s is not None and tpot_s > limit_s
-    end_s = request.first_token_s if prefix == "ttft" else request.done_s
-    return (now_s if end_s is None else end_s) - request.sent_s > limit_s
 
 
 def wait_idle(base_url: str, timeout_s: float = IDLE_TIMEOUT_S) -> bool:
@@ -321,24 +267,12 @@ def measure_rate(
     with none to prime, reset where the server allows; the window stops early once its SLOs are
     lost for certain.
     """
-    idle = wait_idle(base_url)
-    # A primed cache is kept: of this window's blocks, the next one finds only the trace's
-    # history (the rest come from this window's seed), which its priming would send again.
-    reset = not replay_settings.cached_ids and reset_prefix_cache(base_url)
-    window = at_rate(
-        settings.requests,
-        settings.period_s,
-        rate,
-        lead_s + settings.span_s(rate),
-        replay_settings.cached_ids,
-    )
+    window, seeded, ready = _ready(base_url, settings, replay_settings, rate, index, lead_s)
     to_judge = [r for r in window if r.arrival_s >= lead_s]
     if not to_judge:  # a lead-in longer than the window's arrivals: judge them all
         lead_s, to_judge = 0.0, list(window)
     judged_total = len(to_judge)
     decoding = sum(1 for r in to_judge if r.output_tokens >= 2)
-    seeded = replace(replay_settings, seed=replay_settings.seed + SEED_STRIDE * (index + 1))
-    primed = prime(base_url, window, seeded)
     lost: list[str] = []
     checked_s = 0.0
 
@@ -355,10 +289,78 @@ def measure_rate(
 
     result = replay(base_url, window, seeded, monitor=monitor)
     judged = settings.judged(after_lead_in(result, lead_s), criteria)
-    point_figures = _point_figures(judged.figures, judged_total, idle, reset, primed)
+    point_figures = {**judged.figures, "requests": judged_total, **ready}
     point_figures |= _sent_figures(result, lead_s)
     reason = _why_failed(judged, lost)
     return RatePoint(rate, judged.passed, point_figures, reason, judged.client_to_blame)
+
+
+def measure_saturated(
+    base_url: str,
+    settings: CapacitySettings,
+    replay_settings: ReplaySettings,
+    criteria: Criteria,
+    rate: float,
+    index: int = 0,
+    on_rate: OnRate | None = None,
+) -> RatePoint:
+    """Offer the window at ``rate``, far above what the server carries, for
+    ``settings.probe_s`` seconds, and measure what it sustains: the requests completed per
+    second over the window's second half (``SUSTAINED``; by then more wait than run), where
+    at least ``MIN_WINDOW_REQUESTS`` completed there (``COMPLETED``: how many did). The
+    window is not stopped when its SLOs are lost, but a quarter of ``probe_s`` after its
+    last arrival, abandoning what is left; one that finished everything by then is judged as
+    any rate is. Prepared as ``measure_rate`` prepares a rate (idle, primed or reset)."""
+    span_s = settings.probe_s
+    window, seeded, ready = _ready(base_url, settings, replay_settings, rate, index, 0.0, span_s)
+
+    def monitor(elapsed_s: float, live: Sequence[LiveRequest]) -> bool:
+        if on_rate is not None:
+            on_rate(index, rate, elapsed_s, live)
+        return elapsed_s >= span_s * (1.0 + SATURATED_GRACE)
+
+    result = replay(base_url, window, seeded, monitor=monitor)
+    judged = settings.judged(result, criteria)
+    done = [r.sent_s + r.e2e_s for r in result.results if r.ok and r.e2e_s is not None]
+    completed = sum(1 for d in done if span_s / 2 <= d <= span_s)
+    figures = {**judged.figures, "requests": len(window), **ready, COMPLETED: float(completed)}
+    said = f"{completed} requests completed in its second half"
+    if completed >= MIN_WINDOW_REQUESTS:  # fewer say too little to bound a capacity by
+        figures[SUSTAINED] = completed / (span_s / 2)
+        said = f"{figures[SUSTAINED]:.3g} req/s completed in its second half"
+    reason = None if judged.passed else f"saturating window: {said}"
+    return RatePoint(rate, judged.passed, figures, reason, judged.client_to_blame)
+
+
+def _ready(
+    base_url: str,
+    settings: CapacitySettings,
+    replay_settings: ReplaySettings,
+    rate: float,
+    index: int,
+    lead_s: float,
+    span_s: float | None = None,
+) -> tuple[list[Request], ReplaySettings, dict[str, float]]:
+    """A rate's window (``lead_s`` and ``span_s`` more, by default ``settings.span_s``) and
+    its replay settings, seeded by ``index``, the server made ready for it: waited on until
+    idle, its prefix cache primed with the blocks the trace sent before the window
+    (``tuner.load.priming``), or, with none to prime, reset where the server allows; with
+    what that found (``started_idle``, ``prefix_cache_reset`` and the priming's figures)."""
+    idle = wait_idle(base_url)
+    # A primed cache is kept: of this window's blocks, the next one finds only the trace's
+    # history (the rest come from this window's seed), which its priming would send again.
+    reset = not replay_settings.cached_ids and reset_prefix_cache(base_url)
+    window = at_rate(
+        settings.requests,
+        settings.period_s,
+        rate,
+        lead_s + (settings.span_s(rate) if span_s is None else span_s),
+        replay_settings.cached_ids,
+    )
+    seeded = replace(replay_settings, seed=replay_settings.seed + SEED_STRIDE * (index + 1))
+    primed = prime(base_url, window, seeded)
+    ready = {"started_idle": float(idle), "prefix_cache_reset": float(reset)}
+    return window, seeded, ready | primed.figures()
 
 
 def _sent_figures(result: ReplayResult, lead_s: float) -> dict[str, float]:
@@ -405,7 +407,8 @@ def measure_capacity(
     on_rate: OnRate | None = None,
 ) -> CapacityFound:
     """Search the capacity of the server at ``base_url`` (already healthy, warmed up), each
-    rate judged by ``criteria`` (the spec's SLOs, weights and ``max_error_rate``)."""
+    rate judged by ``criteria`` (the spec's SLOs, weights and ``max_error_rate``), beginning
+    with a saturating window (``measure_saturated``) where ``settings.saturates``."""
     windows = itertools.count()
     lead_s = settings.lead_s(settings.hint.e2e_s if settings.hint is not None else None)
 
@@ -418,6 +421,11 @@ def measure_capacity(
         lead_s = settings.lead_s(point.figures.get("e2e_p50_s", lead_s))
         return point
 
+    def saturate(rate: float) -> RatePoint:
+        index = next(windows)
+        how = (settings, replay_settings, criteria)
+        return measure_saturated(base_url, *how, rate, index, on_rate)
+
     found = search_capacity(
         measure,
         settings.start_req_per_s,
@@ -426,19 +434,9 @@ def measure_capacity(
         settings.floor_req_per_s,
         first_step=settings.first_step,
         gate_req_per_s=settings.gate_req_per_s,
+        saturate=saturate if settings.saturates else None,
     )
     compare = settings.compare_req_per_s
     if compare is None or compare <= found.capacity_req_per_s or not found.points:
         return found
     return replace(found, compared=measure(compare))
-
-
-def _point_figures(
-    figures: Mapping[str, float], requests: int, idle: bool, reset: bool, primed: Primed
-) -> dict[str, float]:
-    out = dict(figures)
-    out["requests"] = requests
-    out["started_idle"] = float(idle)
-    out["prefix_cache_reset"] = float(reset)
-    out.update(primed.figures())
-    return out

@@ -25,7 +25,7 @@ from tuner.study.capacity.probes import (
     capacity_score,
     measure_capacity,
 )
-from tuner.study.capacity.rates import CapacityFound
+from tuner.study.capacity.rates import SATURATING, CapacityFound
 from tuner.study.measure.scoring import Score
 from tuner.study.measure.trial import (
     RATE,
@@ -67,13 +67,19 @@ class RateSearch(Measure):
                 f"; a rate passes where at least {settings.goodput_share:.0%} of its requests "
                 "meet every SLO"
             )
+        start = f"from {settings.window_req_per_s:.3g} req/s (the window's rate; "
+        if settings.saturate:
+            offered = SATURATING * settings.window_req_per_s
+            start = (
+                f"below the throughput one window at {offered:.3g} req/s reads (a study's first "
+                "trial; "
+            )
         return (
-            f"capacity search: from {settings.window_req_per_s:.3g} req/s (the window's rate; "
-            "a later trial from the capacity of the same or the nearest configuration), "
-            f"{settings.probe_s:g} s a rate (longer where that holds fewer than "
-            f"{settings.min_requests} requests, after a lead-in of about a request's end-to-end "
-            f"time), to within {settings.resolution:.0%}, at most {settings.max_probes} rates a "
-            "trial" + judged
+            f"capacity search: {start}a later trial from the capacity of the same or the "
+            f"nearest configuration), {settings.probe_s:g} s a rate (longer where that holds "
+            f"fewer than {settings.min_requests} requests, after a lead-in of about a "
+            f"request's end-to-end time), to within {settings.resolution:.0%}, at most "
+            f"{settings.max_probes} rates a trial" + judged
         )
 
     def for_trial(
@@ -116,8 +122,8 @@ class RateSearch(Measure):
         metrics[CAPACITY_ATTR] = found.capacity_req_per_s
         metrics[RESOLVED_ATTR] = float(found.resolved)
         metrics[RATES_ATTR] = float(len(found.points))
-        if found.points:  # a hint (``start_hint``) or the window's rate
-            metrics[START_ATTR] = found.points[0].rate_req_per_s
+        if found.points:  # the gate, a hint (``start_hint``) or the window's rate
+            metrics[START_ATTR] = self.settings.start_req_per_s
         passed = found.capacity_req_per_s > 0
         reason = None if passed else f"no rate met the SLOs: {found.why_stopped}"
         score = capacity_score(found.capacity_req_per_s)

@@ -1,18 +1,27 @@
 """The capacity search: the highest arrival rate at which one running server meets every SLO.
 
 Pure: ``search_capacity`` is handed ``measure``, which replays the window at a rate and says
-whether it passed, and decides which rates to try. It brackets from a starting rate (the
-trace's own, or a capacity already measured in the study), growing or shrinking it geometrically
-until one rate passes and one fails, then bisects (geometrically) until the two are within the
-requested relative resolution. The capacity is the highest rate that passed; 0 if none did down
-to ``floor_req_per_s``, the floor itself tried (as the ceiling is) where a halving would skip past
-it.
+whether it passed, and decides which rates to try. The capacity is the highest rate that
+passed; 0 if none did down to ``floor_req_per_s``, the floor itself tried (as the ceiling is)
+where a halving would skip past it.
 
-The bracket doubles or halves at each window, except from the configuration's own capacity
-measured before (a re-measurement): there the first step is small (``hinted_step``: two
-resolutions) and each further step squares the last, up to a doubling. At a resolution of 10 %
-a capacity within 21 % of that start is then resolved in 3 windows instead of 5; one further
-off costs at most 2 windows more than doubling from the same start would.
+Where the search has no capacity measured before to start from (a study's first trial), it is
+also handed ``saturate``: one window offered far above the start (``SATURATING`` times it),
+whose figures carry the requests the engine completed per second while more waited
+(``SUSTAINED``). No rate above that throughput can be carried for long, so it bounds the
+capacity from above (one resolution up, for its own error); the search then bisects on a log
+scale below that bound over ``BOUND_BISECTIONS`` halvings of the bound's log range, which at a
+resolution of 10 % resolves a capacity from 0.56 of the throughput up in 3 windows: 4 with the
+saturating one. A capacity below that range is bracketed downward from the lowest rate failed,
+or, where the start lies within as wide a range below that rate, from the start.
+
+From a capacity already measured (a re-measurement's own, a neighbour's, or the gate: the best
+capacity so far), the search brackets from there, growing or shrinking the rate geometrically
+until one rate passes and one fails, then bisects (geometrically) until the two are within the
+requested relative resolution. The first step is small (``hinted_step``: two resolutions) and
+each further step squares the last, up to a doubling: a capacity within 21 % of the start is
+resolved in 3 windows at a resolution of 10 %; one further off costs at most 2 windows more
+than doubling from the same start would.
 """
 
 from __future__ import annotations
@@ -27,6 +36,17 @@ logger = logging.getLogger(__name__)
 
 # How much the bracket grows or shrinks the rate per window, at most.
 GROWTH = 2.0
+# How far above the start a saturating window offers the window's requests.
+SATURATING = 32.0
+# The figures of a saturating window's point: the requests the engine completed in the window's
+# second half, while more waited than it ran, and per second (where they were enough to say).
+COMPLETED = "saturated_completed"
+SUSTAINED = "sustained_req_per_s"
+# The halvings (on a log scale) of the range below a saturating bound that the search plans:
+# the range spans ``(1 + resolution) ** (2 ** BOUND_BISECTIONS)``.
+BOUND_BISECTIONS = 3
+# Two rates whose ratio is within this much of the resolution are within it (rounding).
+_ROUNDING = 1e-9
 
 
 def hinted_step(resolution: float) -> float:
@@ -93,6 +113,11 @@ class CapacityFound:
 RateMeasure = Callable[[float], RatePoint]
 
 
+def _span(resolution: float) -> float:
+    """The ratio of the range the search bisects below a saturating bound."""
+    return (1.0 + resolution) ** (2**BOUND_BISECTIONS)
+
+
 class _ClientBehind(Exception):
     def __init__(self, rate_req_per_s: float) -> None:
         super().__init__(rate_req_per_s)
@@ -108,17 +133,22 @@ def search_capacity(
     ceiling_req_per_s: float = math.inf,
     first_step: float = GROWTH,
     gate_req_per_s: float | None = None,
+    saturate: RateMeasure | None = None,
 ) -> CapacityFound:
-    """Bracket from ``start_req_per_s``, then bisect to ``resolution`` (0.1: the passing and the
-    failing rate within 10 % of each other); at most ``max_probes`` calls of ``measure``.
+    """The highest rate that passes, to ``resolution`` (0.1: the passing and the failing rate
+    within 10 % of each other); at most ``max_probes`` windows, a saturating one included.
+
+    With ``saturate`` (and no gate), the first window offers ``SATURATING`` times
+    ``start_req_per_s`` (at most the ceiling) through it, and the search bisects below the
+    throughput it read (``_Search.saturated``).
 
     With ``gate_req_per_s`` (the best capacity measured so far), the first window is at that
     rate instead, and a failure there ends the search (``below_req_per_s``): a configuration
     that cannot carry the best capacity so far cannot beat it, and one window says so. A pass
     brackets upward from the gate in small steps (``hinted_step``).
 
-    The bracket's first step is ``first_step`` (a factor above 1); each further step squares the
-    last one, up to ``GROWTH``.
+    Otherwise the bracket starts at ``start_req_per_s`` with a first step of ``first_step`` (a
+    factor above 1); each further step squares the last one, up to ``GROWTH``.
 
     Below ``floor_req_per_s`` (a window too sparse to judge) the search stops with capacity 0,
     once the floor itself has failed: a step that would jump from above the floor to below it
@@ -135,18 +165,18 @@ def search_capacity(
     search = _Search(measure, max_probes)
     try:
         if gate_req_per_s is not None:
-            start_req_per_s = gate_req_per_s
-            first_step = hinted_step(resolution)
-        rate = min(start_req_per_s, ceiling_req_per_s)
-        first = search.at(rate)
-        if gate_req_per_s is not None and not first.passed:
-            why = f"failed at {rate:.3g} req/s, the best capacity so far: it cannot beat that"
-            return CapacityFound(0.0, tuple(search.points), False, why, below_req_per_s=rate)
-        lo, hi = (rate, math.inf) if first.passed else (0.0, rate)
-        bracket = search.bracket(lo, hi, first_step, floor_req_per_s, ceiling_req_per_s)
-        if isinstance(bracket, CapacityFound):
-            return bracket
-        return search.bisect(*bracket, resolution)
+            return _gated(search, gate_req_per_s, resolution, floor_req_per_s, ceiling_req_per_s)
+        begun = _begun(
+            search, start_req_per_s, resolution, first_step, floor_req_per_s,
+            ceiling_req_per_s, saturate,
+        )  # fmt: skip
+        if isinstance(begun, CapacityFound):
+            return begun
+        lo, hi, step, cap = begun
+        found = search.bracket(lo, hi, step, floor_req_per_s, ceiling_req_per_s, cap)
+        if isinstance(found, CapacityFound):
+            return found
+        return search.bisect(*found, resolution)
     except _ClientBehind as behind:
         found = search.found(
             False,
@@ -154,6 +184,55 @@ def search_capacity(
             "capacity is at least the highest rate passed (more client processes: --client-procs)",
         )
         return replace(found, client_behind_at=behind.rate_req_per_s)
+
+
+def _begun(
+    search: _Search,
+    start: float,
+    resolution: float,
+    first_step: float,
+    floor: float,
+    ceiling: float,
+    saturate: RateMeasure | None,
+) -> tuple[float, float, float, float] | CapacityFound:
+    """The search's first windows, a saturating one and the bisection below its bound where
+    ``saturate`` is given, else the start: where the bracket goes on from (a passing rate or 0,
+    a failing rate or inf, the bracket's first step, and the rate its growth stops below), or
+    the search's end."""
+    saturated: tuple[float, float, float] | CapacityFound | None = None
+    if saturate is not None:
+        offered = min(start * SATURATING, ceiling)
+        saturated = search.saturated(saturate, offered, resolution, floor)
+    if isinstance(saturated, CapacityFound):
+        return saturated
+    if saturated is not None:
+        lo, hi, step = saturated
+        if not (lo == 0.0 and _span(resolution) * start >= hi > start):
+            return lo, hi, step, math.inf
+        # Every rate tried below the bound failed, and the start lies within as wide a range
+        # below the lowest of them: on from the start as without a saturating window, below
+        # that rate. From further below, halving from that rate is nearer.
+        cap = hi
+    else:
+        cap = math.inf
+    rate = min(start, ceiling)
+    lo, hi = (rate, math.inf) if search.at(rate).passed else (0.0, rate)
+    return lo, hi, first_step, cap
+
+
+def _gated(
+    search: _Search, gate: float, resolution: float, floor: float, ceiling: float
+) -> CapacityFound:
+    """The gate measured first: a failure there ends the search; a pass brackets upward in
+    small steps, then bisects."""
+    rate = min(gate, ceiling)
+    if not search.at(rate).passed:
+        why = f"failed at {rate:.3g} req/s, the best capacity so far: it cannot beat that"
+        return CapacityFound(0.0, tuple(search.points), False, why, below_req_per_s=rate)
+    found = search.bracket(rate, math.inf, hinted_step(resolution), floor, ceiling)
+    if isinstance(found, CapacityFound):
+        return found
+    return search.bisect(*found, resolution)
 
 
 class _Search:
@@ -185,13 +264,84 @@ class _Search:
     def full(self) -> bool:
         return len(self.points) >= self.max_probes
 
+    def saturated(
+        self, saturate: RateMeasure, offered: float, resolution: float, floor: float
+    ) -> tuple[float, float, float] | CapacityFound | None:
+        """The saturating window at ``offered``, then the bisection below its bound
+        (``below``): where the bracket goes on from (a passing rate, a failing one, and the
+        bracket's first step; ``lo`` 0 where every rate tried failed), or the search's end.
+
+        The bound is a rate measured only where it is the window's own; where no rate below
+        it failed, it is measured next (a throughput read low must not cap the capacity), and
+        where it passes the bracket grows from it in small steps.
+        ``(offered, inf, GROWTH)`` where the window passed; None where it measured no
+        throughput of the server's (none, or its failure may be its client's): the search then
+        starts as without it."""
+        point = saturate(offered)
+        self.points.append(point)
+        sustained = point.figures.get(SUSTAINED)
+        logger.info(
+            "saturating window at %.3f req/s: %s",
+            offered,
+            f"{sustained:.3f} req/s sustained" if sustained is not None else "no throughput",
+        )
+        if point.passed:
+            return offered, math.inf, GROWTH
+        if sustained is None or not sustained > 0 or point.client_behind:
+            return None
+        bound = min(offered, sustained * (1.0 + resolution))
+        below = self.below(bound, resolution, floor)
+        if isinstance(below, CapacityFound):
+            return below
+        lo, hi = below
+        # No rate failed below the bound, and the throughput may have been read low (a
+        # window's second half still filling the engine): the bound is measured before it is
+        # believed, and where it passes the bracket grows from it in small steps.
+        unmeasured = hi == bound < offered and not self.full()
+        if unmeasured and self.at(bound).passed:
+            return bound, math.inf, hinted_step(resolution)
+        return lo, hi, GROWTH
+
+    def below(
+        self, bound: float, resolution: float, floor: float
+    ) -> tuple[float, float] | CapacityFound:
+        """Bisect on a log scale between ``bound``, a rate the engine cannot carry, and
+        ``bound / (1 + resolution) ** (2 ** BOUND_BISECTIONS)``, no rate passed yet: the
+        passing and failing rates found (within the resolution once one passed), or the
+        failing rate alone (``lo`` 0) where every rate tried failed; the search's end at its
+        window limit. A rate below ``floor`` is left to the bracket, which tries the floor."""
+        low = bound / _span(resolution)
+        lo, hi = 0.0, bound
+        while hi / max(lo, low) > (1.0 + resolution) * (1.0 + _ROUNDING):
+            rate = math.sqrt(max(lo, low) * hi)
+            if rate < floor:
+                break
+            if self.full():
+                return self.found(
+                    False, f"probe limit ({self.max_probes}) reached below the saturating bound"
+                )
+            if self.at(rate).passed:
+                lo = rate
+            else:
+                hi = rate
+        return lo, hi
+
     def bracket(
-        self, lo: float, hi: float, first_step: float, floor: float, ceiling: float
+        self,
+        lo: float,
+        hi: float,
+        first_step: float,
+        floor: float,
+        ceiling: float,
+        cap: float = math.inf,
     ) -> tuple[float, float] | CapacityFound:
         """Grow from ``lo`` while passing, shrink from ``hi`` while failing, each step the square
-        of the last (at most ``GROWTH``): the passing and failing rates, or the search's end."""
+        of the last (at most ``GROWTH``): the passing and failing rates, or the search's end.
+        Growing stops below ``cap``, a rate already failed."""
         step = min(first_step, GROWTH)
         while math.isinf(hi) or lo == 0.0:
+            if math.isinf(hi) and lo * step >= cap:
+                return lo, cap
             if self.full():
                 return self.found(
                     False, f"probe limit ({self.max_probes}) reached while bracketing"
@@ -218,7 +368,7 @@ class _Search:
     def bisect(self, lo: float, hi: float, resolution: float) -> CapacityFound:
         """Bisect on a log scale (the resolution is relative) until the passing and failing
         rates are within ``resolution`` of each other."""
-        while hi / lo > 1.0 + resolution:
+        while hi / lo > (1.0 + resolution) * (1.0 + _ROUNDING):
             if self.full():
                 return self.found(False, f"probe limit ({self.max_probes}) reached while bisecting")
             rate = math.sqrt(lo * hi)

@@ -180,8 +180,9 @@ class Run:
                 # The search spends a budget's seconds itself; the estimate's, it is told here.
                 took = trial.datetime_complete - trial.datetime_start
                 self._eta.spent(took.total_seconds())
-            planned = budget if budget is not None else self._eta
-            if planned is not None and len(planned.costs) in (1, 2):
+            if budget is not None and len(budget.costs) < self.n_trials:
+                self._plan()  # re-planned from the costs measured so far
+            elif self._eta is not None and len(self._eta.costs) in (1, 2):
                 self._plan()  # from the first trial's measured cost, then the later ones
 
         ran = search.run_study(
@@ -381,7 +382,8 @@ class Run:
         """Say what the budget buys; without one, what the run will take."""
         spec = self.spec
         if self.budget is not None:
-            self.tell.say(self.budget.plan(self.n_trials, spec.confirm_repeats))
+            ran = len(self.budget.costs)
+            self.tell.say(self.budget.plan(self.n_trials, spec.confirm_repeats, ran))
         elif self._eta is not None and (left := self.n_trials - len(self._eta.costs)) > 0:
             self.tell.say(self._eta.eta(left, spec.confirm_repeats))
 

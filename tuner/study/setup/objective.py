@@ -165,6 +165,7 @@ class Capacity(StudyObjective):
             max_probes=spec.capacity_max_probes,
             client_tolerance_s=spec.client_tolerance_s,
             min_requests=spec.capacity_min_requests,
+            saturate=True,
         )
 
     def measure(self, spec: StudySpec, requests: Sequence[Any], offered: Offered | None) -> Measure:

@@ -48,6 +48,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from optuna.trial import FrozenTrial
+
+from tuner.study.measure.trial import WINDOW_S
+from tuner.study.store.record import TrialRecord
+
 # An engine start before any was measured in the run: vLLM's OpenAI server on an H100 took 45 to
 # 145 s to a healthy /health, its CPU build 40 to 90 s on two cores.
 ENGINE_START_GUESS_S = 90.0
@@ -55,6 +60,37 @@ ENGINE_START_GUESS_S = 90.0
 # compile is cached and its rates start at the capacity measured (benchmarks/confirm_share.py
 # measures it); 1 on vLLM's CPU build.
 GPU_CONFIRM_SHARE = 0.7
+# The windows a later trial's measurement is planned at, while only the run's first is
+# measured: a capacity search from a capacity measured resolves one within two resolutions of
+# it in 3 (``tuner.study.capacity.rates``).
+LATER_WINDOWS = 3
+
+
+@dataclass(frozen=True)
+class Parts:
+    """Where a trial's seconds went: ``measure_s`` of them measuring, over ``windows`` windows
+    (a capacity search's rates; a latency trial's one replay), the rest its engine's start,
+    warm-up and stop."""
+
+    measure_s: float
+    windows: int
+
+    @classmethod
+    def of(cls, trial: FrozenTrial) -> Parts | None:
+        """A finished trial's parts, from its record (``window_s``, the rates it measured);
+        None where it measured nothing (its engine failed to start)."""
+        record = TrialRecord.of(trial)
+        measure_s = record.timings_s.get(WINDOW_S)
+        if measure_s is None:
+            return None
+        return cls(measure_s, max(record.rates_measured, 1))
+
+    def priced_s(self, total_s: float, windows: int) -> float:
+        """``total_s``, the trial's seconds, had it measured at most ``windows`` windows at
+        its own seconds a window."""
+        if self.windows <= windows:
+            return total_s
+        return total_s - self.measure_s * (1.0 - windows / self.windows)
 
 
 @dataclass
@@ -78,15 +114,23 @@ class Budget:
     # The spec's candidates the confirmation measures again (``confirm_candidates``), each
     # ``repeats`` more times: counted in ``confirm_trials``, named in ``plan`` and ``eta``.
     candidates: int = 0
+    # Where the run's first searched trial's seconds went, where told (``spent``).
+    first_parts: Parts | None = None
 
-    def spent(self, seconds: float, confirming: bool = False) -> None:
-        """A searched trial, or a confirming measurement, took ``seconds``."""
+    def spent(self, seconds: float, confirming: bool = False, parts: Parts | None = None) -> None:
+        """A searched trial, or a confirming measurement, took ``seconds``; where the run's
+        first searched trial's went (``parts``) prices the next until a later one is measured."""
+        if not confirming and not self.costs:
+            self.first_parts = parts
         (self.confirm_costs if confirming else self.costs).append(seconds)
 
     @property
     def trial_s(self) -> float:
         """What the next searched trial is planned to cost: the longest measured after the run's
-        first, else the first, else the estimate."""
+        first; else the first, its measurement priced at ``LATER_WINDOWS`` windows where its
+        parts were told; else the estimate."""
+        if len(self.costs) == 1 and self.first_parts is not None:
+            return self.first_parts.priced_s(self.costs[0], LATER_WINDOWS)
         return _longest_after_first(self.costs) if self.costs else self.estimate_s
 
     @property
@@ -143,16 +187,21 @@ class Budget:
         """Whether the budget left holds the confirmation's first turn at least."""
         return self.first_turn_s <= self.left_s
 
-    def plan(self, n_trials: int, repeats: int) -> str:
-        """What the budget buys, in words: ``about N trials, then the finalist and the baseline
-        on K fresh engines each (about T s a trial, estimated)``, or, where the trials it buys
-        leave room for only part of the confirmation, that it takes as much as fits."""
+    def plan(self, n_trials: int, repeats: int, ran: int = 0) -> str:
+        """What the budget buys, in words: ``about N of the M trials, then the finalist and the
+        baseline, K fresh measurements each (about T s a trial, estimated)``, or, where the
+        trials it buys leave room for only part of the confirmation, how many of its fresh
+        measurements fit. After ``ran`` of the ``n_trials`` trials, of those left."""
         cost = self._trial_words()
         if self.confirm_trials and self.confirm_s != self.trial_s:
             cost += f"; {self.confirm_s:.0f} s a re-measurement"
-        trials = min(n_trials, self.searched_trials())
+        trials = min(n_trials - ran, self.searched_trials())
+        left = n_trials - ran
+        of = f"of the {n_trials} trials"
+        if ran:
+            of = f"more of the {left} trial{'s' if left != 1 else ''} left"
         if not self.confirm_trials:
-            return f"the budget buys about {trials} of the {n_trials} trials ({cost})"
+            return f"the budget buys about {trials} {of} ({cost})"
         if not self.confirm_fits():
             return (
                 f"the budget ({self.left_s:.0f} s left) is too small for the confirmation "
@@ -162,16 +211,18 @@ class Budget:
             )
         fresh = f"{repeats} fresh measurement{'s' if repeats != 1 else ''} each"
         fresh += self._also(repeats)
-        if trials * self.trial_s + self.whole_s > self.left_s:
+        left_s = self.left_s - trials * self.trial_s
+        if left_s < self.whole_s:
+            fits = min(math.floor(left_s / self.confirm_s), self.confirm_trials)
             return (
-                f"the budget buys about {trials} of the {n_trials} trials, then as much of the "
-                f"confirmation as the time left holds (the finalist and the baseline, {fresh} "
-                f"asked for; short of them the baseline is kept) ({cost}); a larger "
-                "--time-budget-s confirms in full"
+                f"the budget buys about {trials} {of}, then as much of the confirmation as the "
+                f"time left holds, about {fits} of its {self.confirm_trials} fresh measurements "
+                f"(the finalist and the baseline, {fresh} asked for; short of them the baseline "
+                f"is kept) ({cost}); a larger --time-budget-s confirms in full"
             )
         return (
-            f"the budget buys about {trials} of the {n_trials} trials, then the finalist and "
-            f"the baseline, {fresh}, fewer where a pair favours the baseline ({cost})"
+            f"the budget buys about {trials} {of}, then the finalist and the baseline, "
+            f"{fresh}, fewer where a pair favours the baseline ({cost})"
         )
 
     def _also(self, repeats: int) -> str:

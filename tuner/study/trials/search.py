@@ -41,7 +41,7 @@ from tuner.study.store.storage import (
     storage_of,
 )
 from tuner.study.trials import fingerprint, groups, incumbent, references
-from tuner.study.trials.budget import Budget
+from tuner.study.trials.budget import Budget, Parts
 from tuner.study.trials.layout_phase import of_kept_layout
 from tuner.study.trials.lease import LEASE_S, Lease
 from tuner.study.trials.picks import best_trial
@@ -305,7 +305,7 @@ def run_study(
         gated = prunable and queued.confirms is None
         frozen = measure(study, trial, args, how, prunable, gated=gated)
         if budget is not None:
-            budget.spent(time.monotonic() - began)
+            budget.spent(time.monotonic() - began, parts=Parts.of(frozen))
             budget.contender = budget.contender or groups.contender(study)
         if on_trial is not None:
             on_trial(frozen)
