@@ -153,7 +153,7 @@ def test_two_api_servers_do_not_outlive_a_killed_tuner(
         assert scrape.histograms["vllm:e2e_request_latency_seconds"].count == 6
         assert scrape.values["vllm:num_requests_running"] == 0
     finally:
-        tuner.kill()
-        tuner.wait()
+        with tuner:  # its pipe closed once it has exited
+            tuner.kill()
     assert wait_for_no_processes(marker, timeout_s=60) == []
     assert prometheus_files(tmp) == []

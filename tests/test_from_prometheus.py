@@ -238,10 +238,10 @@ def _start_prometheus(
     if web:
         (workdir / "web.yml").write_text(web)
         command.append(f"--web.config.file={workdir / 'web.yml'}")
-    log = (workdir / "prometheus.log").open("wb")
-    process = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    with (workdir / "prometheus.log").open("wb") as log:  # the server keeps its own copy
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
