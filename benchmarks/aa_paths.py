@@ -118,6 +118,8 @@ class Outcome:
     unconfirmed: bool = False
     lost: bool = False
     why: str = ""
+    # Confirmation rounds the study holds (finalists with fresh measurements).
+    rounds: int = 0
 
 
 def one_run(
@@ -151,6 +153,9 @@ def one_run(
         unconfirmed=not tuned and searched_one and choice.meets_slos,
         lost=_confirmed_round(study) and not tuned,
         why=choice.why,
+        rounds=len(
+            {t.user_attrs["fresh_for"] for t in study.trials if "fresh_for" in t.user_attrs}
+        ),
     )
 
 
@@ -189,6 +194,8 @@ class PathRow:
     right: int = 0
     unconfirmed: int = 0
     lost: int = 0
+    # The most confirmation rounds one study held.
+    rounds: int = 0
 
     @property
     def share(self) -> float:
@@ -202,13 +209,14 @@ class PathRow:
         low, high = self.interval()
         return (
             f"{self.path:32} {self.gain:5.2f} {self.studies:7} {self.written:7} {self.share:6.1%} "
-            f"{low:6.1%}-{high:6.1%} {self.right:6} {self.unconfirmed:6} {self.lost:5}"
+            f"{low:6.1%}-{high:6.1%} {self.right:6} {self.unconfirmed:6} {self.lost:5} "
+            f"{self.rounds:6}"
         )
 
 
 HEADER = (
     f"{'path':32} {'gain':>5} {'studies':>7} {'written':>7} {'share':>6} {'95% interval':>13} "
-    f"{'better':>6} {'exit3':>6} {'lost':>5}"
+    f"{'better':>6} {'exit3':>6} {'lost':>5} {'rounds':>6}"
 )
 
 
@@ -241,7 +249,7 @@ def count(path: str, gain: float, outcomes: Sequence[Outcome]) -> PathRow:
     return PathRow(
         path, gain, len(outcomes), sum(o.tuned for o in outcomes),
         sum(o.better for o in outcomes), sum(o.unconfirmed for o in outcomes),
-        sum(o.lost for o in outcomes),
+        sum(o.lost for o in outcomes), max((o.rounds for o in outcomes), default=0),
     )  # fmt: skip
 
 
@@ -262,6 +270,7 @@ def failed_engines(bench: Bench, studies: int, miss: float | None = None) -> Pat
     """Every engine fails to start with probability ``FAIL_SHARE``: capacity studies at the
     GPU spread, or (``miss``) latency studies whose baseline misses the SLOs that often."""
     key = f"failing-{miss}"
+    objective: StudyObjective
     if miss is None:
         spec, objective = bench.capacity_spec(3), CAPACITY_OBJECTIVE
     else:
@@ -292,7 +301,7 @@ def resumed(bench: Bench, studies: int) -> list[PathRow]:
         so_far = one_run(study, first, workload, engines, bench.work, FIRST_SEARCHED)
         for k in range(1, RESUMES + 1):
             now = one_run(study, more, workload, engines, bench.work, MORE_SEARCHED)
-            so_far = Outcome(so_far.tuned or now.tuned, unconfirmed=so_far.unconfirmed)
+            so_far = Outcome(so_far.tuned or now.tuned, rounds=now.rounds)
             if k in ever:
                 ever[k].append(so_far)
     return [count(f"resumed {k} times", 1.0, ever[k]) for k in RESUMES_SHOWN]
@@ -314,28 +323,32 @@ def current(bench: Bench, gain: float, studies: int) -> PathRow:
 
 def intervals(bench: Bench, gain: float, studies: int) -> str:
     """Of the verdicts written on the main path at ``gain``: how many print a lower end below
-    1.0x, and how many intervals hold the true ratio."""
+    1.0x, and how many intervals hold the true ratio (``gain`` where the better configuration
+    was written, 1.0 where another was)."""
     spec = bench.capacity_spec(3)
     workload = aa.workload_for(spec, bench.work)
     key = f"interval-{gain}"
-    written = below = held = 0
+    below = 0
+    held = {True: [0, 0], False: [0, 0]}  # better written or not: [written, interval holds]
     for n in range(studies):
         engines = aa.NoisyEngines(bench.rng(key, n), *aa.SPREADS["gpu"], gain=gain)
-        outcome = one_run(bench.study(key, n, CAPACITY_OBJECTIVE), spec, workload, engines,
-                          bench.work, 3)  # fmt: skip
+        study = bench.study(key, n, CAPACITY_OBJECTIVE)
+        outcome = one_run(study, spec, workload, engines, bench.work, 3)
         found = INTERVAL.search(outcome.why) if outcome.tuned else None
         if found is None:
             continue
         low = float(found.group(2))
         high = float(found.group(3)) if found.group(3) else float("inf")
         truth = gain if outcome.better else 1.0
-        written += 1
         below += low < 1.0
-        held += low <= truth <= high
+        held[outcome.better][0] += 1
+        held[outcome.better][1] += low <= truth <= high
+    (right, right_held), (wrong, wrong_held) = held[True], held[False]
     return (
-        f"interval, gain {gain:.2f}: {studies} studies, {written} written; lower end below "
-        f"1.0x in {below} ({_share(below, written)}); the true ratio inside in {held} "
-        f"({_share(held, written)})"
+        f"interval, gain {gain:.2f}: {studies} studies, {right + wrong} written; lower end below "
+        f"1.0x in {below} ({_share(below, right + wrong)}); holds {gain:.2f}x in {right_held} "
+        f"of {right} that wrote the better one ({_share(right_held, right)}), 1.0x in "
+        f"{wrong_held} of {wrong} that wrote another"
     )
 
 
@@ -354,7 +367,7 @@ def measured(options: argparse.Namespace, work: Path, say: Callable[[str], None]
     say(failed_engines(bench, studies, miss=0.5).line())
     for row in resumed(bench, options.resumed_studies):
         say(row.line())
-    for gain in (1.0, 1.5):
+    for gain in (1.0, 1.2, 1.5):
         say(current(bench, gain, studies if gain == 1.0 else options.power_studies).line())
     for gain in (1.2, 1.5):
         say(intervals(bench, gain, options.power_studies))

@@ -33,7 +33,7 @@ its first fresh measurement was queued for). A study continued with more trials,
 candidates are re-measured after the round, finishes that round and opens no other, whatever
 the search ranks first since: each round that could write is a test at up to 1/20, so a study
 that opened one per continuation would write a configuration no better than the baseline more
-often the longer it ran (6 % after 4 continuations, 9 % after 12, in the A/A benchmark). Spending
+often the longer it ran (``benchmarks/aa_paths.py`` measures it, continued up to 12 times). Spending
 the 1/20 across rounds instead (the k-th at 1/20 times a share summing to 1) would bound that
 too, but every round then tests below 1/20, and at three fresh measurements each none can:
 the first round, the only one most studies have, would need four of each (1/70) to pay for
