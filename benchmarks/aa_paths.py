@@ -15,9 +15,11 @@ here are the others a run can take, each a real ``Run`` over an in-memory Optuna
   runs of 2 more, each with its confirmation): a study counts as written where any of its runs
   wrote a searched configuration, as a user who serves what a run wrote would;
 - ``--current``: your configuration as the baseline and vLLM's defaults a candidate re-measured
-  after the round (``tuner init --current``); also how often a round that confirmed its
-  finalist ends with the finalist unconfirmed (``lost``), at each gain of vLLM's defaults over
-  your configuration;
+  after the round (``tuner init --current``), every configuration but yours ``gain`` times
+  better (``AllBetter``); also how often a round whose fresh pairs all
+  favoured its finalist ends with the verdict that a finalist "was not measured on fresh
+  engines" (``lost``: the candidates' re-measurements ranked another first), at each gain of
+  vLLM's defaults over your configuration;
 - ``interval``: of the verdicts written on the main path (GPU spread, 3 searched), where the
   first searched configuration is ``gain`` times better, how many print an interval whose lower
   end is below 1.0x, and how many intervals hold the true ratio (``gain`` where the better one
@@ -107,11 +109,26 @@ class Failing:
 
 
 @dataclass
+class AllBetter(aa.NoisyEngines):
+    """``NoisyEngines`` where every configuration but the baseline (your configuration, in a
+    ``--current`` study) carries ``gain`` times its capacity: vLLM's defaults and what the
+    search finds near them alike."""
+
+    def capacity_of(self, args: Mapping[str, Any]) -> float:
+        args = dict(args)
+        if self.baseline is None:
+            self.baseline = args
+        elif self.better is None and args != self.baseline:
+            self.better = args
+        return aa.CAPACITY_REQ_PER_S * (1.0 if args == self.baseline else self.gain)
+
+
+@dataclass
 class Outcome:
     """What one study came to: written with exit 0 (``tuned``), the better configuration so
     (``better``), a searched configuration written unconfirmed (``unconfirmed``, exit 3), a
-    round that confirmed its finalist whose study then wrote none (``lost``), and the verdict's
-    words where written."""
+    round whose fresh pairs all favoured its finalist, said afterwards to lack fresh
+    measurements (``lost``), and the verdict's words."""
 
     tuned: bool = False
     better: bool = False
@@ -149,9 +166,9 @@ def one_run(
     tuned = choice.outcome == TUNED
     return Outcome(
         tuned=tuned,
-        better=tuned and engines.better is not None and written == engines.better,
+        better=tuned and (written == engines.better or isinstance(engines, AllBetter)),
         unconfirmed=not tuned and searched_one and choice.meets_slos,
-        lost=_confirmed_round(study) and not tuned,
+        lost=_confirmed_round(study) and "not measured on fresh engines" in choice.why,
         why=choice.why,
         rounds=len(
             {t.user_attrs["fresh_for"] for t in study.trials if "fresh_for" in t.user_attrs}
@@ -185,7 +202,7 @@ def _confirmed_round(study: optuna.Study) -> bool:
 @dataclass(frozen=True)
 class PathRow:
     """A path's row: ``studies`` studies, ``written`` with exit 0, ``right`` the better one,
-    ``unconfirmed`` written with exit 3, ``lost`` confirmed and then not written."""
+    ``unconfirmed`` written with exit 3, ``lost`` swept and then said unmeasured."""
 
     path: str
     gain: float
@@ -308,14 +325,15 @@ def resumed(bench: Bench, studies: int) -> list[PathRow]:
 
 
 def current(bench: Bench, gain: float, studies: int) -> PathRow:
-    """Your configuration as the baseline, vLLM's defaults a candidate ``gain`` times better,
-    re-measured after the round (``tuner init --current``), at the GPU spread."""
+    """Your configuration as the baseline, vLLM's defaults a candidate re-measured after the
+    round (``tuner init --current``), it and every searched configuration ``gain`` times
+    better than yours, at the GPU spread."""
     spec = bench.capacity_spec(3, candidates=({},), confirm_candidates=True, defaults_candidate=0)
     workload = aa.workload_for(spec, bench.work)
     key = f"current-{gain}"
     outcomes = []
     for n in range(studies):
-        engines = aa.NoisyEngines(bench.rng(key, n), *aa.SPREADS["gpu"], gain=gain)
+        engines = AllBetter(bench.rng(key, n), *aa.SPREADS["gpu"], gain=gain)
         study = bench.study(key, n, CAPACITY_OBJECTIVE)
         outcomes.append(one_run(study, spec, workload, engines, bench.work, 3))
     return count("--current", gain, outcomes)
