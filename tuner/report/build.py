@@ -57,9 +57,7 @@ def read_report(name: str, storage: str, configs: Path) -> StudyReport:
     if choice is not None:
         configuration = read_configuration(configs / f"{name}.yaml", name, choice.trial)
     # The outcome's lines where the study was confirmed or the defaults kept, as tuner run said.
-    said = choice is not None and (
-        choice.confirmation or choice.keeps_defaults or choice.unconfirmed
-    )
+    said = choice is not None and (choice.confirmation or choice.keeps_defaults)
     outcome = summary(choice, vllm_defaults(study)) if choice is not None and said else []
     return StudyReport(
         name=name,
