@@ -306,22 +306,24 @@ def failed_engines(bench: Bench, studies: int, miss: float | None = None) -> Pat
     return count(f"{label} ({FAIL_SHARE:.0%})", 1.0, outcomes)
 
 
-def resumed(bench: Bench, studies: int) -> list[PathRow]:
-    """Capacity studies at the GPU spread continued ``RESUMES`` times; a row after each of
-    ``RESUMES_SHOWN`` continuations, counting a study written where any run so far wrote."""
+def resumed(bench: Bench, studies: int, resumes: int = RESUMES) -> list[PathRow]:
+    """Capacity studies at the GPU spread continued ``resumes`` times; a row after each of
+    ``RESUMES_SHOWN`` continuations (and the last), counting a study written where any run so
+    far wrote."""
     first, more = bench.capacity_spec(FIRST_SEARCHED), bench.capacity_spec(MORE_SEARCHED)
     workload = aa.workload_for(first, bench.work)
-    ever: dict[int, list[Outcome]] = {k: [] for k in RESUMES_SHOWN}
+    shown = sorted({k for k in RESUMES_SHOWN if k <= resumes} | {resumes})
+    ever: dict[int, list[Outcome]] = {k: [] for k in shown}
     for n in range(studies):
         engines = aa.NoisyEngines(bench.rng("resumed", n), *aa.SPREADS["gpu"])
         study = bench.study("resumed", n, CAPACITY_OBJECTIVE)
         so_far = one_run(study, first, workload, engines, bench.work, FIRST_SEARCHED)
-        for k in range(1, RESUMES + 1):
+        for k in range(1, resumes + 1):
             now = one_run(study, more, workload, engines, bench.work, MORE_SEARCHED)
             so_far = Outcome(so_far.tuned or now.tuned, rounds=now.rounds)
             if k in ever:
                 ever[k].append(so_far)
-    return [count(f"resumed {k} times", 1.0, ever[k]) for k in RESUMES_SHOWN]
+    return [count(f"resumed {k} times", 1.0, ever[k]) for k in shown]
 
 
 def current(bench: Bench, gain: float, studies: int) -> PathRow:

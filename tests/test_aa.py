@@ -98,12 +98,12 @@ def test_failed_engines_write_at_most_one_in_twenty(miss, tmp_path):
 
 def test_a_resumed_study_writes_at_most_one_in_twenty_and_holds_one_round(tmp_path):
     bench = aa_paths.Bench(tmp_path, 0)
-    rows = aa_paths.resumed(bench, 60)
+    rows = aa_paths.resumed(bench, 60, resumes=4)
     not_above_one_in_twenty(rows[-1])
     assert rows[-1].rounds == 1  # however often continued, one round a study
 
 
 def test_with_current_candidates_re_measured_write_at_most_one_in_twenty(tmp_path):
-    row = aa_paths.current(aa_paths.Bench(tmp_path, 0), 1.0, 150)
+    row = aa_paths.current(aa_paths.Bench(tmp_path, 0), 1.0, 100)
     not_above_one_in_twenty(row)
     assert row.lost == 0
