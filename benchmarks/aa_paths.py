@@ -52,7 +52,7 @@ import aa
 import optuna
 from scipy.stats import binomtest
 
-from tuner.engine import ProcessLauncher, write_model
+from tuner.engine import EngineFailed, ProcessLauncher, write_model
 from tuner.study import (
     CAPACITY_OBJECTIVE,
     LATENCY_OBJECTIVE,
@@ -66,7 +66,6 @@ from tuner.study import (
     choose,
     open_study,
     resolve,
-    score,
 )
 
 # The share of engine starts that fail (an engine start is a trial's, or a fresh measurement's).
@@ -104,7 +103,8 @@ class Failing:
                 self.inner.capacity_of(args)
             else:
                 self.inner.ttft_of(args)
-            return TrialOutcome(args, score({}, setup.criteria), {}, {}, "vLLM exited with 1")
+            # As the trial's measure reports a server that exited during its start.
+            return setup.measure.failed(args, EngineFailed("vLLM exited with status 1", ""))
         return self.inner(args, setup, workdir, should_stop)
 
 
