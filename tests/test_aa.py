@@ -70,3 +70,40 @@ def test_a_latency_study_judges_each_measurement_by_the_specs_max_error_rate(tmp
         spec, workload, engines, tmp_path, 0, objective=aa.LATENCY_OBJECTIVE
     )
     assert confirming > 0
+
+
+# The other paths that can write (benchmarks/aa_paths.py): each holds its null write rate (exit
+# 0 with a searched configuration, where none is better) to "not shown above 5%", as above.
+import aa_paths  # noqa: E402
+
+
+def not_above_one_in_twenty(row: aa_paths.PathRow) -> None:
+    above = binomtest(row.written, row.studies, 0.05, alternative="greater").pvalue
+    assert above >= 0.01, f"{row.path}: {row.written} of {row.studies} null studies written"
+
+
+@pytest.mark.parametrize("miss", [0.25, 0.5])
+def test_a_baseline_that_missed_with_no_fresh_measurement_writes_no_exit_0(miss, tmp_path):
+    """Written with exit 0 in 25% to 45% of null studies before: now exit 3."""
+    row = aa_paths.miss_unconfirmed(aa_paths.Bench(tmp_path, 0), miss, 150)
+    not_above_one_in_twenty(row)
+    assert row.unconfirmed > 0  # the searched configuration is still written, unconfirmed
+
+
+@pytest.mark.parametrize("miss", [None, 0.5])
+def test_failed_engines_write_at_most_one_in_twenty(miss, tmp_path):
+    """One engine start in ten fails (the baseline's at trial 0, the finalist's fresh one)."""
+    not_above_one_in_twenty(aa_paths.failed_engines(aa_paths.Bench(tmp_path, 0), 150, miss=miss))
+
+
+def test_a_resumed_study_writes_at_most_one_in_twenty_and_holds_one_round(tmp_path):
+    bench = aa_paths.Bench(tmp_path, 0)
+    rows = aa_paths.resumed(bench, 60, resumes=4)
+    not_above_one_in_twenty(rows[-1])
+    assert rows[-1].rounds == 1  # however often continued, one round a study
+
+
+def test_with_current_candidates_re_measured_write_at_most_one_in_twenty(tmp_path):
+    row = aa_paths.current(aa_paths.Bench(tmp_path, 0), 1.0, 100)
+    not_above_one_in_twenty(row)
+    assert row.lost == 0

@@ -174,6 +174,32 @@ def test_a_continued_study_holds_back_only_what_its_confirmation_still_needs(tmp
     assert written is not None and written.choice.outcome == TUNED
 
 
+def test_a_continued_study_whose_search_moved_on_says_it_confirms_one_finalist(tmp_path, cpu_model):
+    """The study's round went against trial 1; a continuation finds trial 5 far ahead in the
+    search. It opens no second round (each would add its own chance of writing a configuration
+    no better) and says which trial leads and how to confirm it."""
+    scores = {None: [1.0, 0.9], 4: [0.8, 0.95], 8: [0.85], 16: [0.3] * 8}
+    scripted = Scripted(scores)
+    spec = parse_spec(spec_dict(cpu_model, n_trials=3, confirm_top_k=1, confirm_repeats=3))
+    study = open_study("s", f"sqlite:///{tmp_path / 's.db'}", 0)
+    first = a_run(study, spec, tmp_path, scripted, Heard())
+    assert first.add_trials() == 3 and first.confirm() == 2
+    candidates = [{"max-num-seqs": n} for n in (4, 8, 16)]
+    more = parse_spec(spec_dict(cpu_model, n_trials=1, candidates=candidates))
+    heard = Heard()
+    again = a_run(study, more, tmp_path, scripted, heard)
+    assert again.add_trials() == 1 and scripted.order[-1] == 16
+    assert again.confirm() == 0 and len(scripted.order) == 6
+    assert heard.lines[-1] == (
+        "not confirming again: the confirmation of trial 1 is done; trial 5 leads the search "
+        "now, but a study holds one confirmation, so that continuing it never adds another "
+        "chance of writing a configuration no better than the baseline: a new study, with it "
+        "among its spec's candidates, confirms it"
+    )
+    written = again.result()
+    assert written is not None and written.choice.outcome == DEFAULTS
+
+
 def test_where_only_the_defaults_served_they_are_measured_again(tmp_path, cpu_model):
     """Nothing searched to hold against them, vLLM's defaults are still the answer written, with
     the capacity a user plans servers by: their median over fresh engines, as a winner's is."""

@@ -76,14 +76,44 @@ def test_the_rule_writes_one_in_twenty_at_most_where_both_are_the_same() -> None
 
 
 def test_the_interval_at_three_against_three_spans_the_pairwise_ratios() -> None:
-    """90 %: from the smallest to the largest ratio of one fresh measurement of each, each end
-    widened by the capacity search's resolution."""
+    """90 %: from the smallest to the largest ratio of one fresh measurement of each; the upper
+    end widened by the capacity search's resolution, the lower end (the test's own bound) not."""
     mine, theirs = [7.48, 7.48, 8.2], [4.65, 4.65, 5.1]
     low, high = ratio_interval(mine, theirs) or (0.0, 0.0)
     assert low == pytest.approx(7.48 / 5.1) and high == pytest.approx(8.2 / 4.65)
     wide = ratio_interval(mine, theirs, resolution=0.1) or (0.0, 0.0)
-    assert wide == pytest.approx((7.48 / 5.1 / 1.1, 8.2 / 4.65 * 1.1))
+    assert wide == pytest.approx((7.48 / 5.1, 8.2 / 4.65 * 1.1))
     assert ratio(mine, theirs) == pytest.approx(7.48 / 4.65)
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_the_interval_excludes_one_exactly_where_the_test_finds_better(n: int) -> None:
+    """The lower end is the bound of the rank test behind a verdict: above 1.0x wherever
+    ``beats`` holds (one rung of a 10 % ladder apart included, where widening the lower end by
+    the resolution put it at 1.0x or below); at three against three, only there."""
+    rng = random.Random(n)
+    checked = 0
+    for _ in range(300):
+        rungs = [rng.choice((10, 11, 12)) for _ in range(2 * n)]
+        mine, theirs = [1.1**r for r in rungs[:n]], [1.1**r for r in rungs[n:]]
+        interval = ratio_interval(mine, theirs, resolution=0.1)
+        assert interval is not None
+        found = beats(mine, theirs)
+        if found or n == 3:
+            assert (interval[0] > 1.0) == found, (mine, theirs, interval)
+        checked += found
+    assert checked > 0
+
+
+def test_a_measurement_that_missed_the_slos_ranks_below_every_other_in_the_interval() -> None:
+    """0 on the ratio scale (-inf as a log), as the test ranks it: its pairs are the finalist's
+    at any shift, so the lower end comes from the baseline's other measurements."""
+    mine, theirs = [2.0, 2.2, 2.4], [0.0, 1.0, 1.5]
+    assert beats(mine, theirs)
+    low, high = ratio_interval(mine, theirs) or (0.0, 0.0)
+    assert low == pytest.approx(2.0 / 1.5) and math.isinf(high)
+    # Each of the baseline's measurements missed: the test rejects at every shift.
+    assert ratio_interval(mine, [0.0, 0.0, 0.0]) == (math.inf, math.inf)
 
 
 def test_more_measurements_narrow_the_interval_inside_the_extremes() -> None:
@@ -97,4 +127,5 @@ def test_more_measurements_narrow_the_interval_inside_the_extremes() -> None:
 def test_too_few_measurements_leave_the_interval_open() -> None:
     assert shift_interval([2.0, 2.0], [1.0, 1.0]) == (-math.inf, math.inf)
     assert ratio_interval([2.0, 2.0], [1.0, 1.0]) == (0.0, math.inf)
-    assert ratio_interval([2.0, 0.0, 1.0], [1.0, 1.0, 1.0]) is None
+    assert ratio_interval([2.0, -1.0, 1.0], [1.0, 1.0, 1.0]) is None
+    assert ratio_interval([2.0, math.inf, 1.0], [1.0, 1.0, 1.0]) is None

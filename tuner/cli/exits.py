@@ -1,10 +1,11 @@
 """Exit codes of the ``tuner`` command line.
 
 ``tuner run``: what the configuration written is (``tuner.study.result.choice``): a searched one
-that meets the SLOs and beats vLLM's defaults beyond chance, or that meets them where the
-defaults do not (0); vLLM's defaults, kept because they meet the SLOs and nothing searched beat
-them beyond chance (4); the closest configuration, where none met the SLOs
-(3); nothing, as no trial served (1). Then bad input or usage (2), and Ctrl-C or SIGTERM (130).
+that meets the SLOs and beats the baseline (vLLM's defaults, or the spec's) beyond chance on
+fresh engines (0); the baseline, kept because it meets the SLOs and nothing searched beat it
+beyond chance (4); a searched one that meets the SLOs where the baseline did not, with no test
+on fresh engines behind it, or the closest configuration, where none met the SLOs (3); nothing,
+as no trial served (1). Then bad input or usage (2), and Ctrl-C or SIGTERM (130).
 The other commands exit 0, 1 or 2 alike.
 """
 

@@ -144,9 +144,10 @@ def said_result(
     """Say which configuration was written, and why, or why none was; the exit status that
     says it.
 
-    Exit 0 (a tuned configuration: it beats vLLM's defaults beyond chance, or meets the
-    SLOs where they do not), 4 (vLLM's defaults kept), 3 (nothing met the SLOs: the closest is
-    written) or 1 (no trial served: nothing written).
+    Exit 0 (a tuned configuration: it beats the baseline beyond chance on fresh engines), 4
+    (the baseline kept), 3 (a searched configuration that meets the SLOs where the baseline
+    did not, unconfirmed; or nothing met the SLOs: the closest is written) or 1 (no trial
+    served: nothing written).
     """
     if written is None:
         _nothing_served(study)
@@ -164,7 +165,7 @@ def said_result(
         them = "it" if kept.spec_baseline else "them"
         print(f"{kept.baseline_name} kept (trial {chosen.number}); wrote {them} to {out} {serve}")
         return EXIT_DEFAULTS_KEPT
-    if written.verdict.meets_slos:
+    if written.choice.unconfirmed or written.verdict.meets_slos:
         # The baseline misses the SLOs; the finalist met them but was not confirmed better.
         print(f"\nnot confirmed: {written.choice.why}; wrote it, trial {chosen.number}, to {out}")
         return EXIT_MISSES_SLOS

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from tuner.study.trials.groups import Group, groups, rank
     from tuner.study.trials.incumbent import Taken, levels, next_point
     from tuner.study.trials.search import MAX_BATCHED_TOKENS, MAX_NUM_SEQS, open_study, suggest
+    from tuner.study.trials.sequential import ABBA, WRITE, sequential_plan
     from tuner.study.trials.significance import MIN_FRESH, beats, p_value, ratio, ratio_interval
 
 _FACE = {
@@ -74,6 +75,9 @@ _FACE = {
     "MAX_BATCHED_TOKENS": "tuner.study.trials.search",
     "MAX_NUM_SEQS": "tuner.study.trials.search",
     "MIN_FRESH": "tuner.study.trials.significance",
+    "ABBA": "tuner.study.trials.sequential",
+    "WRITE": "tuner.study.trials.sequential",
+    "sequential_plan": "tuner.study.trials.sequential",
     "RatePoint": "tuner.study.capacity.rates",
     "RateSearch": "tuner.study.capacity.rate_search",
     "Run": "tuner.study.result.run",
@@ -126,6 +130,7 @@ _FACE = {
 }
 
 __all__ = [
+    "ABBA",
     "CAPACITY_OBJECTIVE",
     "CONFIRMS_ATTR",
     "KV_ARGUMENTS",
@@ -136,6 +141,7 @@ __all__ = [
     "SECTION",
     "SUSTAINED",
     "TUNED",
+    "WRITE",
     "CapacityFound",
     "CapacitySettings",
     "Criteria",
@@ -182,6 +188,7 @@ __all__ = [
     "runnable_baseline",
     "score",
     "search_capacity",
+    "sequential_plan",
     "servers_for",
     "suggest",
     "time_spent",

@@ -11,14 +11,19 @@ A configuration is its first trial and its re-measurements
   least 3 (p = 1/20 at 3 against 3, ``tuner.study.trials.significance``), and the baseline did
   not meet the SLOs at its confirmed capacity. The search's own measurements choose the
   finalist and never count in that test. Written with its fresh measurements against the
-  baseline's, the gain with its interval. Where the baseline did not serve at all, the
-  searched configuration measured most often that met the SLOs.
+  baseline's, the gain with its interval (``tuner run`` exits 0). Only a test writes it.
+- ``UNCONFIRMED``: a searched configuration meets the SLOs where the baseline did not (it
+  missed them in the search, or its engine failed on both of its starts) and no fresh
+  measurement of the baseline tested it (the confirmation off, or stopped by the time budget):
+  the searched configuration measured most often that met the SLOs is written, said to be
+  unconfirmed (``tuner run`` exits 3, never 0).
 - ``DEFAULTS``: the baseline meets the SLOs and the finalist was not confirmed (a fresh pair
   favoured the baseline, the fresh measurements were too few, or nothing else met the SLOs):
   the baseline is written, and the choice names the finalist and why.
 - ``MISSES``: no configuration met the SLOs; the closest is written, the served configuration
   with the best median, one whose client kept up where any did. Also where the baseline misses
-  the SLOs and fresh measurements did not confirm the finalist.
+  the SLOs and fresh measurements did not confirm the finalist, its own fresh engine's failure
+  among them: a finalist is never written because its engine failed.
 
 The trial that stands for a configuration is its median measurement (``Group.median_trial``): a
 real one, whose engine arguments and figures are written.
@@ -41,6 +46,7 @@ from tuner.study.trials import confirm, fingerprint, significance
 from tuner.study.trials.groups import Group, any_confirms, groups, rank
 
 TUNED = "tuned"
+UNCONFIRMED = "unconfirmed"
 DEFAULTS = "defaults"
 MISSES = "misses"
 
@@ -67,6 +73,12 @@ class Choice:
     @property
     def keeps_defaults(self) -> bool:
         return self.outcome == DEFAULTS
+
+    @property
+    def unconfirmed(self) -> bool:
+        """A searched configuration written where the baseline did not meet the SLOs, with no
+        test on fresh engines behind it."""
+        return self.outcome == UNCONFIRMED
 
     @property
     def trial(self) -> FrozenTrial:
@@ -101,8 +113,7 @@ def choose(study: optuna.Study) -> Choice | None:
     found = _searched(feasible, baseline)
     held = Choice(feasible[0], TUNED, "", baseline, None, tuple(candidates), confirmation)
     if baseline is None:
-        why = "meets the SLOs where vLLM's defaults did not serve"
-        return replace(held, group=_most_measured(found), why=why)
+        return replace(held, group=_most_measured(found), outcome=UNCONFIRMED, why=_unserved(study))
     state = confirm.current(study, significance.MIN_FRESH)
     if state is not None and state.confirmed:
         mine, theirs = state.finalist_fresh, state.baseline_fresh
@@ -126,16 +137,19 @@ def _defaults_miss(
     them, said to be unconfirmed; with fresh measurements against it, the finalist as the
     closest (neither meets them reliably)."""
     miss, them = ("miss", "them") if name == VLLM_DEFAULTS else ("misses", "it")
-    if state is None or not state.baseline_fresh.trials:
+    if state is None or not (state.failed or state.baseline_fresh.trials):
         winner = _most_measured(found)
         why = (
             f"meets the SLOs where {name} {miss} them, in the search's measurements: "
-            "not confirmed on fresh engines"
+            f"not confirmed on fresh engines ({name} not measured again)"
         )
-        return replace(held, group=winner, why=why)
+        return replace(held, group=winner, outcome=UNCONFIRMED, why=why)
     missed = sum(1 for v in state.finalist_fresh.oriented() if v == -math.inf)
     fresh = len(state.finalist_fresh.trials)
-    if missed:
+    if state.failed:
+        numbers = ", ".join(str(n) for n in state.failed)
+        how = f"its fresh engine did not serve: trial {numbers}"
+    elif missed:
         how = f"it missed them in {missed} of {fresh}"
     else:
         engines = f"each of its {fresh}" if fresh > 1 else "its one"
@@ -145,6 +159,18 @@ def _defaults_miss(
         f"not beat {them} on fresh engines ({how})"
     )
     return replace(held, group=state.finalist, outcome=MISSES, why=why)
+
+
+def _unserved(study: optuna.Study) -> str:
+    """Why a searched configuration is written unconfirmed where the baseline never served."""
+    tried = [t for t in study.get_trials(deepcopy=False) if TrialRecord.of(t).baseline]
+    name = TrialRecord.of(tried[0]).baseline_name if tried else VLLM_DEFAULTS
+    numbers = ", ".join(str(t.number) for t in tried)
+    started = f" (trial{'s' if len(tried) > 1 else ''} {numbers})" if tried else ""
+    return (
+        f"meets the SLOs where {name} did not serve{started}: not confirmed on fresh engines, "
+        "with no baseline to test it against"
+    )
 
 
 def _most_measured(found: list[Group]) -> Group:
@@ -168,22 +194,30 @@ def beats_words(state: confirm.Round, resolution: float = 0.0) -> str:
 def gain_interval(mine: Group, theirs: Group, resolution: float = 0.0) -> str:
     """``1.61x, 90% interval 1.27 to 1.94x``: how many times better ``mine`` is than
     ``theirs`` (a capacity: its ratio; a latency score: theirs over mine), with the interval of
-    ``tuner.study.trials.significance.ratio_interval`` (widened by ``resolution``)."""
-    objective = mine.objective
-
-    def positive(group: Group) -> list[float]:
-        return [objective.upward(v) for v in group.values if v > 0]
-
-    a, b = positive(mine), positive(theirs)
+    ``tuner.study.trials.significance.ratio_interval`` (its upper end widened by
+    ``resolution``): a measurement that missed the SLOs ranks below every other, as in the
+    test, so a confirmed verdict's interval is above 1.0x."""
+    a, b = _carried(mine), _carried(theirs)
     ratio = significance.ratio(a, b)
     interval = significance.ratio_interval(a, b, resolution=resolution)
     if ratio is None or interval is None:
-        return "no ratio: a measurement is 0"
+        return "no ratio: a median measurement missed the SLOs or is 0"
     low, high = interval
     level = f"{significance.CONFIDENCE:.0%} interval"
     if math.isinf(high):
         return f"{ratio:.2f}x, {level} from {low:.2f}x (too few measurements to bound it above)"
     return f"{ratio:.2f}x, {level} {low:.2f} to {high:.2f}x"
+
+
+def _carried(group: Group) -> list[float]:
+    """Its measurements on the ratio scale, as the rank test orders them: a value that met the
+    SLOs upward (higher better), 0 for one that missed them or is not positive."""
+    objective = group.objective
+    return [
+        objective.upward(t.value) if TrialRecord.of(t).feasible and t.value > 0 else 0.0
+        for t in group.trials
+        if t.value is not None
+    ]
 
 
 def _resolution(study: optuna.Study) -> float:
@@ -350,7 +384,7 @@ def summary(choice: Choice, vllm_defaults: Mapping[str, Any] | None = None) -> l
             lines.append(describe(choice.closest, "closest searched"))
             lines.append(f"  it sets {changed(choice.closest, choice.baseline, vllm_defaults)}")
     else:
-        lines.append(describe(choice.group, "winner"))
+        lines.append(describe(choice.group, "unconfirmed" if choice.unconfirmed else "winner"))
         lines.append(f"  it sets {changed(choice.group, choice.baseline, vllm_defaults)}")
         if choice.baseline is not None:
             lines.append(describe(choice.baseline, _label(choice.baseline)))

@@ -232,7 +232,7 @@ class Run:
             say(away)
             return 0
         if state.next_arm() is None:
-            say(f"not confirming again: the confirmation of trial {state.finalist.number} is done")
+            say(_decided(state, served))
             ran = 0
         else:
             name = _named(state.baseline)[0]
@@ -427,6 +427,21 @@ class Run:
             return held
         study.set_user_attr(calibration.CALIBRATION_ATTR, measured.as_attr())
         return measured
+
+
+def _decided(state: confirm.Round, served: list[Group]) -> str:
+    """Why a run confirms nothing more: the study's round is done; and where the search now
+    ranks another configuration first, that a study confirms one finalist."""
+    done = f"not confirming again: the confirmation of trial {state.finalist.number} is done"
+    leader = confirm.finalist(served)
+    if leader is None or leader.number == state.finalist.number:
+        return done
+    return (
+        f"{done}; trial {leader.number} leads the search now, but a study holds one "
+        "confirmation, so that continuing it never adds another chance of writing a "
+        "configuration no better than the baseline: a new study, with it among its spec's "
+        "candidates, confirms it"
+    )
 
 
 def _named(group: Group) -> tuple[str, str]:

@@ -28,8 +28,17 @@ best of its group 17.5 times in 27 and 11 % above its re-measurements). So:
   baseline met the SLOs at the finalist's confirmed capacity, the finalist is not written
   (``Round.defaults_meet``).
 
-A failed round is final for that finalist: a study continued with more trials confirms a new
-finalist in a round of its own (each round a test at 1/20). Fresh measurements whose client fell
+**One round per study**, its finalist frozen when it starts (``started``: the configuration
+its first fresh measurement was queued for). A study continued with more trials, or whose spec's
+candidates are re-measured after the round, finishes that round and opens no other, whatever
+the search ranks first since: each round that could write is a test at up to 1/20, so a study
+that opened one per continuation would write a configuration no better than the baseline more
+often the longer it ran (``benchmarks/aa_paths.py`` measures it, continued up to 12 times). Spending
+the 1/20 across rounds instead (the k-th at 1/20 times a share summing to 1) would bound that
+too, but every round then tests below 1/20, and at three fresh measurements each none can:
+the first round, the only one most studies have, would need four of each (1/70) to pay for
+continuations most studies never make. So the first round is the study's only one, at the full
+1/20; a search that moved on is confirmed in a new study. Fresh measurements whose client fell
 behind say nothing of the server: they are taken again, within ``Round.limit`` measurements.
 What is written is then ``tuner.study.result.choice``'s.
 """
@@ -238,22 +247,39 @@ class Round:
 
 def current(study: optuna.Study, repeats: int) -> Round | None:
     """The study's confirmation round: its finalist against the baseline; None where there is
-    no finalist or the baseline did not serve."""
-    state = round_of(groups(study), repeats)
+    no finalist or the baseline did not serve. A study holds one round: once its first fresh
+    measurement is queued, the round's finalist is that measurement's (``started``)."""
+    trials = study.get_trials(deepcopy=False)
+    state = round_of(groups(study), repeats, started(trials))
     if state is None:
         return None
     number = state.finalist.number
     state_of = state
-    for trial in study.get_trials(deepcopy=False):
+    for trial in trials:
         recorded = TrialRecord.of(trial)
         if recorded.fresh == number and trial.state.is_finished() and not served(trial):
             state_of = state_of.after(trial)
     return state_of
 
 
-def round_of(all_groups: Sequence[Group], repeats: int) -> Round | None:
-    """The round of a study's groups already read (its dropped measurements not counted)."""
-    chosen = finalist(all_groups)
+def started(trials: Sequence[FrozenTrial]) -> int | None:
+    """The finalist of the study's round, frozen when the round started: the configuration
+    the study's first fresh measurement was queued for (whatever became of it); None before
+    any was. What the search or a re-measured candidate measures afterwards does not move it."""
+    fresh = [t for t in trials if TrialRecord.of(t).fresh is not None]
+    if not fresh:
+        return None
+    return TrialRecord.of(min(fresh, key=lambda t: t.number)).fresh
+
+
+def round_of(all_groups: Sequence[Group], repeats: int, frozen: int | None = None) -> Round | None:
+    """The round of a study's groups already read (its dropped measurements not counted): of
+    configuration ``frozen`` where the round has started (``started``; None where that one is
+    not among ``all_groups``), else of the search's ``finalist``."""
+    if frozen is None:
+        chosen = finalist(all_groups)
+    else:
+        chosen = next((g for g in all_groups if g.number == frozen), None)
     baseline = rank(list(all_groups))[1]
     if chosen is None or baseline is None:
         return None

@@ -1,6 +1,8 @@
 """The reference points of a study, measured once in all: the baseline, then the candidates;
 once per layout where a study measures several (``tuner.study.plan.layouts``: a run on a layout
-other than vLLM's default queues its own, ``Queued.layout``).
+other than vLLM's default queues its own, ``Queued.layout``). A baseline whose engine failed
+(completed without serving) is started once more (``BASELINE_STARTS``): every verdict is a test
+against it, and one failed start would otherwise leave the study without one.
 
 Several workers may run one study (one per GPU, on a shared PostgreSQL storage). The next
 reference point not yet taken is queued (Optuna's ``enqueue_trial``) and taken by ``ask``, which
@@ -13,15 +15,18 @@ values another trial took already (waiting, running or measured), is a duplicate
 from __future__ import annotations
 
 import optuna
-from optuna.trial import Trial, TrialState
+from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tuner.study.plan.layouts import Layout
 from tuner.study.plan.spec import StudySpec
 from tuner.study.store import record
 from tuner.study.store.record import Queued
+from tuner.study.trials.picks import served
 
 # A reference point is taken by a trial in one of these states (a FAIL one is measured again).
 TAKEN = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
+# The baseline's starts, at most, where each completes without serving (its engine failed).
+BASELINE_STARTS = 2
 
 
 def has_baseline(study: optuna.Study) -> bool:
@@ -45,9 +50,25 @@ def _point(queued: Queued) -> Point | None:
     return (False, queued.candidate, queued.layout)
 
 
+def _failed(trial: FrozenTrial) -> bool:
+    """Whether ``trial`` completed without serving: its engine failed, nothing was measured."""
+    return trial.state == TrialState.COMPLETE and not served(trial)
+
+
 def _taken(study: optuna.Study) -> set[Point]:
-    points = (_point(Queued.of(t)) for t in study.get_trials(deepcopy=False, states=TAKEN))
-    return {point for point in points if point is not None}
+    """The reference points taken: by a trial that did not fail, or (the baseline) by
+    ``BASELINE_STARTS`` trials that all did."""
+    starts: dict[Point, int] = {}
+    taken: set[Point] = set()
+    for trial in study.get_trials(deepcopy=False, states=TAKEN):
+        point = _point(Queued.of(trial))
+        if point is None:
+            continue
+        starts[point] = starts.get(point, 0) + 1
+        baseline = point[0]
+        if not (baseline and _failed(trial)) or starts[point] >= BASELINE_STARTS:
+            taken.add(point)
+    return taken
 
 
 def layout_name(layout: Layout | None) -> str | None:
@@ -96,10 +117,13 @@ def duplicate_of(study: optuna.Study, trial: Trial) -> int | None:
     point = _point(queued)
     if point is None:
         return None
+    # A baseline that failed measured nothing: its second start duplicates nothing.
     earlier = [
         t.number
         for t in study.get_trials(deepcopy=False, states=TAKEN)
-        if t.number < trial.number and _point(Queued.of(t)) == point
+        if t.number < trial.number
+        and _point(Queued.of(t)) == point
+        and not (point[0] and _failed(t))
     ]
     return min(earlier, default=None)
 

@@ -15,7 +15,11 @@ at most 1/20 whatever the number of configurations searched.
 ``ratio_interval`` is how much better, with its interval: the Hodges-Lehmann-style interval of
 the shift in log values that inverts the same rank test (every shift the test does not reject
 at ``(1 - confidence) / 2`` on either side), as a ratio. At three against three its 90 % interval
-runs from the smallest to the largest ratio of a fresh measurement of each.
+runs from the smallest to the largest ratio of a fresh measurement of each. Its lower end is
+the one-sided bound of the test that wrote the verdict (at ``ALPHA``, 90 % being two-sided): it
+is above 1.0x exactly where that test rejects "no better", so a written verdict's interval
+never holds 1.0x. A measurement that missed the SLOs carried nothing within them (0 on the ratio
+scale, ``-inf`` as a log): the test ranks it below every other, and so does the interval.
 
 Values here are *oriented*: higher is better, whatever the study's direction (a capacity as it
 is; a latency score negated), and a measurement that missed the SLOs is ``-inf``.
@@ -95,9 +99,10 @@ def beats(values: Sequence[float], others: Sequence[float], alpha: float = ALPHA
 def shift_interval(
     values: Sequence[float], others: Sequence[float], confidence: float = CONFIDENCE
 ) -> tuple[float, float]:
-    """The shifts ``d`` of ``values`` (finite) for which the rank test of ``values - d`` against
+    """The shifts ``d`` of ``values`` for which the rank test of ``values - d`` against
     ``others`` rejects neither side at ``(1 - confidence) / 2``: the interval of how much
-    ``values`` are above ``others``. An end is infinite where too few measurements bound it."""
+    ``values`` are above ``others``. An end is infinite where too few measurements bound it
+    (or, where ``-inf`` values decide every pair, where the test rejects at every shift)."""
     lower = _lowest_shift(values, others, (1 - confidence) / 2)
     upper = -_lowest_shift(others, values, (1 - confidence) / 2)
     return lower, upper
@@ -109,15 +114,17 @@ def ratio_interval(
     confidence: float = CONFIDENCE,
     resolution: float = 0.0,
 ) -> tuple[float, float] | None:
-    """How many times ``values`` (positive, oriented so that higher is better) are
-    ``others``: the ``shift_interval`` of their logs, as ratios, widened on each side by
-    ``1 + resolution`` (a capacity is known only to within its search's resolution). None where
-    a value is not positive."""
-    if not values or not others or min(*values, *others) <= 0 or math.isinf(max(*values, *others)):
+    """How many times ``values`` (positive, or 0 for a measurement that missed the SLOs;
+    oriented so that higher is better) are ``others``: the ``shift_interval`` of their logs, as
+    ratios. The upper end is widened by ``1 + resolution`` (a capacity is known only to within
+    its search's resolution); the lower end is not: it is the bound of the rank test itself,
+    above 1.0x exactly where the test finds ``values`` better. None where a value is negative or
+    infinite."""
+    pooled = [*values, *others]
+    if not values or not others or min(pooled) < 0 or not all(math.isfinite(v) for v in pooled):
         return None
-    low, high = shift_interval([math.log(v) for v in values], [math.log(v) for v in others])
-    widen = 1.0 + resolution
-    return _exp(low) / widen, _exp(high) * widen
+    low, high = shift_interval(_logs(values), _logs(others), confidence)
+    return _exp(low), _exp(high) * (1.0 + resolution)
 
 
 def ratio(values: Sequence[float], others: Sequence[float]) -> float | None:
@@ -132,17 +139,17 @@ def ratio(values: Sequence[float], others: Sequence[float]) -> float | None:
 
 def _lowest_shift(values: Sequence[float], others: Sequence[float], alpha: float) -> float:
     """The lowest shift the one-sided test of ``values - d`` above ``others`` does not reject at
-    ``alpha``: between two pairwise differences the test's statistic is constant, so each gap is
-    tried at its middle."""
-    diffs = sorted({v - o for v in values for o in others})
+    ``alpha``: between two finite pairwise differences the test's statistic is constant, so
+    each gap is tried at its middle (a pair with a ``-inf`` value is decided at every shift)."""
+    diffs = sorted({v - o for v in values for o in others if math.isfinite(v - o)})
+    if not diffs:
+        return -math.inf if p_value(values, others) > alpha + 1e-12 else math.inf
     gaps = [diffs[0] - 1.0, *((a + b) / 2 for a, b in itertools.pairwise(diffs))]
     gaps.append(diffs[-1] + 1.0)
     for index, shift in enumerate(gaps):
-        shifted = [v - shift for v in values]
-        p = mannwhitneyu(shifted, others, alternative="greater", method="exact").pvalue
-        if p > alpha + 1e-12:
+        if p_value([v - shift for v in values], others) > alpha + 1e-12:
             return -math.inf if index == 0 else diffs[index - 1]
-    return diffs[-1]
+    return math.inf
 
 
 def _finite(pooled: Sequence[float]) -> Callable[[float], float]:
@@ -159,6 +166,10 @@ def _median(values: Sequence[float]) -> float:
     if len(ordered) % 2:
         return ordered[middle]
     return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _logs(values: Sequence[float]) -> list[float]:
+    return [math.log(v) if v > 0 else -math.inf for v in values]
 
 
 def _exp(value: float) -> float:
