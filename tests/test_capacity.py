@@ -626,6 +626,7 @@ def test_a_gate_above_the_capacity_costs_one_window(stand_in):
     assert found.below_req_per_s == gate and found.capacity_req_per_s == 0.0
 
 
+@pytest.mark.vllm  # a stand-in server's windows, waited out in real time
 def test_the_defaults_are_measured_once_more_at_the_finalist_s_capacity(stand_in):
     """vLLM's defaults measured again in the confirm step search their own capacity, then replay
     one window at the finalist's capacity in the search (above theirs), so the result compares
@@ -646,6 +647,7 @@ def test_the_defaults_are_measured_once_more_at_the_finalist_s_capacity(stand_in
     assert measure_capacity(stand_in.url, below, replay, Criteria(slos, {})).compared is None
 
 
+@pytest.mark.vllm  # a stand-in server's windows, waited out in real time
 def test_one_rate_is_measured_alone_as_the_search_would(stand_in):
     # What a caller that picks its own rates gets (benchmarks/capacity.py's scan): the same
     # point the search would record for that rate, told to ``on_rate`` under its index.
@@ -669,6 +671,7 @@ def test_one_rate_is_measured_alone_as_the_search_would(stand_in):
     assert point.figures["stopped_at_s"] < settings.probe_s
 
 
+@pytest.mark.vllm  # a stand-in server's windows, waited out in real time
 def test_a_saturating_window_measures_what_the_server_sustains():
     """Offered 80 req/s, a server that completes 20 a second at most (4 at once, 0.2 s each):
     the window reads about 20 from its second half, fails, and is stopped a quarter of its
@@ -688,6 +691,7 @@ def test_a_saturating_window_measures_what_the_server_sustains():
     assert point.figures["stopped_at_s"] <= 4.0 * 1.25 + 1.0
 
 
+@pytest.mark.vllm  # a stand-in server's windows, waited out in real time
 def test_a_saturating_window_that_completed_too_few_bounds_nothing():
     """One request at a time, half a second each: 2 completed in the window's second half,
     fewer than the floor's requests, so the window gives no throughput to bound by."""
@@ -704,6 +708,7 @@ def test_a_saturating_window_that_completed_too_few_bounds_nothing():
     assert "requests completed in its second half" in (point.reason or "")
 
 
+@pytest.mark.vllm  # a stand-in server's windows, waited out in real time
 def test_a_first_search_brackets_from_the_saturating_window_on_a_running_server():
     """On a server that completes 20 req/s at most: the search begins with the saturating
     window at 32 times the start, reads the throughput from it, and resolves the capacity

@@ -187,6 +187,7 @@ def request_overhead_s(url: str) -> float:
     return result.duration_s / len(result.results) - TOKEN_S
 
 
+@pytest.mark.vllm  # a stand-in server's windows, waited out in real time
 def test_closed_loop_follows_the_target(server):
     """2 in flight, then 6, then 1, for 5 requests' time each. A request lasts 0.2 s (20 tokens)
     or 20 times what a request costs beyond its tokens, where that is longer, and every time

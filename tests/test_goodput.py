@@ -148,6 +148,7 @@ REPLAY = ReplaySettings(model="m", vocab_size=1000, request_timeout_s=30, drain_
 WINDOW = [Request(i * 0.2, 8, 2) for i in range(5)]  # 5 req/s
 
 
+@pytest.mark.vllm  # a stand-in server's windows, waited out in real time
 def test_the_search_finds_a_stand_in_s_known_goodput(partly_slow):
     """At a share of 75 % the stand-in's goodput is twice its capacity by percentiles: between
     10 and 20 req/s a fifth of its requests are slow, which a p95 does not let through and a
@@ -176,6 +177,7 @@ def test_the_search_finds_a_stand_in_s_known_goodput(partly_slow):
                           for p in failed), rates  # fmt: skip
 
 
+@pytest.mark.vllm  # a stand-in server's windows, waited out in real time
 def test_one_rate_above_the_capacity_passes_at_a_low_share_only(partly_slow):
     """At 15 req/s a fifth of the requests are slow: 90 % is not met, 75 % is."""
     criteria = Criteria({"ttft_p95_s": 0.5}, {})

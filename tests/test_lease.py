@@ -129,6 +129,7 @@ def killed_elsewhere_is_failed_here(url: str, tmp_path: Path) -> None:
     assert all(began < lease_until for began, _ in openings[:-1])
 
 
+@pytest.mark.vllm  # a stand-in server's windows, waited out in real time
 def test_a_worker_killed_on_another_host_has_its_trial_failed_once_its_lease_runs_out(
     tmp_path: Path,
 ) -> None:
