@@ -9,12 +9,15 @@ durations there fails here until they are recorded: a new slow test is measured 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from ci_durations import BUDGET_S, file_of, makespan_s
 from conftest import REPO
 
 RECORDED = REPO / "tests" / "data" / "ci-durations.json"
+# A test or a module marked for the vllm tier: a decorator, or the module's ``pytestmark``.
+MARKED = re.compile(r"^(@pytest\.mark\.vllm\b|pytestmark = (\[[^\]]*)?pytest\.mark\.vllm\b)", re.M)
 
 
 def recorded() -> dict:
@@ -35,7 +38,7 @@ def test_every_file_that_starts_vllm_has_its_durations_recorded() -> None:
     slow = {
         f"tests/{path.name}"
         for path in (REPO / "tests").glob("test_*.py")
-        if "pytest.mark.vllm" in path.read_text()
+        if MARKED.search(path.read_text())
     }
     measured = {file_of(nodeid) for nodeid in recorded()["tiers"]["vllm"]["tests"]}
     assert slow - measured == set(), "record them: docs/development.md, 'Tests'"

@@ -1,7 +1,8 @@
 """A stand-in for vLLM's OpenAI server whose latencies are known, for tests and benchmarks where
 the point is tuner (its replay client, what it does when a server fails) and not vLLM.
 
-Like vLLM, it serves ``/health``, ``/metrics`` (``vllm:request_success_total``) and streamed
+Like vLLM, it serves ``/health``, ``/metrics`` (``vllm:request_success_total``, and the gauges
+``vllm:num_requests_running`` and ``vllm:num_requests_waiting``) and streamed
 ``/v1/completions``: each completion is ``max_tokens`` server-sent events shaped like vLLM's,
 the first ``ttft_s`` after the request's body arrived (or, where ``slots`` are all taken, after
 it got one) and the others ``itl_s`` apart, then the usage and ``[DONE]``. It keeps, per
@@ -230,10 +231,17 @@ class _Server:
             conn.write(plain(b"404 Not Found", b"not found"))
 
     def metrics(self) -> bytes:
+        """vLLM's request counter and its gauges of the requests streaming and waiting for a
+        slot, which tuner waits on to be idle before a window."""
+        waiting = sum(not stream.conn.closed for stream in self.waiting)
         return (
             b"# TYPE vllm:request_success_total counter\n"
-            b'vllm:request_success_total{model_name="standin"} %d\n' % self.succeeded
-        )
+            b'vllm:request_success_total{model_name="standin"} %d\n'
+            b"# TYPE vllm:num_requests_running gauge\n"
+            b'vllm:num_requests_running{model_name="standin"} %d\n'
+            b"# TYPE vllm:num_requests_waiting gauge\n"
+            b'vllm:num_requests_waiting{model_name="standin"} %d\n'
+        ) % (self.succeeded, self.streaming, waiting)
 
     def completion(self, conn: _Connection, body: bytes) -> None:
         arrived = time.monotonic()
@@ -277,8 +285,11 @@ class _Server:
         """``stream`` is over: its slot goes to the first request waiting for one."""
         self.succeeded += succeeded
         self.streaming -= 1
-        if self.waiting:
-            self.begin(self.waiting.popleft())
+        while self.waiting:
+            waiting = self.waiting.popleft()
+            if not waiting.conn.closed:  # one whose client left is dropped, as vLLM aborts it
+                self.begin(waiting)
+                break
 
 
 async def serve(
