@@ -213,7 +213,7 @@ def test_a_searched_capture_range_reaches_vllm_and_the_emitted_config(
     assert drawn in (48, 64)
     assert searched.state == optuna.trial.TrialState.COMPLETE
     assert searched.user_attrs["throughput_req_per_s"] > 0, searched.user_attrs.get("reason")
-    trial_dir = tmp_path / "runs" / "cap" / "trial-0001"
+    trial_dir = tmp_path / "runs" / "cap" / f"trial-{searched.number:04d}"
     engine_config = yaml.safe_load((trial_dir / "engine.yaml").read_text())
     assert engine_config["compilation-config"] == {"max_cudagraph_capture_size": drawn}
     # vLLM read it: its compilation config, as it logs it, carries the value.
