@@ -140,24 +140,31 @@ def first_part(options: argparse.Namespace) -> None:
     print(f"window's rate as a share of the capacity: {options.starts}")
     print(header(list(searches), "capacity share"))
     for share in options.shares:
-        tallies = {rule: Tally() for rule in searches}
-        for capacity, start, read in itertools.product(
-            options.capacities, options.starts, options.read
-        ):
-            server = Server(capacity, capacity / share * read)
-            for rule, search in searches.items():
-                tallies[rule].add(search(server, capacity * start), server, options.resolution)
+        tallies = first_tallies(options, searches, [share], options.starts)
         print(row(f"{share:.2f}", tallies, FIRST_TARGET))
     print(header(list(searches), "window's rate"))
     for start in options.starts:
-        tallies = {rule: Tally() for rule in searches}
-        for capacity, share, read in itertools.product(
-            options.capacities, options.shares, options.read
-        ):
-            server = Server(capacity, capacity / share * read)
-            for rule, search in searches.items():
-                tallies[rule].add(search(server, capacity * start), server, options.resolution)
+        tallies = first_tallies(options, searches, options.shares, [start])
         print(row(f"x{start:.3g}", tallies, FIRST_TARGET))
+
+
+def first_tallies(
+    options: argparse.Namespace,
+    searches: dict[str, Search],
+    shares: Sequence[float],
+    starts: Sequence[float],
+) -> dict[str, Tally]:
+    """Each rule's first searches over every capacity, throughput read, and the ``shares`` and
+    ``starts`` given (the capacity as a share of the throughput; the window's rate as a share
+    of the capacity)."""
+    tallies = {rule: Tally() for rule in searches}
+    for capacity, share, start, read in itertools.product(
+        options.capacities, shares, starts, options.read
+    ):
+        server = Server(capacity, capacity / share * read)
+        for rule, search in searches.items():
+            tallies[rule].add(search(server, capacity * start), server, options.resolution)
+    return tallies
 
 
 def later_part(options: argparse.Namespace) -> None:
