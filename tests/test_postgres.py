@@ -148,7 +148,8 @@ def test_a_worker_killed_mid_trial_leaves_the_other_running(
         while (target := second_trial_up(inputs, postgres, study, killed.pid)) is None or (
             "trials so far" not in survivor_out.read_text()
         ):
-            assert time.monotonic() < deadline and killed.poll() is None, survivor_out.read_text()
+            said = (inputs / f"worker-{victim}.out").read_text() + survivor_out.read_text()
+            assert time.monotonic() < deadline and killed.poll() is None, said
             time.sleep(0.2)
         killed.send_signal(signal.SIGKILL)
         killed.wait(timeout=10)
