@@ -49,6 +49,7 @@ from tuner.study.capacity.probes import (
     measure_capacity,
     measure_rate,
     measure_saturated,
+    sustained,
 )
 from tuner.study.capacity.rate_search import RateSearch, start_hint
 from tuner.study.capacity.rates import (
@@ -689,6 +690,57 @@ def test_a_saturating_window_measures_what_the_server_sustains():
     assert 16.0 <= point.figures[SUSTAINED] <= 20.5, point.figures
     assert point.figures["requests"] == 320
     assert point.figures["stopped_at_s"] <= 4.0 * 1.25 + 1.0
+
+
+def filling_engine(
+    slots: int, arrivals_per_s: float, prompt: int, output: int, token_s: float, window_s: float
+) -> ReplayResult:
+    """A replay as a saturating window on an engine that runs ``slots`` requests at once, first
+    come first served, each streaming ``output`` tokens ``token_s`` apart from its admission,
+    flooded at ``arrivals_per_s`` for ``window_s`` seconds and abandoned a quarter of that
+    after: what the client saw of each request."""
+    free = [0.0] * slots
+    stopped = window_s * 1.25
+    live = []
+    for i in range(int(arrivals_per_s * window_s)):
+        sent = i / arrivals_per_s
+        slot = min(range(slots), key=free.__getitem__)
+        first = max(sent, free[slot])
+        done = first + output * token_s
+        free[slot] = done
+        request = LiveRequest(sent, sent=True, output_tokens=output, input_tokens=prompt)
+        if first <= stopped:
+            request.first_token_s = first
+            request.tokens = output if done <= stopped else int((stopped - first) / token_s)
+            request.done_s = done if done <= stopped else None
+        live.append(request)
+    return ReplayResult([], stopped, stopped_at_s=stopped, live=live)
+
+
+def test_a_saturating_window_reads_the_work_done_not_the_requests_completed():
+    """An engine that runs 100 requests at once, each streaming 80 tokens over 8 s, sustains
+    12.5 req/s. Flooded at 50 req/s, it completes its first 100 in a 10 s window's second half
+    (20 a second) and none in a 6 s window's: the requests completed read it 1.6 times too high
+    or not at all. Its output tokens streamed read it exactly in both; the prompts admitted in
+    the 10 s window's second half read 20, and the larger of the two bounds it from above. The
+    engine of a GPU, its batch filling with long prompts, completed 15 requests in a window's
+    second half, 3 req/s, where 16.5 met the SLOs."""
+    window = [Request(0.0, 20, 80)]
+    for window_s, completed, read in ((10.0, 100, 20.0), (6.0, 0, 12.5)):
+        result = filling_engine(100, 50.0, 20, 80, 0.1, window_s)
+        done = [r.done_s for r in result.live if r.done_s is not None]
+        assert sum(window_s / 2 <= d <= window_s for d in done) == completed
+        reading = sustained(result, window, (window_s / 2, window_s))
+        assert reading is not None
+        served, req_per_s = reading
+        assert served >= MIN_WINDOW_REQUESTS
+        assert req_per_s == pytest.approx(read, rel=0.02), (window_s, req_per_s)
+
+
+def test_a_saturating_window_that_served_too_few_reads_nothing():
+    """One request at a time, 4 s each: 2 served in the window's second half, too few to say."""
+    result = filling_engine(1, 10.0, 20, 40, 0.1, 6.0)
+    assert sustained(result, [Request(0.0, 20, 40)], (3.0, 6.0)) is None
 
 
 @pytest.mark.vllm  # a stand-in server's windows, waited out in real time

@@ -265,6 +265,8 @@ def first_token(got: Received, clock: Clock, sent: float, live: LiveRequest | No
         if live is not None:
             live.first_token_s = got.ttft_s + live.sent_s
     got.tokens += 1
+    if live is not None:
+        live.tokens += 1
 
 
 def _failure(client: httpx.AsyncClient, exc: Exception) -> str:

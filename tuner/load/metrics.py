@@ -68,6 +68,9 @@ class LiveRequest:
     scheduled_s: float = 0.0
     # The output tokens it asks for: once it is done, its TPOT is known for good.
     output_tokens: int = 0
+    # Its prompt's tokens, and the output tokens received so far.
+    input_tokens: int = 0
+    tokens: int = 0
 
     @property
     def tpot_s(self) -> float | None:

@@ -150,7 +150,10 @@ class ReplaySession:
         """Send the window's ``index``-th request (its ``body``), scheduled ``scheduled_s``
         into the window, now; the task that times it."""
         live = self.live[index] = LiveRequest(
-            sent_s=scheduled_s, scheduled_s=scheduled_s, output_tokens=request.output_tokens
+            sent_s=scheduled_s,
+            scheduled_s=scheduled_s,
+            output_tokens=request.output_tokens,
+            input_tokens=request.input_tokens,
         )
         self._requests[index] = request
         task = asyncio.create_task(

@@ -42,6 +42,7 @@ from tuner.study.capacity.lost import lost_goodput, lost_slos
 from tuner.study.capacity.rates import (
     COMPLETED,
     GROWTH,
+    SERVED,
     SUSTAINED,
     CapacityFound,
     RatePoint,
@@ -305,12 +306,14 @@ def measure_saturated(
     on_rate: OnRate | None = None,
 ) -> RatePoint:
     """Offer the window at ``rate``, far above what the server carries, for
-    ``settings.probe_s`` seconds, and measure what it sustains: the requests completed per
-    second over the window's second half (``SUSTAINED``; by then more wait than run), where
-    at least ``MIN_WINDOW_REQUESTS`` completed there (``COMPLETED``: how many did). The
-    window is not stopped when its SLOs are lost, but a quarter of ``probe_s`` after its
-    last arrival, abandoning what is left; one that finished everything by then is judged as
-    any rate is. Prepared as ``measure_rate`` prepares a rate (idle, primed or reset)."""
+    ``settings.probe_s`` seconds, and measure what it sustains (``SUSTAINED``): the tokens the
+    server worked through in the window's second half, per second, over a request's tokens
+    (``sustained``), where at least ``MIN_WINDOW_REQUESTS`` requests were served there (their
+    first token or their last came then; ``SERVED``). ``COMPLETED``: how many requests
+    completed there. The window is not stopped when its SLOs are lost, but a quarter of
+    ``probe_s`` after its last arrival, abandoning what is left; one that finished everything
+    by then is judged as any rate is. Prepared as ``measure_rate`` prepares a rate (idle,
+    primed or reset)."""
     span_s = settings.probe_s
     window, seeded, ready = _ready(base_url, settings, replay_settings, rate, index, 0.0, span_s)
 
@@ -321,15 +324,70 @@ def measure_saturated(
 
     result = replay(base_url, window, seeded, monitor=monitor)
     judged = settings.judged(result, criteria)
+    half = (span_s / 2, span_s)
     done = [r.sent_s + r.e2e_s for r in result.results if r.ok and r.e2e_s is not None]
-    completed = sum(1 for d in done if span_s / 2 <= d <= span_s)
+    completed = sum(1 for d in done if half[0] <= d <= half[1])
     figures = {**judged.figures, "requests": len(window), **ready, COMPLETED: float(completed)}
+    reading = sustained(result, window, half)
     said = f"{completed} requests completed in its second half"
-    if completed >= MIN_WINDOW_REQUESTS:  # fewer say too little to bound a capacity by
-        figures[SUSTAINED] = completed / (span_s / 2)
-        said = f"{figures[SUSTAINED]:.3g} req/s completed in its second half"
+    if reading is not None:
+        served, figures[SUSTAINED] = reading
+        figures[SERVED] = float(served)
+        said = (
+            f"{figures[SUSTAINED]:.3g} req/s of work in its second half "
+            f"({completed} requests completed there)"
+        )
     reason = None if judged.passed else f"saturating window: {said}"
     return RatePoint(rate, judged.passed, figures, reason, judged.client_to_blame)
+
+
+def sustained(
+    result: ReplayResult, window: Sequence[Request], half: tuple[float, float]
+) -> tuple[int, float] | None:
+    """What a saturating window's ``half`` (seconds from its start) says the server sustains at
+    most: how many requests it served then (streaming, or given their first token), and the
+    requests a second its work then amounts to, the larger of two readings: the prompt tokens
+    it prefilled (a request's, where its first token came in ``half``) over a prompt's mean
+    tokens in ``window``, and the output tokens it streamed (each request's spread evenly from
+    its first token to its last, or to the replay's end where it was abandoned still streaming)
+    over an output's.
+
+    Why the larger bounds what it sustains: an engine busy throughout ``half`` that takes ``u``
+    seconds a request to prefill and ``v`` to decode at its fullest, prefilling ``a`` requests'
+    prompts a second and decoding ``b``'s, has ``a u + b v = 1``; steadily it carries
+    ``1 / (u + v)`` a second, which lies between ``a`` and ``b``. Not the requests it completed
+    a second: an engine that runs hundreds at once, flooded, completes few while its batch fills
+    (an H100 under 2,784 conversation prompts completed 15 in a window's second half, 3 req/s,
+    where 16.5 req/s met the SLOs), or the whole first batch at once. None where fewer than
+    ``MIN_WINDOW_REQUESTS`` were served in ``half``: too few to say."""
+    start, end = half
+    if end <= start or not window:
+        return None
+    stopped = result.stopped_at_s if result.stopped_at_s is not None else result.duration_s
+    prompts, outputs, served = 0.0, 0.0, 0
+    for live in result.live:
+        first = live.first_token_s
+        if first is None:
+            continue
+        last = live.done_s if live.done_s is not None else max(stopped, first)
+        began = start <= first <= end
+        if began:
+            prompts += live.input_tokens
+        if last > first:
+            outputs += live.tokens * max(0.0, min(last, end) - max(first, start)) / (last - first)
+        elif began:
+            outputs += live.tokens
+        if began or (first < end and last >= start):
+            served += 1
+    if served < MIN_WINDOW_REQUESTS:  # fewer say too little to bound a capacity by
+        return None
+    seconds = end - start
+    prompt = sum(q.input_tokens for q in window) / len(window)
+    output = sum(q.output_tokens for q in window) / len(window)
+    readings = [
+        tokens / seconds / mean for tokens, mean in ((prompts, prompt), (outputs, output)) if mean
+    ]
+    return served, max(readings, default=0.0)
 
 
 def _ready(

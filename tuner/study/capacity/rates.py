@@ -7,9 +7,10 @@ where a halving would skip past it.
 
 Where the search has no capacity measured before to start from (a study's first trial), it is
 also handed ``saturate``: one window offered far above the start (``SATURATING`` times it),
-whose figures carry the requests the engine completed per second while more waited
-(``SUSTAINED``). No rate above that throughput can be carried for long, so it bounds the
-capacity from above (one resolution up, for its own error); the search then bisects on a log
+whose figures carry the requests a second the engine worked through while more waited, read
+from the prompt tokens it prefilled and the output tokens it streamed (``SUSTAINED``). No rate
+above that throughput can be carried for long, so it bounds the capacity from above (one
+resolution up, for its own error); the search then bisects on a log
 scale below that bound over ``BOUND_BISECTIONS`` halvings of the bound's log range, which at a
 resolution of 10 % resolves a capacity from 0.56 of the throughput up in 3 windows: 4 with the
 saturating one. A capacity below that range is bracketed downward from the lowest rate failed,
@@ -39,8 +40,11 @@ GROWTH = 2.0
 # How far above the start a saturating window offers the window's requests.
 SATURATING = 32.0
 # The figures of a saturating window's point: the requests the engine completed in the window's
-# second half, while more waited than it ran, and per second (where they were enough to say).
+# second half; those it served then (streaming, or given their first token); and the requests
+# a second its work then amounts to at most (where enough were served to say:
+# ``tuner.study.capacity.probes.sustained``).
 COMPLETED = "saturated_completed"
+SERVED = "saturated_served"
 SUSTAINED = "sustained_req_per_s"
 # The halvings (on a log scale) of the range below a saturating bound that the search plans:
 # the range spans ``(1 + resolution) ** (2 ** BOUND_BISECTIONS)``.
