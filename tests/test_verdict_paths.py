@@ -24,6 +24,8 @@ from test_confirm import SLO_S, Scripted, header_of, run_scripted, spec_dict
 from tuner.cli.exits import EXIT_DEFAULTS_KEPT, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
 from tuner.cli.main import main
 from tuner.load.http import ReplaySettings
+from tuner.report.build import read_report
+from tuner.report.page import render
 from tuner.study.measure.trial import Criteria, TrialSetup
 from tuner.study.plan.spec import parse_spec
 from tuner.study.result.choice import DEFAULTS, MISSES, TUNED, UNCONFIRMED, choose
@@ -62,6 +64,13 @@ def test_a_baseline_that_missed_with_no_fresh_measurement_writes_unconfirmed_exi
     out = capsys.readouterr().out
     assert f"not confirmed: {result.why}; wrote it, trial 1," in out
     assert "# unconfirmed trial 1: score 0.8, measured once" in header_of(tmp_path)
+    # tuner report says the same: unconfirmed, and why, in its verdict and its lines.
+    report = read_report("s", f"sqlite:///{tmp_path / 'study.db'}", tmp_path / "configs")
+    assert report.chosen == 1 and report.unconfirmed_because == result.why
+    page = render(report, {})
+    verdict = page[page.index('<section id="verdict">') :]
+    assert "Unconfirmed: it meets the SLOs where vLLM&#x27;s defaults miss them" in verdict
+    assert "unconfirmed trial 1: score 0.8, measured once" in verdict
 
 
 def test_a_finalist_whose_own_fresh_engine_failed_is_not_written_for_it(

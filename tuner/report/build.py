@@ -57,7 +57,9 @@ def read_report(name: str, storage: str, configs: Path) -> StudyReport:
     if choice is not None:
         configuration = read_configuration(configs / f"{name}.yaml", name, choice.trial)
     # The outcome's lines where the study was confirmed or the defaults kept, as tuner run said.
-    said = choice is not None and (choice.confirmation or choice.keeps_defaults)
+    said = choice is not None and (
+        choice.confirmation or choice.keeps_defaults or choice.unconfirmed
+    )
     outcome = summary(choice, vllm_defaults(study)) if choice is not None and said else []
     return StudyReport(
         name=name,
@@ -76,6 +78,7 @@ def read_report(name: str, storage: str, configs: Path) -> StudyReport:
         confirmation=tuple(outcome),
         feasible_configurations=sum(g.feasible for g in groups(study)),
         kept_because=choice.why if choice is not None and choice.keeps_defaults else "",
+        unconfirmed_because=choice.why if choice is not None and choice.unconfirmed else "",
         closest=choice.closest.number if choice is not None and choice.closest else None,
         time_spent=time_spent(study, choice, baseline),
         measured_by=measured_by(trials),

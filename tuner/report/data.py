@@ -351,6 +351,9 @@ class StudyReport:
     # Where vLLM's defaults are kept (``choice.DEFAULTS``): why, and the closest searched
     # configuration's first trial.
     kept_because: str = ""
+    # Why a searched configuration was written unconfirmed (``choice.UNCONFIRMED``: it met the
+    # SLOs where the baseline did not, with no fresh measurement to test it); else "".
+    unconfirmed_because: str = ""
     closest: int | None = None
     # Where the chosen trial's time went, then the baseline's where it is another trial, with
     # the reading where vLLM's defaults are kept (``tuner.study.measure.time_spent``), as

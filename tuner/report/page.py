@@ -101,7 +101,8 @@ def _columns(report: StudyReport) -> list[tuple[TrialRow, str]]:
     by_number = {r.number: r for r in report.rows}
     roles: dict[int, list[str]] = {}
     if report.chosen is not None:
-        roles[report.chosen] = ["best" if report.meets_slos else "closest"]
+        best = "unconfirmed" if report.unconfirmed_because else "best"
+        roles[report.chosen] = [best if report.meets_slos else "closest"]
     if report.chosen is not None and chosen_is_baseline(report):
         roles[report.chosen].append(report.baseline_name)  # one of the baseline's measurements
     elif report.baseline is not None:

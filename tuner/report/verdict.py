@@ -66,6 +66,10 @@ def said(report: StudyReport, chosen: TrialRow) -> str:
         mine = report.baseline_name != VLLM_DEFAULTS
         what = "your configuration (the spec's baseline)" if mine else "vLLM's own defaults"
         return f"{meets}. It is {what}, kept: {escape(report.kept_because)}."
+    if report.unconfirmed_because:
+        # A searched configuration written with no test on fresh engines behind it
+        # (``choice.UNCONFIRMED``): tuner run exited 3, and the page says so first.
+        return f"{meets}. Unconfirmed: it {escape(report.unconfirmed_because)}."
     text = f"{meets}{among(report)}."
     baseline = next((r for r in report.rows if r.number == report.baseline), None)
     if baseline is not None and baseline.value is not None and not report.confirmation:
