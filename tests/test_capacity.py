@@ -1074,9 +1074,10 @@ def test_only_failed_engines_write_nothing(tmp_path, cpu_model, capsys):
 
 
 def test_each_trial_starts_its_search_from_what_the_study_measured(tmp_path):
-    """The baseline starts from the window's rate; a searched trial from the best capacity so
-    far (its gate), with the small first step; a re-measurement (as the confirm step queues it)
-    from its own capacity, with the small first step, and no gate."""
+    """The baseline starts from the window's rate; a searched trial from its gate, one
+    resolution step above the best capacity so far, with the small first step; a
+    re-measurement (as the confirm step queues it) from its own capacity, with the small first
+    step, and no gate."""
     spec = parse_spec(
         {
             "model": "m",
@@ -1108,15 +1109,15 @@ def test_each_trial_starts_its_search_from_what_the_study_measured(tmp_path):
     study = open_study("cap", f"sqlite:///{tmp_path / 'study.db'}", 0, objective=CAPACITY_OBJECTIVE)
     run_study(study, spec, setup, tmp_path / "runs", 3, runner=runner)
     small = hinted_step(0.1)
-    assert started == [(2.0, 2.0), (5.0, small), (8.0, small)]
-    assert gates == [None, 5.0, 8.0]
+    assert started == [(2.0, 2.0), (pytest.approx(5.5), small), (pytest.approx(8.8), small)]
+    assert gates == [None, pytest.approx(5.5), pytest.approx(8.8)]
     study.enqueue_trial(dict(study.trials[1].params), user_attrs={CONFIRMS_ATTR: 1})
     run_study(study, spec, setup, tmp_path / "runs", 1, runner=runner)
     assert started[3] == (8.0, small) and gates[3] is None
-    # Re-measured at 7.0, trial 1's median is 7.5: the next searched trial is gated there, not
-    # at its luckier first measurement.
+    # Re-measured at 7.0, trial 1's median is 7.5: the next searched trial is gated a step
+    # above that, not above its luckier first measurement.
     run_study(study, spec, setup, tmp_path / "runs", 1, runner=runner)
-    assert gates[4] == 7.5
+    assert gates[4] == pytest.approx(7.5 * 1.1)
 
 
 @pytest.mark.parametrize("true_req_per_s", [4.0, 12.0])

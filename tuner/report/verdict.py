@@ -44,11 +44,18 @@ def among(report: StudyReport) -> str:
     """What the chosen trial is best among, in its presenter's words (``Presenter.among``): the
     feasible trials, or where the study was confirmed, the feasible configurations by their
     medians."""
-    if report.confirmation:
+    confirmed = confirmed_lines(report)
+    if confirmed:
         count = report.feasible_configurations
     else:
         count = sum(r.outcome == FEASIBLE for r in report.rows)
-    return presenter_of(report.objective).among(count, bool(report.confirmation))
+    return presenter_of(report.objective).among(count, confirmed)
+
+
+def confirmed_lines(report: StudyReport) -> bool:
+    """Whether the report's confirmation lines are a confirm step's (or the defaults kept), not
+    those of a configuration written unconfirmed, whose study measured nothing again."""
+    return bool(report.confirmation) and not report.unconfirmed_because
 
 
 def said(report: StudyReport, chosen: TrialRow) -> str:
@@ -66,15 +73,15 @@ def said(report: StudyReport, chosen: TrialRow) -> str:
         mine = report.baseline_name != VLLM_DEFAULTS
         what = "your configuration (the spec's baseline)" if mine else "vLLM's own defaults"
         return f"{meets}. It is {what}, kept: {escape(report.kept_because)}."
-    if report.unconfirmed_because:
-        # A searched configuration written with no test on fresh engines behind it
-        # (``choice.UNCONFIRMED``): tuner run exited 3, and the page says so first.
-        return f"{meets}. Unconfirmed: it {escape(report.unconfirmed_because)}."
     text = f"{meets}{among(report)}."
     baseline = next((r for r in report.rows if r.number == report.baseline), None)
-    if baseline is not None and baseline.value is not None and not report.confirmation:
+    if baseline is not None and baseline.value is not None and not confirmed_lines(report):
         # Confirmed, the baseline's median is in the confirmation's lines instead.
         text += shown.defaults(baseline.number, baseline.value)
+    if report.unconfirmed_because:
+        # A searched configuration written with no test on fresh engines behind it
+        # (``choice.UNCONFIRMED``): tuner run exited 3, and the page says why.
+        text += f" Unconfirmed: it {escape(report.unconfirmed_because)}."
     return text
 
 

@@ -113,8 +113,8 @@ class CapacitySettings:
     # A capacity already measured in the study (``rate_search.start_hint``): where the search starts
     # instead of the window's rate.
     hint: StartHint | None = None
-    # The best capacity in the study so far, for a searched configuration: measured first, and
-    # a failure there ends the trial (``search_capacity``'s gate).
+    # For a searched configuration, one resolution step above the best capacity in the study so
+    # far: measured first, and a failure there ends the trial (``search_capacity``'s gate).
     gate_req_per_s: float | None = None
     # For vLLM's defaults measured again in the confirm step: the leading configuration's
     # median capacity, where it is above theirs, measured for one window after the search, so

@@ -91,10 +91,14 @@ class RateSearch(Measure):
         compare: Callable[[], float | None] = lambda: None,
     ) -> RateSearch:
         """Start where this configuration, or its nearest neighbour, already measured its
-        capacity (fewer windows than from the trace's rate), gated at ``gate()``; measure one
+        capacity (fewer windows than from the trace's rate), gated one resolution step above
+        ``gate()`` (the best capacity so far: a configuration that cannot carry more than that
+        cannot beat it by what the search resolves, and one window says so); measure one
         window more at ``compare()`` where it is above the capacity found."""
         hint = start_hint(trials(), args, params)
-        settings = replace(self.settings, hint=hint, gate_req_per_s=gate())
+        best = gate()
+        bar = None if best is None else best * (1.0 + self.settings.resolution)
+        settings = replace(self.settings, hint=hint, gate_req_per_s=bar)
         return RateSearch(replace(settings, compare_req_per_s=compare()))
 
     def run(

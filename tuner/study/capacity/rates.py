@@ -16,13 +16,13 @@ resolution of 10 % resolves a capacity from 0.56 of the throughput up in 3 windo
 saturating one. A capacity below that range is bracketed downward from the lowest rate failed,
 or, where the start lies within as wide a range below that rate, from the start.
 
-From a capacity already measured (a re-measurement's own, a neighbour's, or the gate: the best
-capacity so far), the search brackets from there, growing or shrinking the rate geometrically
-until one rate passes and one fails, then bisects (geometrically) until the two are within the
-requested relative resolution. The first step is small (``hinted_step``: two resolutions) and
-each further step squares the last, up to a doubling: a capacity within 21 % of the start is
-resolved in 3 windows at a resolution of 10 %; one further off costs at most 2 windows more
-than doubling from the same start would.
+From a capacity already measured (a re-measurement's own, a neighbour's, or the gate: one
+resolution step above the best capacity so far), the search brackets from there, growing or
+shrinking the rate geometrically until one rate passes and one fails, then bisects
+(geometrically) until the two are within the requested relative resolution. The first step
+is small (``hinted_step``: two resolutions) and each further step squares the last, up to a
+doubling: a capacity within 21 % of the start is resolved in 3 windows at a resolution of
+10 %; one further off costs at most 2 windows more than doubling from the same start would.
 """
 
 from __future__ import annotations
@@ -146,9 +146,9 @@ def search_capacity(
     ``start_req_per_s`` (at most the ceiling) through it, and the search bisects below the
     throughput it read (``_Search.saturated``).
 
-    With ``gate_req_per_s`` (the best capacity measured so far), the first window is at that
-    rate instead, and a failure there ends the search (``below_req_per_s``): a configuration
-    that cannot carry the best capacity so far cannot beat it, and one window says so. A pass
+    With ``gate_req_per_s`` (what a searched configuration must carry to matter: a step above
+    the best capacity so far), the first window is at that rate instead, and a failure there
+    ends the search (``below_req_per_s``): one window says it cannot beat the best. A pass
     brackets upward from the gate in small steps (``hinted_step``).
 
     Otherwise the bracket starts at ``start_req_per_s`` with a first step of ``first_step`` (a
@@ -231,7 +231,10 @@ def _gated(
     small steps, then bisects."""
     rate = min(gate, ceiling)
     if not search.at(rate).passed:
-        why = f"failed at {rate:.3g} req/s, the best capacity so far: it cannot beat that"
+        why = (
+            f"failed at {rate:.3g} req/s, one resolution step above the best capacity so far: "
+            "it cannot beat that by what the search resolves"
+        )
         return CapacityFound(0.0, tuple(search.points), False, why, below_req_per_s=rate)
     found = search.bracket(rate, math.inf, hinted_step(resolution), floor, ceiling)
     if isinstance(found, CapacityFound):

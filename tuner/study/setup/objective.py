@@ -6,7 +6,8 @@ implementations, registered in ``OBJECTIVES`` under the spec's ``objective_mode`
   rate on this machine.
 - ``Capacity``: the highest rate one server carries within every SLO. A trial searches rates on
   one engine (``RateSearch``, ``tuner.study.capacity.rate_search``), starting from what the study
-  measured nearest, and a searched one is first measured at the best capacity so far; nothing
+  measured nearest, and a searched one is first measured one resolution step above the best
+  capacity so far; nothing
   is pruned or calibrated.
 - ``Goodput``: the highest rate at which at least the spec's ``goodput_share`` of the requests
   meet every SLO, each request on its own figures (``tuner.study.measure.judge.met_share``):

@@ -59,8 +59,9 @@ TIME_PREFIX = "time_"
 COMPILE_KEY_ATTR = "compile_key"
 CACHE_HIT_ATTR = "compile_cache_hit"
 # A capacity trial's figures: its capacity (the highest rate that met every SLO), or the gate
-# it fell below (the best capacity so far), whether the search resolved it, how many rates it
-# measured (each a window of the trace replayed at one rate) and the one it started at.
+# it fell below (one resolution step above the best capacity so far), whether the search
+# resolved it, how many rates it measured (each a window of the trace replayed at one rate) and
+# the one it started at.
 CAPACITY_ATTR = "capacity_req_per_s"
 BELOW_ATTR = "capacity_below_req_per_s"
 RESOLVED_ATTR = "capacity_resolved"

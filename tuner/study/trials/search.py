@@ -301,7 +301,7 @@ def run_study(
         queued = Queued.of(trial)
         prunable = not queued.reference
         how = Measuring(setup, run_dir, runner, machine, on_start, spec.lease_s)
-        # A searched configuration, not a re-measurement: first at the best capacity so far.
+        # A searched configuration, not a re-measurement: first at what it must carry to matter.
         gated = prunable and queued.confirms is None
         frozen = measure(study, trial, args, how, prunable, gated=gated)
         if budget is not None:
@@ -336,8 +336,9 @@ class Measuring:
 
 
 def _gate(study: optuna.Study) -> float | None:
-    """Where a searched capacity trial is first measured: the best median capacity so far (of
-    a configuration's measurements, not its luckiest one), or None before any is feasible."""
+    """The bar a searched capacity trial is first measured against: the best median capacity so
+    far (of a configuration's measurements, not its luckiest one; ``RateSearch.for_trial``
+    replays one resolution step above it), or None before any is feasible."""
     best = next(iter(groups.ranked(study)[0]), None)
     return best.median if best is not None and best.median > 0 else None
 
