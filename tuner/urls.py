@@ -41,8 +41,9 @@ _PARAMETER = re.compile(r"(?<=[?&;])([^=&;]*)=([^&]*)")
 # The characters that end a piece of a URL for some reader: a password cut there by one reader
 # is shown by it in pieces (httpx's "Invalid port: 'S3cr'" of ``u:S3cr#tPW@host``).
 _CUTS = re.compile(r"[#/?@:]")
-# A piece of a password at least this long is hidden wherever it appears in a message; a
-# shorter one would hide the message's own words.
+# A secret, or a piece of one, at least this long is hidden wherever it appears in a message; a
+# shorter one would hide the message's own words (a password 'p' every p of it). In a URL, a
+# password of any length is hidden.
 _PIECE = 4
 
 
@@ -85,8 +86,8 @@ def url_secrets(url: str) -> tuple[str, ...]:
     """The secrets of ``url`` as any reader of it may write them in a message: its password as
     typed, decoded and encoded, as SQLAlchemy reads it (a database URL) and as httpx does (an
     HTTP one), the pieces of it a reader cuts at ``#``, ``/``, ``?``, ``@`` or ``:``, the values
-    of its secret query parameters, and each as ``repr`` writes it in a message; longest
-    first."""
+    of its secret query parameters, and each as ``repr`` writes it in a message; those of at
+    least four characters, longest first."""
     found: set[str] = set()
     span = _password_span(url)
     if span is not None:
@@ -94,12 +95,19 @@ def url_secrets(url: str) -> tuple[str, ...]:
         found |= {typed, unquote(typed), quote(unquote(typed), safe="")}
         found |= {p for p in _CUTS.split(typed) if len(p) >= _PIECE}
         found.add(_read_password(url) or "")
+        # The host and port a reader takes where it cuts the password short ('user:S' of
+        # ``user:S#tPW@host``, urllib3's): the user, a colon and the password's first piece.
+        scheme = _SCHEME.match(url)
+        user = url[scheme.end() if scheme else 0 : span[0]]
+        cuts = (m.start() for m in _CUTS.finditer(typed))
+        found |= {user + typed[:cut] for cut in cuts if len(user) + cut >= _PIECE}
     shown = url if span is None else f"{url[: span[0]]}{MASK}{url[span[1] :]}"
     for start, end in _secret_values(shown):
         value = shown[start:end]
         found |= {value, unquote_plus(value)}
     found |= {repr(each)[1:-1] for each in found}  # as a message quotes it, backslashes doubled
-    return tuple(sorted((s for s in found if s and s != MASK), key=len, reverse=True))
+    kept = (each for each in found if len(each) >= _PIECE and each != MASK)
+    return tuple(sorted(kept, key=len, reverse=True))
 
 
 def _read_password(url: str) -> str | None:
