@@ -90,13 +90,16 @@ def test_every_credential_vllm_serve_takes_is_a_secret_argument() -> None:
         ("{}\n", "must be a mapping"),
         ("max_num_seqs: 4\nmax-num-seqs: 8\n", "given twice"),
         ("model: 3\n", "must be a model name"),
+        ("model: m\nhf-token: hf_hunter2tok: x\n", "not allowed here at line 2, column 24"),
     ],
 )
 def test_a_file_that_is_not_a_configuration_is_refused(tmp_path: Path, text: str, said: str):
+    """Refused naming what is wrong, and never quoting a line (it may hold a credential)."""
     path = tmp_path / "serve.yaml"
     path.write_text(text)
-    with pytest.raises(SpecError, match=said):
+    with pytest.raises(SpecError, match=said) as raised:
         read_current(path)
+    assert "hunter2" not in str(raised.value)
 
 
 def test_vllms_defaults_are_a_candidate_only_beside_a_baseline_of_the_specs_own(cpu_model):

@@ -58,7 +58,7 @@ class Current:
 def read_current(path: Path) -> Current:
     """The configuration in ``path``; a ``SpecError`` naming the file where it is not a mapping
     of engine arguments."""
-    document = read_spec_document(path)
+    document = read_spec_document(path, quote=False)
     where = str(path)
     if not isinstance(document, dict) or not document:
         raise SpecError(
