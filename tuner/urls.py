@@ -35,9 +35,11 @@ SECRET_PARAMETERS = frozenset(
 
 # ``scheme://`` in any case (``PostgreSQL+psycopg://``).
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
-# A query parameter and its value: up to the next ``&``, as SQLAlchemy and parse_qsl split a
-# query (a ``#`` in a value is the value's, for SQLAlchemy).
-_PARAMETER = re.compile(r"(?<=[?&;])([^=&;]*)=([^&]*)")
+# A query parameter and its value, after each ``?``, ``&`` or ``;`` (a reader may split at
+# either of the last two): the value up to the next ``&``, as SQLAlchemy and parse_qsl split a
+# query (a ``#`` or ``;`` in a value is the value's, for SQLAlchemy). Matched where it starts,
+# one inside another's value too.
+_PARAMETER = re.compile(r"(?<=[?&;])(?=([^=&;]*)=([^&]*))")
 # The characters that end a piece of a URL for some reader: a password cut there by one reader
 # is shown by it in pieces (httpx's "Invalid port: 'S3cr'" of ``u:S3cr#tPW@host``).
 _CUTS = re.compile(r"[#/?@:]")
@@ -64,11 +66,18 @@ def _secret_values(url: str) -> list[tuple[int, int]]:
     question = url.find("?")
     if question < 0:
         return []
-    return [
+    spans = sorted(
         match.span(2)
         for match in _PARAMETER.finditer(url, question)
         if unquote_plus(match.group(1)).strip().lower() in SECRET_PARAMETERS
-    ]
+    )
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:  # one value inside another's: the outer one
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def shown_url(url: str) -> str:
