@@ -3,13 +3,16 @@ with (``vllm serve --config FILE``) as the study's baseline, with vLLM's default
 it, and the verdict names each ("your configuration", "vLLM's defaults").
 
 The file is read as vLLM reads it (dashes or underscores, nested configurations); the server's
-own arguments are left out, and a file that is not a mapping of arguments is bad input. The
-naming is checked on scripted studies; the last test measures both on vLLM's CPU build.
+own arguments are left out, its credentials (a Hugging Face token, an API key) are copied
+nowhere, and a file that is not a mapping of arguments is bad input. The naming is checked on
+scripted studies; the last test measures both on vLLM's CPU build.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 from pathlib import Path
 
 import optuna
@@ -21,6 +24,7 @@ from test_confirm import Scripted, header_of, run_scripted
 from tuner.cli.exits import EXIT_BAD_INPUT
 from tuner.cli.main import main
 from tuner.errors import SpecError
+from tuner.flags import SECRET_ARGUMENTS
 from tuner.study.plan.current import read_current
 from tuner.study.plan.spec import parse_spec
 from tuner.study.store.record import ARGS_ATTR, TrialRecord
@@ -32,6 +36,7 @@ max-num-batched-tokens: 512
 port: 8000
 served-model-name: prod
 api-key: s3cret
+hf-token: hf_hunter2token
 compilation-config:
   max_cudagraph_capture_size: 64
 """
@@ -47,9 +52,35 @@ def test_the_file_is_read_as_vllm_serve_reads_it(tmp_path: Path) -> None:
         "max-num-batched-tokens": 512,
         "compilation-config.max_cudagraph_capture_size": 64,
     }
-    assert current.left_out == ("port", "served-model-name", "api-key")
+    assert current.left_out == ("port", "served-model-name")
+    assert current.secrets == ("api-key", "hf-token")
     keys = current.spec_keys()
     assert keys["candidates"] == [{}] and keys["confirm_candidates"] is True
+
+
+# A name of vLLM's arguments that reads as a credential's: a token, a key, a secret, a password
+# (not allow-credentials, a CORS switch).
+CREDENTIAL = re.compile(r"(^|_)(token|key|secret|password|passwd)$")
+
+
+def test_every_credential_vllm_serve_takes_is_a_secret_argument() -> None:
+    """The names of ``vllm serve``'s arguments (its engine's and its server's fields, read from
+    the installed vLLM's source, not imported) that name a credential are each in
+    ``SECRET_ARGUMENTS``, the one list of them."""
+    found = importlib.util.find_spec("vllm")
+    if found is None or found.origin is None:
+        pytest.skip("vLLM is not installed here")
+    root = Path(found.origin).parent
+    sources = [root / "engine" / "arg_utils.py", *root.glob("entrypoints/**/cli_args.py")]
+    fields = {
+        name
+        for source in sources
+        if source.exists()
+        for name in re.findall(r"^    ([a-z_]+): ", source.read_text(), re.MULTILINE)
+    }
+    assert {"hf_token", "api_key"} <= fields, sources
+    credentials = {name.replace("_", "-") for name in fields if CREDENTIAL.search(name)}
+    assert credentials <= SECRET_ARGUMENTS == {"hf-token", "api-key"}
 
 
 @pytest.mark.parametrize(
@@ -59,13 +90,16 @@ def test_the_file_is_read_as_vllm_serve_reads_it(tmp_path: Path) -> None:
         ("{}\n", "must be a mapping"),
         ("max_num_seqs: 4\nmax-num-seqs: 8\n", "given twice"),
         ("model: 3\n", "must be a model name"),
+        ("model: m\nhf-token: hf_hunter2tok: x\n", "not allowed here at line 2, column 24"),
     ],
 )
 def test_a_file_that_is_not_a_configuration_is_refused(tmp_path: Path, text: str, said: str):
+    """Refused naming what is wrong, and never quoting a line (it may hold a credential)."""
     path = tmp_path / "serve.yaml"
     path.write_text(text)
-    with pytest.raises(SpecError, match=said):
+    with pytest.raises(SpecError, match=said) as raised:
         read_current(path)
+    assert "hunter2" not in str(raised.value)
 
 
 def test_vllms_defaults_are_a_candidate_only_beside_a_baseline_of_the_specs_own(cpu_model):
@@ -87,8 +121,12 @@ def test_init_makes_your_configuration_the_baseline(tmp_path: Path, cpu_model: P
     done = run_tuner("init", "--trace", trace, "--current", served, cwd=tmp_path, timeout_s=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "baseline: your configuration from" in done.stdout
-    assert "left out of it: port, served-model-name, api-key" in done.stdout
-    assert "s3cret" not in done.stdout + done.stderr
+    assert "left out of it: port, served-model-name" in done.stdout
+    assert f"left in {served}: api-key, hf-token (a credential" in done.stdout
+    for secret in ("s3cret", "hf_hunter2token"):
+        assert secret not in done.stdout + done.stderr
+        written = [p for p in tmp_path.rglob("*") if p.is_file() and p != served]
+        assert written and not [p for p in written if secret.encode() in p.read_bytes()]
     spec = yaml.safe_load((tmp_path / "studies" / "small.yaml").read_text())
     assert spec["model"] == str(cpu_model) and spec["dummy_model"] is None
     assert spec["baseline"] == {

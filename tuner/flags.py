@@ -21,6 +21,12 @@ import yaml
 # them per trial and leaves them out of the emitted config.
 SERVER_ONLY = frozenset({"host", "port"})
 
+# Arguments of ``vllm serve`` whose values are credentials: a Hugging Face token, the key the
+# server asks its clients for. tuner never copies one into a study (its spec, database, runs or
+# emitted config): the serving file that holds one keeps it, and a trial's server reads the
+# token from the environment (``HF_TOKEN``) as vLLM does.
+SECRET_ARGUMENTS = frozenset({"hf-token", "api-key"})
+
 COMPILATION_CONFIG = "compilation-config"
 # The largest token count vLLM captures a CUDA graph for. Unset, vLLM 0.26 to 0.32 take
 # min(2 x max-num-seqs, 512) (capped by max-num-batched-tokens); a step with more tokens runs

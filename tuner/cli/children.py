@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from tuner.engine.environment import Gpu
-from tuner.urls import shown_url
+from tuner.urls import shown_command
 
 # Seconds the children have to stop once told to: a trial's server stops within 30 s (SIGTERM to
 # its group, then SIGKILL), with room for the worker's own writes to the study.
@@ -37,10 +37,11 @@ class Child:
         return {**os.environ, "CUDA_VISIBLE_DEVICES": indices(self.gpus)}
 
     def said(self) -> str:
-        """Its command as a person would type it."""
-        words = ["tuner", *self.argv[3:]]
-        words = [shown_url(w) if w.startswith(("postgresql", "mysql")) else w for w in words]
-        return f"CUDA_VISIBLE_DEVICES={indices(self.gpus)} " + " ".join(words)
+        """Its command as a person would type it, every URL's password hidden
+        (``tuner.urls.shown_command``)."""
+        return f"CUDA_VISIBLE_DEVICES={indices(self.gpus)} " + shown_command(
+            ["tuner", *self.argv[3:]]
+        )
 
 
 def indices(gpus: Sequence[Gpu]) -> str:

@@ -8,6 +8,7 @@ input or usage, 130 when interrupted. The other commands exit 0, 1 or 2 alike.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import signal
@@ -24,6 +25,7 @@ from tuner.cli.server_url import cmd_server_url
 from tuner.cli.spec import cmd_init
 from tuner.cli.trace import cmd_trace_from_prometheus, cmd_trace_inspect
 from tuner.errors import InputError, TunerError
+from tuner.urls import shown_text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,16 +56,42 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_server_url(args)
         return cmd_run(args)
     except InputError as exc:
-        print(f"tuner: {exc}", file=sys.stderr)
+        print(f"tuner: {shown_text(str(exc), _urls(args))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except TunerError as exc:
-        print(f"tuner: {exc}", file=sys.stderr)
+        print(f"tuner: {shown_text(str(exc), _urls(args))}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("\ntuner: interrupted; the study keeps its finished trials", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return _output_closed()
+    except Exception as exc:
+        _hide_secrets(exc, _urls(args))
+        raise
+
+
+# The options that take a URL, which may hold a password.
+URL_OPTIONS = ("storage", "url", "server_url")
+
+
+def _urls(args: argparse.Namespace) -> list[str]:
+    """The URLs given on the command line."""
+    return [url for name in URL_OPTIONS if isinstance(url := getattr(args, name, None), str)]
+
+
+def _hide_secrets(exc: BaseException, urls: list[str]) -> None:
+    """``exc``, and the exceptions it was raised from, with the passwords of ``urls`` hidden in
+    their arguments: an error tuner did not expect (a traceback) names no password either."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        each = todo.pop()
+        if each is None or id(each) in seen:
+            continue
+        seen.add(id(each))
+        each.args = tuple(shown_text(a, urls) if isinstance(a, str) else a for a in each.args)
+        todo += [each.__cause__, each.__context__]
 
 
 def _output_closed() -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+import httpx
 import optuna
 
 from tuner.cli.exits import EXIT_FAILED, EXIT_MEETS_SLOS, EXIT_MISSES_SLOS
@@ -46,6 +47,14 @@ def cmd_server_url(args: argparse.Namespace) -> int:
     url = args.server_url
     if not url.startswith(("http://", "https://")):
         raise InputError(f"--server-url {shown_url(url)}: not an http:// or https:// URL")
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL:
+        # httpx's words name a piece of the URL (a password cut at its '#' read as the port).
+        raise InputError(
+            f"--server-url {shown_url(url)}: not a URL httpx can read (a '#', '/', '?' or '@' "
+            "in its password is written %23, %2F, %3F, %40)"
+        ) from None
     name = study_of(args)
     read = read_trace(args)
     spec = load_study_spec(args, name, read.trace)

@@ -130,6 +130,11 @@ def _say_current(path: Path, current: Current) -> None:
             f"left out of it: {', '.join(current.left_out)} (the server's, not the engine's: "
             "tuner starts each trial's server itself)"
         )
+    if current.secrets:
+        print(
+            f"left in {path}: {', '.join(current.secrets)} (a credential: never copied into "
+            "the study; a trial's server reads HF_TOKEN from the environment)"
+        )
 
 
 def load_study_spec(args: argparse.Namespace, name: str, trace: Trace | None) -> StudySpec:

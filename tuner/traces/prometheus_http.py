@@ -30,7 +30,7 @@ from urllib3.exceptions import InsecureRequestWarning
 from urllib3.util.retry import Retry
 
 from tuner.errors import InputError, TunerError
-from tuner.urls import shown_url
+from tuner.urls import shown_text, shown_url
 
 if TYPE_CHECKING:
     from prometheus_api_client import PrometheusConnect
@@ -203,17 +203,20 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
 
 
 def _unreachable(url: str, exc: requests.RequestException) -> TunerError:
-    """The one-line error for a request that got no answer; TLS verification names --insecure."""
+    """The one-line error for a request that got no answer; TLS verification names --insecure.
+    requests and urllib3 name the URL they were given, or a piece of it (the host and port they
+    read from it): each is said through ``tuner.urls.shown_text``, no password in it."""
+    shown = shown_url(url)
     for cause in _causes(exc):
         if isinstance(cause, ssl.SSLCertVerificationError):
+            said = shown_text(str(cause.verify_message or cause.reason), [url]).rstrip(".")
             return TunerError(
-                f"cannot verify the TLS certificate of Prometheus at {url}: "
-                f"{str(cause.verify_message or cause.reason).rstrip('.')}; --ca-file names the "
-                "CA that signed it, --insecure skips the check"
+                f"cannot verify the TLS certificate of Prometheus at {shown}: {said}; "
+                "--ca-file names the CA that signed it, --insecure skips the check"
             )
     root = list(_causes(exc))[-1]
-    reason = " ".join(str(root).split())
-    return TunerError(f"cannot reach Prometheus at {url}: {type(exc).__name__}: {reason}")
+    reason = shown_text(" ".join(str(root).split()), [url])
+    return TunerError(f"cannot reach Prometheus at {shown}: {type(exc).__name__}: {reason}")
 
 
 class Connection:
@@ -280,7 +283,7 @@ class Connection:
             # ValueError too), or a URL requests cannot send to (no answer).
             if self.last is None:
                 if isinstance(exc, requests.RequestException):
-                    raise _unreachable(self.shown, exc) from None
+                    raise _unreachable(self.url, exc) from None
                 raise
             if self.last.status_code in (401, 403):
                 raise self._unauthorised(self.last) from None
@@ -289,7 +292,7 @@ class Connection:
                 f"Prometheus at {self.shown} answered HTTP {self.last.status_code}, not a result"
             ) from None
         except requests.RequestException as exc:
-            raise _unreachable(self.shown, exc) from None
+            raise _unreachable(self.url, exc) from None
         if not isinstance(result, list):
             raise TunerError(f"Prometheus at {self.shown} answered without data.result")
         return result

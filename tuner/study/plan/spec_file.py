@@ -34,8 +34,10 @@ SpecLoader.add_implicit_resolver(
 )
 
 
-def read_spec_document(path: Path) -> Any:
-    """The YAML document in ``path``; a ``SpecError`` naming the file for anything else."""
+def read_spec_document(path: Path, quote: bool = True) -> Any:
+    """The YAML document in ``path``; a ``SpecError`` naming the file for anything else. Not
+    ``quote``: a YAML error names its line and column without the line's text (a serving
+    file's line may hold a credential)."""
     try:
         with path.open("rb") as handle:
             raw = handle.read(MAX_SPEC_BYTES + 1)
@@ -54,7 +56,8 @@ def read_spec_document(path: Path) -> Any:
     except UnicodeDecodeError as exc:
         raise SpecError(str(path), "<file>", f"not UTF-8 text ({exc.reason})") from None
     except yaml.YAMLError as exc:
-        raise SpecError(str(path), "<yaml>", " ".join(str(exc).split())) from None
+        said = str(exc) if quote else _unquoted(exc)
+        raise SpecError(str(path), "<yaml>", " ".join(said.split())) from None
     except RecursionError:
         raise SpecError(str(path), "<yaml>", "nested too deeply") from None
     if count_values(data, MAX_SPEC_VALUES) > MAX_SPEC_VALUES:
@@ -64,6 +67,15 @@ def read_spec_document(path: Path) -> Any:
             f"expands to more than {MAX_SPEC_VALUES} values (aliases repeated?)",
         )
     return data
+
+
+def _unquoted(exc: yaml.YAMLError) -> str:
+    """A YAML error's problem and where it is, without the text of the line it quotes."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return type(exc).__name__
+    mark = exc.problem_mark or exc.context_mark
+    where = "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
+    return f"{exc.problem or exc.context or 'not YAML'}{where}"
 
 
 def count_values(data: Any, limit: int) -> int:

@@ -36,7 +36,7 @@ from optuna.trial import Trial, TrialState
 
 from tuner.errors import InputError, TunerError
 from tuner.study.store import record
-from tuner.urls import shown_url
+from tuner.urls import shown_text, shown_url
 
 logger = logging.getLogger(__name__)
 
@@ -293,8 +293,10 @@ def missing_folder(url: str) -> Path | None:
 
 
 def open_failure(url: str, exc: BaseException) -> str:
-    """``cannot open the study storage URL: CAUSE``, naming a SQLite file's missing folder."""
-    text = f"cannot open the study storage {shown_url(url)}: {cause(exc)}"
+    """``cannot open the study storage URL: CAUSE``, naming a SQLite file's missing folder. The
+    cause is SQLAlchemy's or the driver's words, which may name the URL or a piece of its
+    password (a host read from it): each is hidden (``tuner.urls.shown_text``)."""
+    text = f"cannot open the study storage {shown_url(url)}: {shown_text(cause(exc), [url])}"
     folder = missing_folder(url)
     return text if folder is None else f"{text} (folder {folder} does not exist)"
 
