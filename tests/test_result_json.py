@@ -89,6 +89,8 @@ def test_run_and_report_give_one_document_of_what_choose_chose(tmp_path, cpu_mod
     assert [c["trial"] for c in document["configurations"]] == numbers
     if choice is None:
         assert document["written"] is None and document["gain"] is None
+        why = "no trial served its window; first failure: trial 0: vLLM exited with status 1"
+        assert document["why"] == why
         assert not (tmp_path / "configs" / "s.yaml").exists()
         return
     assert document["why"] == choice.why

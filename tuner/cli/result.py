@@ -188,12 +188,16 @@ def said_result(
 
 def _nothing_served(study: optuna.Study) -> None:
     """Say why nothing is written: the first trial that failed, and its reason."""
-    failed = picks.first_failure(study)
-    why = (
-        f"trial {failed.number}: {TrialRecord.of(failed).reason or 'no reason kept'}"
-        if failed is not None
-        else "none; no trial has finished its window"
-    )
     print(
-        f"tuner: no trial served the window; nothing written. First failure: {why}", file=sys.stderr
+        f"tuner: no trial served the window; nothing written. First failure: "
+        f"{first_failure_words(study)}",
+        file=sys.stderr,
     )
+
+
+def first_failure_words(study: optuna.Study) -> str:
+    """``trial 0: vLLM exited with status 1``: the study's first failed trial and its reason."""
+    failed = picks.first_failure(study)
+    if failed is None:
+        return "none; no trial has finished its window"
+    return f"trial {failed.number}: {TrialRecord.of(failed).reason or 'no reason kept'}"

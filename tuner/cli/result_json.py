@@ -25,7 +25,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from tuner.cli.exits import EXIT_FAILED
-from tuner.cli.result import OUTCOME_EXITS
+from tuner.cli.result import OUTCOME_EXITS, first_failure_words
 from tuner.report.build import WRITTEN_BY, vllm_defaults
 from tuner.report.data import recorded_slos, rows_of, slo_limits
 from tuner.study.measure import scoring
@@ -71,7 +71,7 @@ def result_document(study: optuna.Study, storage: str, config_path: Path) -> dic
             "direction": "maximize" if objective.maximize else "minimize",
         },
         "outcome": outcome,
-        "why": "no trial served its window" if choice is None else choice.why,
+        "why": _nothing_served(study) if choice is None else choice.why,
         "compared": _compared(state),
         "exit_status": EXIT_FAILED if choice is None else OUTCOME_EXITS[outcome],
         "written": None if choice is None else _written(study, choice, config_path),
@@ -105,6 +105,11 @@ def lines_to_stderr(target: str | None) -> Iterator[TextIO]:
         return
     with contextlib.redirect_stdout(sys.stderr):
         yield stdout
+
+
+def _nothing_served(study: optuna.Study) -> str:
+    """Why nothing is written, as ``tuner run`` says it: the first trial that failed."""
+    return f"no trial served its window; first failure: {first_failure_words(study)}"
 
 
 def _compared(state: confirm.Round | None) -> bool:
