@@ -172,4 +172,12 @@ def test_json_is_checked_before_the_run(tmp_path, cpu_model, capsys):
     _, args = scripted_study(tmp_path, cpu_model, "misses")
     assert main([*args, "--json", str(tmp_path / "missing" / "run.json")]) == 2
     assert "--json" in capsys.readouterr().err
+    # Standard output is shared by the workers of --gpus and carries nothing of --no-confirm's;
+    # a server at a URL is measured once, with no configuration to write.
     assert main([*args, "--no-confirm", "--json", "-"]) == 2
+    assert main([*args, "--gpus", "all", "--json", "-"]) == 2
+    assert "give --json a file" in capsys.readouterr().err
+    url = ["--server-url", "http://127.0.0.1:9", "--json", str(tmp_path / "url.json")]
+    assert main([*args[:-2], *url]) == 2
+    assert "--json does not apply" in capsys.readouterr().err
+    assert not (tmp_path / "url.json").exists()

@@ -136,8 +136,8 @@ def choose(study: optuna.Study) -> Choice | None:
     state = confirm.current(study, significance.MIN_FRESH)
     if state is not None and state.confirmed:
         mine, theirs = state.finalist_fresh, state.baseline_fresh
-        gain = gain_of(state, _resolution(study))
-        why = beats_words(state, _resolution(study))
+        resolution = _resolution(study)
+        gain, why = gain_of(state, resolution), beats_words(state, resolution)
         return replace(held, group=mine, baseline=theirs, why=why, gain=gain)
     if not baseline.feasible:
         return _defaults_miss(held, found, state, _name(baseline))
