@@ -112,6 +112,13 @@ def add_run_command(commands: Any) -> None:
     add_server_options(run)
     run.add_argument("--report", action="store_true", help="write the HTML report at the end")
     run.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write the outcome as JSON to FILE, for a program to read (-: standard "
+        "output, the run's other lines then on standard error; docs/results.md); with "
+        "--no-confirm, none is written: the --confirm-only run writes it",
+    )
+    run.add_argument(
         "--client-procs",
         type=client_procs,
         metavar="auto|N",
@@ -403,4 +410,10 @@ def add_report_command(commands: Any) -> None:
     report.add_argument("--out", type=Path, help="output folder (default: reports/NAME)")
     report.add_argument(
         "--configs", type=Path, default=Path("configs"), help="where tuner run wrote NAME.yaml"
+    )
+    report.add_argument(
+        "--json",
+        metavar="FILE",
+        help="write the outcome as JSON to FILE instead of the page, as tuner run --json does "
+        "(-: standard output; docs/results.md)",
     )

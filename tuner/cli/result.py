@@ -15,13 +15,22 @@ from tuner.engine.environment import command_to_serve
 from tuner.load.observe import LOOP_LAG_WARNING_S
 from tuner.study.measure.trial import ENGINE_START_S, TRIAL_S, WINDOW_S
 from tuner.study.plan.layouts import layout_of
-from tuner.study.result.choice import DEFAULTS, TUNED
+from tuner.study.result.choice import DEFAULTS, MISSES, TUNED, UNCONFIRMED
 from tuner.study.result.emit import HEADLINE, format_figure, verdict_lines
 from tuner.study.result.words import words_of
 from tuner.study.result.written import Written
 from tuner.study.setup.objective import of_trial
 from tuner.study.store.record import TrialRecord
 from tuner.study.trials import picks
+
+# The exit status of ``tuner run`` for each outcome of ``tuner.study.result.choice``; where no
+# trial served, ``EXIT_FAILED``.
+OUTCOME_EXITS = {
+    TUNED: EXIT_MEETS_SLOS,
+    DEFAULTS: EXIT_DEFAULTS_KEPT,
+    UNCONFIRMED: EXIT_MISSES_SLOS,
+    MISSES: EXIT_MISSES_SLOS,
+}
 
 
 def fmt_params(args: Mapping[str, Any], space_names: Sequence[str]) -> str:
@@ -157,33 +166,38 @@ def said_result(
     if written.lines:
         print("\n".join(written.lines))
     serve = f"(serve: {written.serve or command_to_serve(str(out))})"
-    if written.choice.outcome == TUNED:
+    outcome = written.choice.outcome
+    if outcome == TUNED:
         print(f"tuned: trial {chosen.number}; wrote {out} {serve}")
-        return EXIT_MEETS_SLOS
-    if written.choice.outcome == DEFAULTS:
+    elif outcome == DEFAULTS:
         kept = TrialRecord.of(written.choice.group.first)
         them = "it" if kept.spec_baseline else "them"
         print(f"{kept.baseline_name} kept (trial {chosen.number}); wrote {them} to {out} {serve}")
-        return EXIT_DEFAULTS_KEPT
-    if written.choice.unconfirmed or written.verdict.meets_slos:
+    elif written.choice.unconfirmed or written.verdict.meets_slos:
         # The baseline misses the SLOs; the finalist met them but was not confirmed better.
         print(f"\nnot confirmed: {written.choice.why}; wrote it, trial {chosen.number}, to {out}")
-        return EXIT_MISSES_SLOS
-    print(f"\nno trial met the SLOs; wrote the closest, trial {chosen.number}, to {out}:")
-    print("\n".join(f"  {line}" for line in verdict_lines(written.verdict)))
-    capacity_run = f"tuner run --trace {args.trace} --study {name}-capacity --objective capacity"
-    print("\n".join(written.next_steps(spec_path(args, name), capacity_run)))
-    return EXIT_MISSES_SLOS
+    else:
+        print(f"\nno trial met the SLOs; wrote the closest, trial {chosen.number}, to {out}:")
+        print("\n".join(f"  {line}" for line in verdict_lines(written.verdict)))
+        capacity_run = (
+            f"tuner run --trace {args.trace} --study {name}-capacity --objective capacity"
+        )
+        print("\n".join(written.next_steps(spec_path(args, name), capacity_run)))
+    return OUTCOME_EXITS[outcome]
 
 
 def _nothing_served(study: optuna.Study) -> None:
     """Say why nothing is written: the first trial that failed, and its reason."""
-    failed = picks.first_failure(study)
-    why = (
-        f"trial {failed.number}: {TrialRecord.of(failed).reason or 'no reason kept'}"
-        if failed is not None
-        else "none; no trial has finished its window"
-    )
     print(
-        f"tuner: no trial served the window; nothing written. First failure: {why}", file=sys.stderr
+        f"tuner: no trial served the window; nothing written. First failure: "
+        f"{first_failure_words(study)}",
+        file=sys.stderr,
     )
+
+
+def first_failure_words(study: optuna.Study) -> str:
+    """``trial 0: vLLM exited with status 1``: the study's first failed trial and its reason."""
+    failed = picks.first_failure(study)
+    if failed is None:
+        return "none; no trial has finished its window"
+    return f"trial {failed.number}: {TrialRecord.of(failed).reason or 'no reason kept'}"

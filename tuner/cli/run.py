@@ -12,15 +12,18 @@ import argparse
 import dataclasses
 import time
 from pathlib import Path
+from typing import TextIO
 
 import optuna
 
 from tuner.cli.exits import EXIT_MEETS_SLOS
 from tuner.cli.gpus import run_on_gpus
 from tuner.cli.inputs import read_trace, study_of, workload_of
+from tuner.cli.output import check_file_target
 from tuner.cli.progress import RunLines
 from tuner.cli.report import after_run
 from tuner.cli.result import overhead_summary, said_result
+from tuner.cli.result_json import STDOUT, lines_to_stderr, result_document, write_document
 from tuner.cli.spec import checked_spec, load_study_spec
 from tuner.engine import environment
 from tuner.engine.launchers import AUTO as AUTO_LAUNCHER
@@ -124,9 +127,35 @@ def _say_budget(budget_s: float, flag: bool, spec: StudySpec) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     """``tuner run``: read the trace and the spec (writing one if there is none), calibrate where
     asked, add the trials, confirm the winner and write its configuration; the exit status says
-    whether it meets the SLOs."""
+    whether it meets the SLOs. With ``--json -``, what it prints for people goes to stderr and
+    stdout carries the outcome's JSON alone."""
+    check_json(args)
     if args.gpus is not None:
         return run_on_gpus(args)
+    with lines_to_stderr(args.json) as stdout:
+        return _run(args, stdout)
+
+
+def check_json(args: argparse.Namespace) -> None:
+    """An ``InputError`` where ``--json`` cannot be written, before any trial: its folder is
+    missing, or standard output is asked of a run that writes no outcome there (a worker of
+    ``--no-confirm``, or ``--gpus``, whose workers share standard output)."""
+    if args.json is None:
+        return
+    if args.json != STDOUT:
+        check_file_target(Path(args.json), "--json")
+        return
+    if args.gpus is not None or args.no_confirm:
+        given = "--gpus" if args.gpus is not None else "--no-confirm"
+        raise InputError(
+            f"--json -: {given} runs print on standard output; give --json a file "
+            "(with --gpus, the confirmation's run writes it)"
+        )
+
+
+def _run(args: argparse.Namespace, stdout: TextIO) -> int:
+    """``cmd_run``'s work, the outcome's JSON (``--json``) written to ``stdout`` where it is
+    ``-``."""
     began = time.monotonic()
     name = study_of(args)
     # Bad input stops here, before anything is written.
@@ -161,17 +190,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if launcher is not None:
             launcher.close()
-    return _ended(args, name, storage, study, run)
+    return _ended(args, config, study, run, stdout)
 
 
-def _ended(args: argparse.Namespace, name: str, storage: str, study: optuna.Study, run: Run) -> int:
-    """The run's last lines and exit status: the result written, or, for ``--no-confirm``,
-    nothing written (exit 0: its trials were added)."""
+def _ended(
+    args: argparse.Namespace, config: RunConfig, study: optuna.Study, run: Run, stdout: TextIO
+) -> int:
+    """The run's last lines and exit status: the result written (and its JSON, with
+    ``--json``), or, for ``--no-confirm``, nothing written (exit 0: its trials were added)."""
+    name, storage = config.study, config.storage
     print(f"\ndashboard: optuna-dashboard {dashboard_target(storage)}")
     if args.no_confirm:
         print("no configuration written: the confirmation is left to a later run, --confirm-only")
+        if args.json is not None:
+            print(f"no JSON written to {args.json}: the --confirm-only run writes it")
         return EXIT_MEETS_SLOS
-    return after_run(args, name, storage, said_result(args, name, study, run.result()))
+    code = said_result(args, name, study, run.result())
+    if args.json is not None:
+        write_document(result_document(study, storage, config.config_path), args.json, stdout)
+        if args.json != STDOUT:
+            print(f"json: {args.json}")
+    return after_run(args, name, storage, code)
 
 
 def _open_study(config: RunConfig, spec: StudySpec) -> optuna.Study:

@@ -32,7 +32,9 @@ from tuner.urls import shown_url
 
 # What a search, a confirmation or a stored study would take: none is made of a server tuner
 # did not start.
-NOT_FOR_A_URL = ("server_command", "confirm_only", "n_trials", "time_budget_s", "report")
+NOT_FOR_A_URL = (
+    "server_command", "confirm_only", "n_trials", "time_budget_s", "report", "json",
+)  # fmt: skip
 
 
 def cmd_server_url(args: argparse.Namespace) -> int:

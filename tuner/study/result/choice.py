@@ -52,6 +52,23 @@ MISSES = "misses"
 
 
 @dataclass(frozen=True)
+class Gain:
+    """How much better a confirmed finalist is than the baseline on fresh engines, the figures
+    of ``beats_words``: ``fraction`` better by the median (0.5: 50 % better), ``ratio`` times
+    better with its ``confidence`` interval from ``low`` to ``high`` (``high`` infinite where
+    too few measurements bound it above; the three None where a median measurement missed the
+    SLOs or is 0), over ``fresh`` measurements of each, at ``p_value``."""
+
+    fraction: float
+    ratio: float | None
+    low: float | None
+    high: float | None
+    confidence: float
+    fresh: int
+    p_value: float
+
+
+@dataclass(frozen=True)
 class Choice:
     """The configuration written (``group``), which outcome it is, why, and what it was held
     against: the baseline's group, the closest searched configuration (where the defaults are
@@ -65,6 +82,8 @@ class Choice:
     candidates: tuple[Group, ...] = ()
     # Whether the study holds any re-measurement (the confirm step ran).
     confirmation: bool = False
+    # How much better a tuned configuration is on fresh engines (``TUNED`` only).
+    gain: Gain | None = None
 
     @property
     def meets_slos(self) -> bool:
@@ -117,8 +136,9 @@ def choose(study: optuna.Study) -> Choice | None:
     state = confirm.current(study, significance.MIN_FRESH)
     if state is not None and state.confirmed:
         mine, theirs = state.finalist_fresh, state.baseline_fresh
-        why = beats_words(state, _resolution(study))
-        return replace(held, group=mine, baseline=theirs, why=why)
+        resolution = _resolution(study)
+        gain, why = gain_of(state, resolution), beats_words(state, resolution)
+        return replace(held, group=mine, baseline=theirs, why=why, gain=gain)
     if not baseline.feasible:
         return _defaults_miss(held, found, state, _name(baseline))
     nearest = state.finalist if state is not None else next(iter(found), None)
@@ -179,16 +199,47 @@ def _most_measured(found: list[Group]) -> Group:
     return next(g for g in found if g.measured == most)
 
 
+def gain_of(state: confirm.Round, resolution: float = 0.0) -> Gain:
+    """The figures of a round's verdict: the finalist's fresh measurements against the
+    baseline's (``gain_interval``'s ratio and interval, the upper end widened by
+    ``resolution``)."""
+    mine, theirs = state.finalist_fresh, state.baseline_fresh
+    bounds = ratio_of(mine, theirs, resolution)
+    ratio, low, high = bounds if bounds is not None else (None, None, None)
+    return Gain(
+        fraction=mine.gain_over(theirs),
+        ratio=ratio,
+        low=low,
+        high=high,
+        confidence=significance.CONFIDENCE,
+        fresh=len(mine.trials),
+        p_value=state.p_value(),
+    )
+
+
 def beats_words(state: confirm.Round, resolution: float = 0.0) -> str:
     """``beats vLLM's defaults on fresh engines: 61% better by the median (1.61x, 90% interval
     1.27 to 1.94x; 3 fresh engines each, every pair in its favour, p = 0.05)``."""
-    mine, theirs = state.finalist_fresh, state.baseline_fresh
-    gain = mine.gain_over(theirs)
-    n = len(mine.trials)
-    how = f"{n} fresh engines each, every pair in its favour, p = {state.p_value():.2g}"
-    times = gain_interval(mine, theirs, resolution)
+    gain = gain_of(state, resolution)
+    how = f"{gain.fresh} fresh engines each, every pair in its favour, p = {gain.p_value:.2g}"
+    times = gain_interval(state.finalist_fresh, state.baseline_fresh, resolution)
     name = _name(state.baseline)
-    return f"beats {name} on fresh engines: {gain:.0%} better by the median ({times}; {how})"
+    return (
+        f"beats {name} on fresh engines: {gain.fraction:.0%} better by the median ({times}; {how})"
+    )
+
+
+def ratio_of(
+    mine: Group, theirs: Group, resolution: float = 0.0
+) -> tuple[float, float, float] | None:
+    """How many times better ``mine`` is than ``theirs`` and its interval (``gain_interval``'s
+    figures); None where a median measurement missed the SLOs or is 0."""
+    a, b = _carried(mine), _carried(theirs)
+    ratio = significance.ratio(a, b)
+    interval = significance.ratio_interval(a, b, resolution=resolution)
+    if ratio is None or interval is None:
+        return None
+    return ratio, *interval
 
 
 def gain_interval(mine: Group, theirs: Group, resolution: float = 0.0) -> str:
@@ -197,12 +248,10 @@ def gain_interval(mine: Group, theirs: Group, resolution: float = 0.0) -> str:
     ``tuner.study.trials.significance.ratio_interval`` (its upper end widened by
     ``resolution``): a measurement that missed the SLOs ranks below every other, as in the
     test, so a confirmed verdict's interval is above 1.0x."""
-    a, b = _carried(mine), _carried(theirs)
-    ratio = significance.ratio(a, b)
-    interval = significance.ratio_interval(a, b, resolution=resolution)
-    if ratio is None or interval is None:
+    bounds = ratio_of(mine, theirs, resolution)
+    if bounds is None:
         return "no ratio: a median measurement missed the SLOs or is 0"
-    low, high = interval
+    ratio, low, high = bounds
     level = f"{significance.CONFIDENCE:.0%} interval"
     if math.isinf(high):
         return f"{ratio:.2f}x, {level} from {low:.2f}x (too few measurements to bound it above)"

@@ -69,13 +69,18 @@ def served_config(
 ) -> str:
     """The YAML body: the model and the trial's engine arguments, without host and port, and
     without random weights; for the user's own app (``server``), as its engine-config file."""
-    args = {
+    served = {"model": served_model(model), **served_args(engine_args)}
+    return config_yaml(served) if server is None else server.config_text(served)
+
+
+def served_args(engine_args: Mapping[str, Any]) -> dict[str, Any]:
+    """The engine arguments a configuration file carries: a trial's, without host and port
+    (tuner chose them per trial) and without random weights."""
+    return {
         k: v
         for k, v in engine_args.items()
         if k not in SERVER_ONLY and not (k == LOAD_FORMAT and v == RANDOM_WEIGHTS)
     }
-    served = {"model": served_model(model), **args}
-    return config_yaml(served) if server is None else server.config_text(served)
 
 
 def serve_command(path: str, server: ServerCommand | None = None) -> str:
