@@ -69,6 +69,7 @@ from tuner.study import (
     StudyObjective,
     StudySpec,
     TrialOutcome,
+    TrialRecord,
     TrialSetup,
     Workload,
     choose,
@@ -245,9 +246,11 @@ def one_study(
     work: Path,
     seed: int,
     objective: StudyObjective = CAPACITY_OBJECTIVE,
-) -> tuple[bool, bool, int]:
+) -> tuple[bool, bool, int, int]:
     """One study run through: whether it wrote a searched configuration, whether that was the
-    better one, and how many fresh measurements the confirmation took."""
+    better one, how many fresh measurements the confirmation took, and how many windows the
+    search's trials after the first measured (a searched trial's cost beside its engine's
+    start: one where it was screened out at its gate)."""
     study = open_study(f"aa-{seed}", optuna.storages.InMemoryStorage(), seed, objective=objective)
     config = resolve(spec, study.study_name, work / "runs", work / "configs" / "aa.yaml")
     run = Run(study, spec, workload, config, launcher=ProcessLauncher(), runner=engines)
@@ -259,7 +262,12 @@ def one_study(
     tuned = choice is not None and choice.outcome == TUNED
     first = choice.group.first.params if tuned and choice is not None else None
     better = engines.better is not None and first is not None and _same(first, engines, study)
-    return tuned, better, confirming
+    windows = sum(
+        TrialRecord.of(t).rates_measured
+        for t in study.trials
+        if t.number > 0 and TrialRecord.of(t).confirms is None
+    )
+    return tuned, better, confirming, windows
 
 
 def _same(
@@ -291,6 +299,8 @@ class Row:
     written: int
     right: int
     fresh_median: float
+    # The windows the search's trials after the first measured, a study on average.
+    search_windows: float = 0.0
 
     @property
     def share(self) -> float:
@@ -312,14 +322,21 @@ def measure_row(
     sd, low = SPREADS[spread]
     written = right = 0
     fresh: list[int] = []
+    windows: list[int] = []
     for n in range(studies):
         rng = random.Random(f"{seed}-{spread}-{searched}-{gain}-{n}")
         engines = NoisyEngines(rng, sd, low, gain)
-        tuned, better, confirming = one_study(spec, workload, engines, work, seed * 100_003 + n)
+        tuned, better, confirming, searched_windows = one_study(
+            spec, workload, engines, work, seed * 100_003 + n
+        )
         written += tuned
         right += better
         fresh.append(confirming)
-    return Row(spread, searched, gain, studies, written, right, statistics.median(fresh))
+        windows.append(searched_windows)
+    return Row(
+        spread, searched, gain, studies, written, right, statistics.median(fresh),
+        statistics.fmean(windows),
+    )  # fmt: skip
 
 
 def measure_miss_row(
@@ -336,7 +353,7 @@ def measure_miss_row(
         rng = random.Random(f"{seed}-miss-{miss}-{searched}-{gain}-{n}")
         engines = NoisyScores(rng, miss, gain=gain)
         seeded = seed * 100_003 + n
-        tuned, better, confirming = one_study(
+        tuned, better, confirming, _ = one_study(
             spec, workload, engines, work, seeded, objective=LATENCY_OBJECTIVE
         )
         written += tuned
@@ -400,7 +417,10 @@ def _rows(options: argparse.Namespace) -> list[Row]:
     began = time.monotonic()
     rows: list[Row] = []
     print(f"$ python benchmarks/aa.py {' '.join(sys.argv[1:])}".rstrip())
-    print("spread    searched gain studies  written  share  95% interval   better  fresh (median)")
+    print(
+        "spread    searched gain studies  written  share  95% interval   better  fresh (median)"
+        "  search windows (mean)"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for spread in SPREADS:
             for k in searched:
@@ -424,7 +444,8 @@ def _print(row: Row) -> None:
     low, high = row.interval()
     print(
         f"{row.spread:9} {row.searched:5} {row.gain:5.2f} {row.studies:8} {row.written:8} "
-        f"{row.share:6.1%} {low:6.1%}-{high:6.1%} {row.right:8} {row.fresh_median:8.1f}",
+        f"{row.share:6.1%} {low:6.1%}-{high:6.1%} {row.right:8} {row.fresh_median:8.1f}"
+        f"{row.search_windows:13.1f}",
         flush=True,
     )
 
