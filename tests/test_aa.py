@@ -66,7 +66,7 @@ def test_a_latency_study_judges_each_measurement_by_the_specs_max_error_rate(tmp
     spec = dataclasses.replace(aa.latency_spec_for(model, 1), max_error_rate=0.1)
     engines = aa.NoisyScores(random.Random(0), 0.01, gain=2.0, error_rate=0.05)
     workload = aa.workload_for(spec, tmp_path)
-    _, _, confirming = aa.one_study(
+    _, _, confirming, _ = aa.one_study(
         spec, workload, engines, tmp_path, 0, objective=aa.LATENCY_OBJECTIVE
     )
     assert confirming > 0

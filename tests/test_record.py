@@ -38,6 +38,10 @@ OTHER_MEANINGS = {
     ("report/rate_curves.py", "reason"): "a rate point's",
     ("engine/startup.py", "compile_key"): "the engine log's facts, stored as they are named",
     ("engine/startup.py", "compile_cache_hit"): "the engine log's facts",
+    ("cli/result_json.py", "engine_args"): "the JSON document's fields (docs/results.md)",
+    ("cli/result_json.py", "baseline"): "the JSON document's fields",
+    ("cli/result_json.py", "candidate"): "the JSON document's fields",
+    ("cli/result_json.py", "feasible"): "the JSON document's fields",
 }
 
 

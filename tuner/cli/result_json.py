@@ -68,7 +68,7 @@ def result_document(study: optuna.Study, storage: str, config_path: Path) -> dic
         "objective": {
             "mode": objective.mode,
             "metric": objective.metric,
-            "direction": "maximize" if objective.maximize else "minimize",
+            "direction": objective.direction.name.lower(),
         },
         "outcome": outcome,
         "why": _nothing_served(study) if choice is None else choice.why,
