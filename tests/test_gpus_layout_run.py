@@ -103,7 +103,9 @@ def test_four_gpus_measure_the_layouts_then_search_on_groups_of_the_one_kept(
     study = optuna.load_study(
         study_name="g", storage=storage_of(f"journal:{tmp_path / 'studies' / 'g.log'}")
     )
-    trials = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    # Measured: served in full, or screened out at the gate (pruned, its one window recorded).
+    measured = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    trials = [t for t in measured if t.state == TrialState.COMPLETE]
     by_layout = {Queued.of(t).layout or "1x1": t for t in trials[:4]}
     assert set(by_layout) == set(MEASURED)
     for name, trial in by_layout.items():
@@ -128,7 +130,7 @@ def test_four_gpus_measure_the_layouts_then_search_on_groups_of_the_one_kept(
         assert re.search(
             rf"^gpus {group} \| .*CUDA_VISIBLE_DEVICES={group} tuner run .*--layout 2x1", out, re.M
         ), out
-    rest = trials[4:]
+    rest = [t for t in measured if t.number > trials[3].number]
     searched = [t for t in rest if TrialRecord.of(t).confirms is None]
     again = [t for t in rest if TrialRecord.of(t).confirms is not None]
     assert searched and {gpus_of(t) for t in searched} <= {(0, 1), (2, 3)}, said
