@@ -61,6 +61,12 @@ def _password_span(url: str) -> tuple[int, int] | None:
     return None if colon < 0 else (colon + 1, at)
 
 
+def _password_hidden(url: str) -> str:
+    """``url`` with its password (``_password_span``) replaced by ``***``."""
+    span = _password_span(url)
+    return url if span is None else f"{url[: span[0]]}{MASK}{url[span[1] :]}"
+
+
 def _secret_values(url: str) -> list[tuple[int, int]]:
     """Where the values of secret query parameters lie in ``url`` (its password hidden)."""
     question = url.find("?")
@@ -84,8 +90,7 @@ def shown_url(url: str) -> str:
     """``url`` with its password and secret query values replaced by ``***``; a text that is
     not a URL comes back as it is, between its first ``:`` and last ``@`` masked where it
     could hold a password there."""
-    span = _password_span(url)
-    shown = url if span is None else f"{url[: span[0]]}{MASK}{url[span[1] :]}"
+    shown = _password_hidden(url)
     for start, end in reversed(_secret_values(shown)):
         shown = f"{shown[:start]}{MASK}{shown[end:]}"
     return shown
@@ -110,7 +115,7 @@ def url_secrets(url: str) -> tuple[str, ...]:
         user = url[scheme.end() if scheme else 0 : span[0]]
         cuts = (m.start() for m in _CUTS.finditer(typed))
         found |= {user + typed[:cut] for cut in cuts if len(user) + cut >= _PIECE}
-    shown = url if span is None else f"{url[: span[0]]}{MASK}{url[span[1] :]}"
+    shown = _password_hidden(url)
     for start, end in _secret_values(shown):
         value = shown[start:end]
         found |= {value, unquote_plus(value)}

@@ -306,11 +306,11 @@ def measure_saturated(
     on_rate: OnRate | None = None,
 ) -> RatePoint:
     """Offer the window at ``rate``, far above what the server carries, for
-    ``settings.probe_s`` seconds, and measure what it sustains (``SUSTAINED``): the tokens the
-    server worked through in the window's second half, per second, over a request's tokens
-    (``sustained``), where at least ``MIN_WINDOW_REQUESTS`` requests were served there (their
-    first token or their last came then; ``SERVED``). ``COMPLETED``: how many requests
-    completed there. The window is not stopped when its SLOs are lost, but a quarter of
+    ``settings.probe_s`` seconds, and measure what it sustains at most (``SUSTAINED``): the
+    requests a second its prompts prefilled or its output tokens streamed in the window's
+    second half amount to, the larger (``sustained``), where at least ``MIN_WINDOW_REQUESTS``
+    requests were served there (``SERVED``). ``COMPLETED``: how many requests completed
+    there. The window is not stopped when its SLOs are lost, but a quarter of
     ``probe_s`` after its last arrival, abandoning what is left; one that finished everything
     by then is judged as any rate is. Prepared as ``measure_rate`` prepares a rate (idle,
     primed or reset)."""

@@ -10,11 +10,11 @@ also handed ``saturate``: one window offered far above the start (``SATURATING``
 whose figures carry the requests a second the engine worked through while more waited, read
 from the prompt tokens it prefilled and the output tokens it streamed (``SUSTAINED``). No rate
 above that throughput can be carried for long, so it bounds the capacity from above (one
-resolution up, for its own error); the search then bisects on a log
-scale below that bound over ``BOUND_BISECTIONS`` halvings of the bound's log range, which at a
-resolution of 10 % resolves a capacity from 0.56 of the throughput up in 3 windows: 4 with the
-saturating one. A capacity below that range is bracketed downward from the lowest rate failed,
-or, where the start lies within as wide a range below that rate, from the start.
+resolution up, for its own error); the search then bisects on a log scale below that bound
+over ``BOUND_BISECTIONS`` halvings of the bound's log range, which at a resolution of 10 %
+resolves a capacity from 0.56 of the throughput up in 3 windows: 4 with the saturating one. A
+capacity below that range is bracketed downward from the lowest rate failed, or, where the
+start lies within as wide a range below that rate, from the start.
 
 From a capacity already measured (a re-measurement's own, a neighbour's, or the gate: one
 resolution step above the best capacity so far), the search brackets from there, growing or

@@ -137,7 +137,8 @@ def choose(study: optuna.Study) -> Choice | None:
     if state is not None and state.confirmed:
         mine, theirs = state.finalist_fresh, state.baseline_fresh
         resolution = _resolution(study)
-        gain, why = gain_of(state, resolution), beats_words(state, resolution)
+        gain = gain_of(state, resolution)
+        why = beats_words(state, gain)
         return replace(held, group=mine, baseline=theirs, why=why, gain=gain)
     if not baseline.feasible:
         return _defaults_miss(held, found, state, _name(baseline))
@@ -201,8 +202,7 @@ def _most_measured(found: list[Group]) -> Group:
 
 def gain_of(state: confirm.Round, resolution: float = 0.0) -> Gain:
     """The figures of a round's verdict: the finalist's fresh measurements against the
-    baseline's (``gain_interval``'s ratio and interval, the upper end widened by
-    ``resolution``)."""
+    baseline's (``ratio_of``'s ratio and interval, the upper end widened by ``resolution``)."""
     mine, theirs = state.finalist_fresh, state.baseline_fresh
     bounds = ratio_of(mine, theirs, resolution)
     ratio, low, high = bounds if bounds is not None else (None, None, None)
@@ -217,23 +217,27 @@ def gain_of(state: confirm.Round, resolution: float = 0.0) -> Gain:
     )
 
 
-def beats_words(state: confirm.Round, resolution: float = 0.0) -> str:
+def beats_words(state: confirm.Round, gain: Gain) -> str:
     """``beats vLLM's defaults on fresh engines: 61% better by the median (1.61x, 90% interval
-    1.27 to 1.94x; 3 fresh engines each, every pair in its favour, p = 0.05)``."""
-    gain = gain_of(state, resolution)
+    1.27 to 1.94x; 3 fresh engines each, every pair in its favour, p = 0.05)``: the round's
+    ``gain`` (``gain_of``) in words."""
     how = f"{gain.fresh} fresh engines each, every pair in its favour, p = {gain.p_value:.2g}"
-    times = gain_interval(state.finalist_fresh, state.baseline_fresh, resolution)
     name = _name(state.baseline)
     return (
-        f"beats {name} on fresh engines: {gain.fraction:.0%} better by the median ({times}; {how})"
+        f"beats {name} on fresh engines: {gain.fraction:.0%} better by the median "
+        f"({interval_words(gain)}; {how})"
     )
 
 
 def ratio_of(
     mine: Group, theirs: Group, resolution: float = 0.0
 ) -> tuple[float, float, float] | None:
-    """How many times better ``mine`` is than ``theirs`` and its interval (``gain_interval``'s
-    figures); None where a median measurement missed the SLOs or is 0."""
+    """How many times better ``mine`` is than ``theirs`` (a capacity: its ratio; a latency
+    score: theirs over mine), with the interval of
+    ``tuner.study.trials.significance.ratio_interval`` (its upper end widened by
+    ``resolution``): a measurement that missed the SLOs ranks below every other, as in the
+    test, so a confirmed verdict's interval is above 1.0x. None where a median measurement
+    missed the SLOs or is 0."""
     a, b = _carried(mine), _carried(theirs)
     ratio = significance.ratio(a, b)
     interval = significance.ratio_interval(a, b, resolution=resolution)
@@ -242,17 +246,12 @@ def ratio_of(
     return ratio, *interval
 
 
-def gain_interval(mine: Group, theirs: Group, resolution: float = 0.0) -> str:
-    """``1.61x, 90% interval 1.27 to 1.94x``: how many times better ``mine`` is than
-    ``theirs`` (a capacity: its ratio; a latency score: theirs over mine), with the interval of
-    ``tuner.study.trials.significance.ratio_interval`` (its upper end widened by
-    ``resolution``): a measurement that missed the SLOs ranks below every other, as in the
-    test, so a confirmed verdict's interval is above 1.0x."""
-    bounds = ratio_of(mine, theirs, resolution)
-    if bounds is None:
+def interval_words(gain: Gain) -> str:
+    """``1.61x, 90% interval 1.27 to 1.94x``: ``gain``'s ratio and interval."""
+    ratio, low, high = gain.ratio, gain.low, gain.high
+    if ratio is None or low is None or high is None:
         return "no ratio: a median measurement missed the SLOs or is 0"
-    ratio, low, high = bounds
-    level = f"{significance.CONFIDENCE:.0%} interval"
+    level = f"{gain.confidence:.0%} interval"
     if math.isinf(high):
         return f"{ratio:.2f}x, {level} from {low:.2f}x (too few measurements to bound it above)"
     return f"{ratio:.2f}x, {level} {low:.2f} to {high:.2f}x"
